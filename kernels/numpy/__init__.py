@@ -1,0 +1,7 @@
+"""CPU kernels, NumPy only: one function per primitive, registered for device kind 'cpu'.
+
+A kernel takes NumPy buffers and the op's attrs, and returns buffers of exactly the shape and
+storage dtype the primitive's rule inferred (tests check this for every op). Buffers are
+never written in place: a kernel that updates returns a new array.
+"""
+from . import creation, elementwise, indexing, linalg, random, reduce, shape, sorting  # noqa: F401

@@ -1,0 +1,122 @@
+"""Elementwise CPU kernels."""
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+from rill.dtypes import to_storage
+from rill.ops.primitive import register_kernels
+
+from .special import erf
+
+
+def quiet(fn):
+    """Let inf/nan come out as values, as on a GPU, without NumPy's RuntimeWarnings."""
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        with np.errstate(all="ignore"):
+            return fn(*args, **kwargs)
+    return run
+
+
+def in_float32(fn):
+    """float16 formulas are evaluated in float32 and rounded once, as GPUs do."""
+    @functools.wraps(fn)
+    def run(x, **attrs):
+        if x.dtype == np.float16:
+            return fn(x.astype(np.float32), **attrs).astype(np.float16)
+        return fn(x, **attrs)
+    return run
+
+
+def _keep_ints(fn):
+    """floor/ceil/round/trunc leave integers as they are (NumPy would make them float64)."""
+    return lambda x: x if x.dtype.kind in "iub" else fn(x)
+
+
+@in_float32
+def _sigmoid(x):
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype, copy=False)
+
+
+@in_float32
+def _softplus(x):
+    return np.logaddexp(x.dtype.type(0), x)
+
+
+@in_float32
+def _silu(x):
+    return x * _sigmoid(x)
+
+
+@in_float32
+def _elu(x, alpha):
+    return np.where(x > 0, x, alpha * np.expm1(np.minimum(x, 0))).astype(x.dtype, copy=False)
+
+
+@in_float32
+def _leaky_relu(x, alpha):
+    return np.where(x > 0, x, x * alpha).astype(x.dtype, copy=False)
+
+
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+@in_float32
+def _gelu(x, approximate):
+    if approximate == "tanh":
+        return (0.5 * x * (1 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))).astype(
+            x.dtype, copy=False)
+    return (0.5 * x * (1 + erf(x * (1 / math.sqrt(2.0))))).astype(x.dtype, copy=False)
+
+
+def _relu(x):
+    return np.maximum(x, x.dtype.type(0))
+
+
+def _rsqrt(x):
+    return (1 / np.sqrt(x)).astype(x.dtype, copy=False)
+
+
+def _reciprocal(x):
+    return (1 / x).astype(x.dtype, copy=False)
+
+
+def _clip(x, lo, hi):
+    return np.minimum(np.maximum(x, lo), hi)
+
+
+KERNELS = {
+    "neg": np.negative, "abs": np.abs, "sign": np.sign, "square": np.square, "relu": _relu,
+    "floor": _keep_ints(np.floor), "ceil": _keep_ints(np.ceil), "round": _keep_ints(np.round),
+    "trunc": _keep_ints(np.trunc),
+    "exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "log1p": np.log1p,
+    "expm1": np.expm1, "sqrt": np.sqrt, "rsqrt": _rsqrt, "reciprocal": _reciprocal,
+    "sin": np.sin, "cos": np.cos, "tan": np.tan, "tanh": np.tanh, "sinh": np.sinh,
+    "cosh": np.cosh, "arcsin": np.arcsin, "arccos": np.arccos, "arctan": np.arctan,
+    "sigmoid": _sigmoid, "softplus": _softplus, "silu": _silu, "erf": erf,
+    "leaky_relu": _leaky_relu, "elu": _elu, "gelu": _gelu,
+    "isnan": np.isnan, "isinf": np.isinf, "isfinite": np.isfinite,
+    "logical_not": np.logical_not,
+    "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.true_divide,
+    "floor_divide": np.floor_divide, "remainder": np.remainder, "power": np.power,
+    "maximum": np.maximum, "minimum": np.minimum, "arctan2": np.arctan2,
+    "equal": np.equal, "not_equal": np.not_equal, "less": np.less,
+    "less_equal": np.less_equal, "greater": np.greater, "greater_equal": np.greater_equal,
+    "logical_and": np.logical_and, "logical_or": np.logical_or, "logical_xor": np.logical_xor,
+    "bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor,
+    "where": np.where, "clip": _clip,
+    "cast": lambda x, dtype: to_storage(x, dtype),
+}
+
+# Ops whose domain has holes (log of negatives, division by zero) return inf/nan quietly.
+# The rest skip the errstate cost on the hot path (add, multiply: only overflow warns).
+_MAY_WARN = {"exp", "exp2", "log", "log2", "log1p", "expm1", "sqrt", "rsqrt", "reciprocal",
+             "tan", "sinh", "cosh", "arcsin", "arccos", "softplus", "elu", "gelu", "sigmoid",
+             "silu", "divide", "floor_divide", "remainder", "power", "cast"}
+KERNELS = {name: quiet(fn) if name in _MAY_WARN else fn for name, fn in KERNELS.items()}
+
+register_kernels("cpu", KERNELS)

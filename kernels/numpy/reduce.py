@@ -1,0 +1,98 @@
+"""Reduction and scan CPU kernels. float16 accumulates in float32; integers in int64."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from rill.ops.primitive import register_kernels
+
+from .elementwise import quiet
+
+
+def _accumulator(x):
+    if x.dtype.kind in "biu":
+        return np.int64
+    return np.float32 if x.dtype == np.float16 else x.dtype
+
+
+def _result(value, like_dtype):
+    return np.asarray(value).astype(like_dtype, copy=False)
+
+
+def _sum(x, axis, keepdims):
+    acc = _accumulator(x)
+    out = np.sum(x, axis=axis, keepdims=keepdims, dtype=acc)
+    return _result(out, np.int64 if x.dtype.kind in "biu" else x.dtype)
+
+
+def _prod(x, axis, keepdims):
+    acc = _accumulator(x)
+    out = np.prod(x, axis=axis, keepdims=keepdims, dtype=acc)
+    return _result(out, np.int64 if x.dtype.kind in "biu" else x.dtype)
+
+
+def _mean(x, axis, keepdims):
+    return _result(np.mean(x, axis=axis, keepdims=keepdims, dtype=_accumulator(x)), x.dtype)
+
+
+def _var(x, axis, keepdims, correction):
+    return _result(np.var(x, axis=axis, keepdims=keepdims, ddof=correction,
+                          dtype=_accumulator(x)), x.dtype)
+
+
+def _logsumexp(x, axis, keepdims):
+    work = x.astype(_accumulator(x), copy=False)
+    m = np.max(work, axis=axis, keepdims=True) if work.size else np.zeros(
+        [1] * work.ndim, work.dtype)
+    m = np.where(np.isfinite(m), m, 0)
+    out = np.log(np.sum(np.exp(work - m), axis=axis, keepdims=True)) + m
+    if not keepdims:
+        out = np.squeeze(out, axis=axis if axis is not None else tuple(range(x.ndim)))
+    return _result(out, x.dtype)
+
+
+def _arg(fn):
+    def run(x, axis, keepdims):
+        if axis is None:
+            flat = fn(x.reshape(-1))
+            return np.full((1,) * x.ndim if keepdims else (), flat, dtype=np.int64)
+        return _result(fn(x, axis=axis, keepdims=keepdims), np.int64)
+    return run
+
+
+def _scan(fn):
+    def run(x, axis):
+        out_dtype = np.int64 if x.dtype.kind in "biu" else x.dtype
+        return _result(fn(x, axis=axis, dtype=_accumulator(x)), out_dtype)
+    return run
+
+
+def _norm(x, ord, axis, keepdims):
+    a = np.abs(x.astype(_accumulator(x), copy=False))
+    if ord == 2:
+        out = np.sqrt(np.sum(a * a, axis=axis, keepdims=keepdims))
+    elif ord == 1:
+        out = np.sum(a, axis=axis, keepdims=keepdims)
+    elif ord == math.inf:
+        out = np.max(a, axis=axis, keepdims=keepdims, initial=0)
+    elif ord == -math.inf:
+        out = np.min(a, axis=axis, keepdims=keepdims, initial=np.inf)
+    elif ord == 0:
+        out = np.sum(a != 0, axis=axis, keepdims=keepdims)
+    else:
+        out = np.sum(a ** ord, axis=axis, keepdims=keepdims) ** (1.0 / ord)
+    return _result(out, x.dtype)
+
+
+register_kernels("cpu", {
+    "sum": _sum, "prod": _prod, "mean": quiet(_mean), "var": quiet(_var),
+    "max": lambda x, axis, keepdims: _result(np.max(x, axis=axis, keepdims=keepdims), x.dtype),
+    "min": lambda x, axis, keepdims: _result(np.min(x, axis=axis, keepdims=keepdims), x.dtype),
+    "argmax": _arg(np.argmax), "argmin": _arg(np.argmin),
+    "logsumexp": quiet(_logsumexp),
+    "all": lambda x, axis, keepdims: np.asarray(np.all(x, axis=axis, keepdims=keepdims)),
+    "any": lambda x, axis, keepdims: np.asarray(np.any(x, axis=axis, keepdims=keepdims)),
+    "cumsum": _scan(np.cumsum), "cumprod": _scan(np.cumprod),
+    "norm": quiet(_norm),
+})

@@ -1,0 +1,49 @@
+"""rill: an eager-first deep-learning framework.
+
+>>> import rill
+>>> x = rill.tensor([1.0, 2.0], requires_grad=True)
+>>> y = (x * x).sum()
+>>> y.backward()
+>>> x.grad
+tensor([2., 4.])
+"""
+from .dtypes import (DType, bfloat16, bool_, float16, float32, float64, int8, int16, int32,
+                     int64, uint8, promote_types, finfo)
+from .devices import Device, device
+from .errors import (Error, ArgumentError, DeviceError, DTypeError, GradientError,
+                     IndexingError, KernelError, ShapeError, install_traceback_filter)
+from .tensor import Tensor
+from .sparse import SparseRows
+from .random import Generator, manual_seed, default_generator
+
+from . import ops  # declares every primitive and installs Tensor methods
+from . import kernels as _kernels  # noqa: F401
+from .kernels import numpy as _numpy_kernels  # noqa: F401  (registers the CPU kernels)
+
+from .ops.creation import (tensor, as_tensor, zeros, ones, full, empty, zeros_like, ones_like,
+                           full_like, empty_like, arange, linspace, eye, to_device)
+from .ops.random import rand, randn, randint, normal, uniform
+from .ops.elementwise import (
+    neg, abs, sign, exp, exp2, log, log2, log1p, expm1, sqrt, rsqrt, square, reciprocal, sin,
+    cos, tan, tanh, sinh, cosh, arcsin, arccos, arctan, sigmoid, relu, leaky_relu, elu, gelu,
+    silu, softplus, erf, floor, ceil, round, trunc, isnan, isinf, isfinite, logical_not,
+    add, subtract, multiply, divide, floor_divide, remainder, power, maximum, minimum, arctan2,
+    equal, not_equal, less, less_equal, greater, greater_equal, logical_and, logical_or,
+    logical_xor, bitwise_and, bitwise_or, bitwise_xor, where, clip, cast)
+from .ops.reduce import (sum, mean, prod, max, min, argmax, argmin, var, std, logsumexp, all,
+                         any, cumsum, cumprod, norm)
+from .ops.shape import (reshape, transpose, permute_dims, swapaxes, moveaxis, squeeze,
+                        expand_dims, broadcast_to, concat, stack, split, flatten, pad, flip,
+                        roll, tile, repeat, tril, triu)
+from .ops.indexing import take, take_along_axis, scatter_add, index_add, index_set, one_hot
+from .ops.sorting import sort, argsort, topk
+from .ops.linalg import matmul, dot, outer, tensordot, einsum
+
+from .eager.context import no_grad, enable_grad, is_grad_enabled
+from .eager.grad import grad, value_and_grad
+from .eager.custom_vjp import custom_vjp
+
+bool = bool_  # noqa: A001 - rill.bool, as torch.bool and jnp.bool
+__version__ = "0.1.0"
+
+install_traceback_filter()

@@ -1,0 +1,104 @@
+"""Devices, after the paper's device abstraction: allocate, run a kernel, copy to/from host.
+
+`cpu` buffers are NumPy arrays. `cpu:1`, `cpu:2`, ... are virtual CPU devices with the same
+buffers, so that placement and mixed-device errors are testable on one machine. `gpu:N`
+devices come from a backend registered by the GPU package; until one is registered, asking
+for `gpu` says what is missing.
+"""
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+
+from .errors import DeviceError
+
+
+class Backend:
+    """What a device kind must provide. Kernels are registered per kind on each primitive."""
+
+    kind = "?"
+
+    def from_host(self, array: np.ndarray, device: "Device"):
+        raise NotImplementedError
+
+    def to_host(self, buffer) -> np.ndarray:
+        raise NotImplementedError
+
+
+class CpuBackend(Backend):
+    kind = "cpu"
+
+    def from_host(self, array, device):
+        return array
+
+    def to_host(self, buffer):
+        return buffer
+
+
+_BACKENDS: dict[str, Backend] = {"cpu": CpuBackend()}
+
+
+def register_backend(backend: Backend) -> None:
+    _BACKENDS[backend.kind] = backend
+
+
+class Device:
+    """A place where buffers live and kernels run. Interned: compare with `is` or `==`."""
+
+    __slots__ = ("kind", "index", "backend")
+
+    def __init__(self, kind: str, index: int, backend: Backend):
+        self.kind = kind
+        self.index = index
+        self.backend = backend
+
+    def __repr__(self) -> str:
+        return f"device('{self}')"
+
+    def __str__(self) -> str:
+        return self.kind if self.index == 0 and self.kind == "cpu" else f"{self.kind}:{self.index}"
+
+    def __reduce__(self):
+        return (device, (str(self),))
+
+
+_DEVICES: dict[tuple[str, int], Device] = {}
+
+
+def _missing_gpu_parts() -> list[str]:
+    missing = []
+    for module, what in (("cupy", "CuPy"), ("triton", "Triton")):
+        if importlib.util.find_spec(module) is None:
+            missing.append(f"{what} is not installed")
+    return missing
+
+
+def device(spec="cpu") -> Device:
+    """Parse 'cpu', 'cpu:1', 'gpu', 'gpu:0' (or pass a Device through)."""
+    if isinstance(spec, Device):
+        return spec
+    if not isinstance(spec, str):
+        raise DeviceError(f"expected a device name like 'cpu' or 'gpu:0', got {spec!r}")
+    kind, _, index_text = spec.partition(":")
+    try:
+        index = int(index_text) if index_text else 0
+    except ValueError:
+        raise DeviceError(f"bad device index in {spec!r}") from None
+    if index < 0:
+        raise DeviceError(f"bad device index in {spec!r}")
+    key = (kind, index)
+    found = _DEVICES.get(key)
+    if found is not None:
+        return found
+    backend = _BACKENDS.get(kind)
+    if backend is None:
+        if kind == "gpu":
+            reasons = _missing_gpu_parts() or ["no GPU backend is registered in this build of rill"]
+            raise DeviceError(f"device {spec!r} is not available: {'; '.join(reasons)}")
+        raise DeviceError(f"unknown device kind {kind!r}; expected 'cpu' or 'gpu'")
+    found = _DEVICES[key] = Device(kind, index, backend)
+    return found
+
+
+cpu = device("cpu")

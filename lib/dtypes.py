@@ -1,0 +1,212 @@
+"""dtypes and the one promotion table.
+
+Promotion (`promote_types`) follows a lattice, the same one PyTorch and NumPy 2 use:
+
+    bool < integers < floating
+    within a kind the wider type wins; uint8 with a signed type widens to a signed type
+    that holds both (uint8 + int8 -> int16); float16 + bfloat16 -> float32;
+    an integer with a float gives that float (int64 + float16 -> float16).
+
+Python scalars are *weak*: they take the tensor's dtype when their kind is not higher than
+the tensor's (float32 tensor * 2.0 -> float32, int8 tensor + 1 -> int8). A scalar of a higher
+kind gives the default dtype of its kind: int tensor * 0.5 -> float32, bool tensor + 1 -> int64.
+Scalars alone: bool, int64, float32.
+
+bfloat16 has no NumPy dtype. On the CPU it is carried in float32 buffers whose values are
+rounded to bfloat16 (round to nearest even) after every kernel, so results equal a true
+bfloat16 computation that accumulates in float32.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+class DType:
+    """A tensor element type. Compare with `is` or `==`; `str(d)` is its name."""
+
+    __slots__ = ("name", "storage", "kind", "itemsize", "bits")
+
+    def __init__(self, name: str, storage, kind: str, itemsize: int):
+        self.name = name
+        self.storage = np.dtype(storage)  # the NumPy dtype of CPU buffers
+        self.kind = kind                   # 'b' bool, 'i' signed, 'u' unsigned, 'f' float
+        self.itemsize = itemsize           # bytes per element of the real type
+        self.bits = itemsize * 8
+
+    @property
+    def is_floating(self) -> bool:
+        return self.kind == "f"
+
+    @property
+    def is_integer(self) -> bool:
+        return self.kind in "iu"
+
+    @property
+    def is_bool(self) -> bool:
+        return self.kind == "b"
+
+    @property
+    def is_signed(self) -> bool:
+        return self.kind in "if"
+
+    def __repr__(self) -> str:
+        return f"rill.{self.name}"
+
+    def __str__(self) -> str:
+        return self.name
+
+    def __reduce__(self):
+        return (as_dtype, (self.name,))
+
+
+bool_ = DType("bool", np.bool_, "b", 1)
+int8 = DType("int8", np.int8, "i", 1)
+int16 = DType("int16", np.int16, "i", 2)
+int32 = DType("int32", np.int32, "i", 4)
+int64 = DType("int64", np.int64, "i", 8)
+uint8 = DType("uint8", np.uint8, "u", 1)
+float16 = DType("float16", np.float16, "f", 2)
+bfloat16 = DType("bfloat16", np.float32, "f", 2)
+float32 = DType("float32", np.float32, "f", 4)
+float64 = DType("float64", np.float64, "f", 8)
+
+ALL = (bool_, int8, int16, int32, int64, uint8, float16, bfloat16, float32, float64)
+FLOATING = (float16, bfloat16, float32, float64)
+INTEGER = (int8, int16, int32, int64, uint8)
+
+default_float = float32
+default_int = int64
+
+_BY_NAME = {d.name: d for d in ALL}
+_BY_NAME.update({"bool_": bool_, "half": float16, "float": float32, "double": float64,
+                 "long": int64, "int": int64})
+# NumPy dtype -> rill dtype; float32 storage means float32 (bfloat16 is only ever explicit).
+_BY_NUMPY = {d.storage: d for d in ALL if d is not bfloat16}
+
+
+def as_dtype(value) -> DType:
+    """Accept a rill dtype, a name ('float32'), a NumPy dtype or a Python type."""
+    from .errors import DTypeError
+    if isinstance(value, DType):
+        return value
+    if isinstance(value, str):
+        if value in _BY_NAME:
+            return _BY_NAME[value]
+        raise DTypeError(f"unknown dtype {value!r}; expected one of {', '.join(d.name for d in ALL)}")
+    if value is bool:
+        return bool_
+    if value is int:
+        return default_int
+    if value is float:
+        return default_float
+    try:
+        npd = np.dtype(value)
+    except TypeError:
+        raise DTypeError(f"cannot interpret {value!r} as a dtype") from None
+    if npd in _BY_NUMPY:
+        return _BY_NUMPY[npd]
+    raise DTypeError(f"NumPy dtype {npd} has no rill counterpart; "
+                     f"expected one of {', '.join(d.name for d in ALL)}")
+
+
+def from_numpy(npd: np.dtype) -> DType | None:
+    return _BY_NUMPY.get(npd)
+
+
+# ---- the promotion table -------------------------------------------------------------------
+
+_KIND_RANK = {"b": 0, "i": 1, "u": 1, "f": 2}
+
+
+def _promote_pair(a: DType, b: DType) -> DType:
+    if a is b:
+        return a
+    ra, rb = _KIND_RANK[a.kind], _KIND_RANK[b.kind]
+    if ra != rb:
+        return a if ra > rb else b
+    if a.is_floating:
+        if {a, b} == {float16, bfloat16}:
+            return float32
+        return a if a.itemsize > b.itemsize else b
+    # Two integer types of which one is unsigned (only uint8 exists) or both signed.
+    if a.kind == b.kind:
+        return a if a.itemsize > b.itemsize else b
+    signed, unsigned = (a, b) if a.kind == "i" else (b, a)
+    if signed.itemsize > unsigned.itemsize:
+        return signed
+    return {1: int16, 2: int32, 4: int64, 8: int64}[unsigned.itemsize]
+
+
+PROMOTION_TABLE: dict[tuple[DType, DType], DType] = {
+    (a, b): _promote_pair(a, b) for a in ALL for b in ALL
+}
+
+
+def promote_types(a: DType, b: DType) -> DType:
+    """The dtype that both `a` and `b` convert to without losing their kind."""
+    return PROMOTION_TABLE[a, b]
+
+
+_SCALAR_KINDS = {bool: "b", int: "i", float: "f"}
+
+
+def scalar_kind(value) -> str | None:
+    """'b', 'i' or 'f' for a weak Python scalar; None for anything else.
+
+    NumPy scalars are strong (they have a dtype), as in NumPy 2.
+    """
+    return _SCALAR_KINDS.get(type(value))
+
+
+_DEFAULT_FOR_KIND = {"b": bool_, "i": int64, "f": float32}
+
+
+def result_type(dtypes, scalar_kinds=()) -> DType:
+    """Promote strong dtypes together, then let weak scalars (by kind) join in."""
+    result = None
+    for d in dtypes:
+        result = d if result is None else PROMOTION_TABLE[result, d]
+    for kind in scalar_kinds:
+        if result is None:
+            result = _DEFAULT_FOR_KIND[kind]
+        elif _KIND_RANK[kind] > _KIND_RANK[result.kind]:
+            result = _DEFAULT_FOR_KIND[kind]
+    return result
+
+
+def to_float(d: DType) -> DType:
+    """The floating type an op computes in for inputs of dtype `d`."""
+    return d if d.is_floating else default_float
+
+
+def finfo(d: DType):
+    """NumPy-style float limits; bfloat16 gets its own numbers."""
+    d = as_dtype(d)
+    if d is bfloat16:
+        class _BF16Info:
+            bits, eps, max, min, tiny, resolution = 16, 2.0 ** -7, 3.3895313892515355e38, \
+                -3.3895313892515355e38, 2.0 ** -126, 0.01
+            dtype = "bfloat16"
+        return _BF16Info()
+    return np.finfo(d.storage)
+
+
+def round_to_bfloat16(a: np.ndarray) -> np.ndarray:
+    """float32 values rounded to the nearest bfloat16 (ties to even), kept in float32."""
+    a = np.asarray(a, dtype=np.float32)
+    bits = a.view(np.uint32)
+    rounded = (bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))) & np.uint32(0xFFFF0000)
+    out = rounded.view(np.float32)
+    if out.ndim == 0:
+        return a if np.isnan(a) else out.copy()
+    return np.where(np.isnan(a), a, out)
+
+
+def to_storage(array: np.ndarray, d: DType) -> np.ndarray:
+    """`array` as a buffer of dtype `d` (a cast if needed, bfloat16 rounded)."""
+    if d is bfloat16:
+        return round_to_bfloat16(array)
+    if array.dtype != d.storage:
+        with np.errstate(all="ignore"):
+            return array.astype(d.storage)
+    return array

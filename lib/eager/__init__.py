@@ -1,0 +1,1 @@
+"""Eager execution: the dispatcher (bind), the eager interpreter, the tape and autodiff."""

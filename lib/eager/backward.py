@@ -1,0 +1,171 @@
+"""Reverse-mode autodiff over the tape.
+
+`gradients` walks the nodes behind the roots in reverse topological order, calls each
+primitive's vjp rule (rill ops, so with create_graph the walk is itself taped), and sums
+cotangents per tensor. `backward` accumulates the results into the `.grad` of leaves.
+"""
+from __future__ import annotations
+
+from ..errors import GradientError, ShapeError
+from ..sparse import SparseRows
+from ..tensor import Tensor
+from . import context
+from .interpreter import CHECK_KERNELS
+
+
+def _not_differentiable(t: Tensor, what: str) -> GradientError:
+    if t._origin is not None:
+        return GradientError(f"{what}: the tensor comes from {t._origin}, which has no gradient "
+                             f"(its output is {'integer or bool' if not t.dtype.is_floating else 'piecewise constant'})",
+                             op="backward")
+    return GradientError(f"{what}: the tensor does not require grad (no input of the "
+                         "computation required grad, or it ran under no_grad)", op="backward")
+
+
+def _toposort(roots, targets):
+    """Nodes behind `roots`, parents first; with `targets`, only nodes that lead to one."""
+    order, state = [], {}
+    useful = {}
+    for root in roots:
+        if root._node is None or root._node in state:
+            continue
+        stack = [(root._node, False)]
+        while stack:
+            node, done = stack.pop()
+            if done:
+                state[node] = 2
+                order.append(node)
+                if targets is not None:
+                    useful[node] = any(id(i) in targets or (i._node is not None and
+                                                            useful.get(i._node, False))
+                                       for i in node.inputs if i.requires_grad)
+                continue
+            if node in state:
+                continue
+            if node.inputs is None:
+                raise GradientError("the tape behind this tensor was freed by an earlier "
+                                    "backward(); pass retain_graph=True to that call",
+                                    op="backward")
+            state[node] = 1
+            stack.append((node, True))
+            for i in node.inputs:
+                parent = i._node
+                if parent is not None and i.requires_grad and parent not in state:
+                    stack.append((parent, False))
+    if targets is not None:
+        order = [n for n in order if useful[n]]
+    return order
+
+
+def add_cotangents(a, b):
+    if a is None:
+        return b
+    if isinstance(a, SparseRows) or isinstance(b, SparseRows):
+        if isinstance(a, SparseRows) and isinstance(b, SparseRows):
+            return a + b
+        return (a.to_dense() if isinstance(a, SparseRows) else a) + \
+            (b.to_dense() if isinstance(b, SparseRows) else b)
+    return a + b
+
+
+def _zeros_for(node, index):
+    from ..ops.creation import zeros
+    shape, dtype, device = node.out_specs[index]
+    return zeros(*shape, dtype=dtype, device=device)
+
+
+def gradients(roots, cotangents, targets=None, *, create_graph=False, retain_graph=False):
+    """{id(tensor): (tensor, cotangent)} for the leaves behind roots, or for `targets`."""
+    target_ids = None if targets is None else {id(t) for t in targets}
+    collected: dict[int, list] = {}
+
+    def collect(t, ct):
+        entry = collected.get(id(t))
+        if entry is None:
+            collected[id(t)] = [t, ct]
+        else:
+            entry[1] = add_cotangents(entry[1], ct)
+
+    pending: dict = {}
+    for root, ct in zip(roots, cotangents):
+        if root._node is None:
+            if target_ids is None or id(root) in target_ids:
+                collect(root, ct)
+            continue
+        if root._retains_grad or (target_ids is not None and id(root) in target_ids):
+            collect(root, ct)
+        slot = pending.setdefault(root._node, [None] * _n_outputs(root._node))
+        slot[root._index] = add_cotangents(slot[root._index], ct)
+
+    with (context.enable_grad() if create_graph else context.no_grad()):
+        for node in reversed(_toposort(roots, target_ids)):
+            cts = pending.pop(node, None)
+            if cts is None:
+                continue
+            for inp, version in zip(node.inputs, node.versions):
+                if inp._version != version:
+                    raise GradientError(f"an input of {node.prim.name} was changed in place after "
+                                        "it was used; its gradient would be wrong. Use an "
+                                        "out-of-place op there", op="backward")
+            cts = [c.to_dense() if isinstance(c, SparseRows) else c for c in cts]
+            if node.prim.multiple_results:
+                g = tuple(c if c is not None else _zeros_for(node, i) for i, c in enumerate(cts))
+            else:
+                g = cts[0]
+            in_cts = node.prim.vjp(g, node.saved_outputs(), *node.inputs, **node.attrs)
+            for inp, ct in zip(node.inputs, in_cts):
+                if ct is None or not inp.requires_grad:
+                    continue
+                if ct.dtype is not inp.dtype:
+                    from ..ops.elementwise import cast
+                    ct = cast(ct, inp.dtype) if not isinstance(ct, SparseRows) else \
+                        SparseRows(ct.indices, cast(ct.rows, inp.dtype), ct.shape)
+                if CHECK_KERNELS and tuple(ct.shape) != inp.shape:
+                    raise AssertionError(f"vjp of {node.prim.name} gave a cotangent of shape "
+                                         f"{ct.shape} for an input of shape {inp.shape}")
+                if inp._node is None:
+                    if target_ids is None or id(inp) in target_ids:
+                        collect(inp, ct)
+                    continue
+                if inp._retains_grad or (target_ids is not None and id(inp) in target_ids):
+                    collect(inp, ct)
+                slot = pending.setdefault(inp._node, [None] * _n_outputs(inp._node))
+                slot[inp._index] = add_cotangents(slot[inp._index], ct)
+            if not retain_graph:
+                node.release()
+    return collected
+
+
+def _n_outputs(node) -> int:
+    return len(node.out_specs) if node.prim.multiple_results else 1
+
+
+def _root_cotangent(root: Tensor, grad):
+    from ..ops.creation import ones_like, tensor
+    if grad is None:
+        if root.size != 1:
+            raise GradientError(f"backward() of a tensor of shape {root.shape} needs a grad "
+                                "argument (the cotangent); only one-element tensors get an "
+                                "implicit 1", op="backward")
+        return ones_like(root)
+    grad = grad if isinstance(grad, Tensor) else tensor(grad, dtype=root.dtype,
+                                                        device=root.device)
+    if grad.shape != root.shape:
+        raise ShapeError(f"grad of shape {grad.shape} given for a tensor of shape {root.shape}",
+                         op="backward")
+    return grad
+
+
+def backward(roots, grads=None, *, retain_graph=False, create_graph=False) -> None:
+    """Accumulate the gradients of `roots` into the `.grad` of every leaf behind them."""
+    grads = grads or [None] * len(roots)
+    for root in roots:
+        if not root.requires_grad:
+            raise _not_differentiable(root, "backward()")
+    cts = [_root_cotangent(r, g) for r, g in zip(roots, grads)]
+    found = gradients(roots, cts, create_graph=create_graph,
+                      retain_graph=retain_graph or create_graph)
+    for t, ct in found.values():
+        if not create_graph and isinstance(ct, Tensor):
+            ct = ct.detach()
+        t.grad = ct if t.grad is None else add_cotangents(t.grad, ct)

@@ -1,0 +1,111 @@
+"""Functional autodiff: rill.grad and rill.value_and_grad (JAX-style transformations)."""
+from __future__ import annotations
+
+import functools
+
+from ..errors import DTypeError, GradientError
+from ..tensor import Tensor
+from ..tree import flatten
+from . import context
+from .backward import _not_differentiable, gradients
+
+
+def value_and_grad(f, argnums=0, has_aux: bool = False):
+    """A function returning (f(*args), df/d args[argnums]).
+
+    f must return a one-element float tensor (or (value, aux) with has_aux). Arguments that
+    are differentiated may be tensors or nested tuples/lists/dicts of tensors; the gradient
+    has the same structure. Nested grad works: grad(grad(f)) is the second derivative.
+
+    >>> import rill
+    >>> rill.value_and_grad(lambda x: (x ** 3).sum())(rill.tensor([2.0]))
+    (tensor(8.), tensor([12.]))
+    """
+    single = isinstance(argnums, int)
+    nums = (argnums,) if single else tuple(argnums)
+
+    @functools.wraps(f)
+    def run(*args, **kwargs):
+        outer_recording = context.is_grad_enabled()
+        args = list(args)
+        structures, inputs, create_graph = [], [], False
+        for n in nums:
+            if n >= len(args):
+                raise GradientError(f"argnums {n} is out of range for {len(args)} arguments",
+                                    op="grad")
+            leaves, rebuild = flatten(args[n])
+            # An enclosing grad differentiates through these: tape this gradient computation.
+            create_graph |= outer_recording and any(isinstance(x, Tensor) and x.requires_grad
+                                                    for x in leaves)
+            fresh = [_differentiable(leaf, outer_recording) for leaf in leaves]
+            args[n] = rebuild(fresh)
+            structures.append((rebuild, len(fresh)))
+            inputs.extend(fresh)
+        with context.enable_grad():
+            out = f(*args, **kwargs)
+        value, aux = (out if has_aux else (out, None))
+        if not isinstance(value, Tensor) or value.size != 1 or not value.dtype.is_floating:
+            raise GradientError("grad needs f to return a one-element float tensor, got "
+                                f"{_describe(value)}", op="grad")
+        if value.requires_grad:
+            from ..ops.creation import ones_like
+            found = gradients([value], [ones_like(value)], targets=inputs,
+                              create_graph=create_graph,
+                              retain_graph=create_graph)
+        elif value._origin is not None:
+            raise _not_differentiable(value, "grad")
+        else:
+            found = {}
+        grads = [_grad_or_zeros(found, x) for x in inputs]
+        results, start = [], 0
+        for rebuild, count in structures:
+            results.append(rebuild(grads[start:start + count]))
+            start += count
+        result = results[0] if single else tuple(results)
+        value = value if create_graph else value.detach()
+        return ((value, aux), result) if has_aux else (value, result)
+
+    return run
+
+
+def grad(f, argnums=0, has_aux: bool = False):
+    """The gradient function of scalar-valued f (see value_and_grad).
+
+    >>> import rill
+    >>> d3 = rill.grad(rill.grad(rill.grad(rill.tanh)))   # third derivative of tanh
+    >>> round(float(d3(rill.tensor(0.0))), 6)
+    -2.0
+    """
+    vg = value_and_grad(f, argnums, has_aux)
+
+    @functools.wraps(f)
+    def run(*args, **kwargs):
+        out, g = vg(*args, **kwargs)
+        return (g, out[1]) if has_aux else g
+
+    return run
+
+
+def _differentiable(x, outer_recording: bool) -> Tensor:
+    if not isinstance(x, Tensor):
+        from ..ops.creation import tensor
+        x = tensor(x)
+    if not x.dtype.is_floating:
+        raise DTypeError(f"grad differentiates floating tensors only, got {x.dtype}", op="grad")
+    if outer_recording and x.requires_grad:
+        return x  # an enclosing grad is differentiating through this argument
+    return x.detach().requires_grad_()
+
+
+def _grad_or_zeros(found, x):
+    entry = found.get(id(x))
+    if entry is not None:
+        return entry[1]
+    from ..ops.creation import zeros_like
+    return zeros_like(x)
+
+
+def _describe(value) -> str:
+    if isinstance(value, Tensor):
+        return f"a tensor of dtype {value.dtype} and shape {value.shape}"
+    return type(value).__name__

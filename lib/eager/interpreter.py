@@ -1,0 +1,52 @@
+"""The eager interpreter: run a primitive's kernel on device buffers now."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ..dtypes import bfloat16, round_to_bfloat16
+from ..errors import DeviceError, Error, KernelError
+from ..tensor import new_tensor
+
+_ndarray = np.ndarray
+# Tests set RILL_CHECK_KERNELS=1: every kernel result is checked against its shape/dtype rule.
+CHECK_KERNELS = os.environ.get("RILL_CHECK_KERNELS", "") not in ("", "0")
+
+
+class EagerInterpreter:
+    def apply(self, prim, args, attrs, avals, device):
+        kernel = prim.kernels.get(device.kind)
+        if kernel is None:
+            raise DeviceError(f"no {device.kind} kernel is registered for this op", op=prim.name)
+        try:
+            out = kernel(*[a._data for a in args], **attrs)
+        except Error:
+            raise
+        except Exception as e:
+            raise KernelError(f"the {device.kind} kernel failed: {type(e).__name__}: {e}",
+                              op=prim.name) from e
+        if prim.multiple_results:
+            return tuple(_wrap(prim, o, aval, device) for o, aval in zip(out, avals))
+        return _wrap(prim, out, avals, device)
+
+
+def _wrap(prim, out, aval, device):
+    if type(out) is not _ndarray:
+        out = np.asarray(out)
+    dtype = aval[1]
+    if dtype is bfloat16:
+        out = round_to_bfloat16(out)
+    if CHECK_KERNELS:
+        check_kernel_result(prim, out, aval)
+    return new_tensor(out, dtype, device)
+
+
+def check_kernel_result(prim, out, aval) -> None:
+    shape, dtype = aval
+    if out.shape != tuple(shape) or out.dtype != dtype.storage:
+        raise AssertionError(f"{prim.name}: kernel returned {out.dtype}{list(out.shape)}, "
+                             f"its rule inferred {dtype}{list(shape)}")
+
+
+EAGER = EagerInterpreter()

@@ -1,0 +1,64 @@
+"""The tape: what reverse-mode autodiff needs to remember about each recorded op.
+
+A result of a differentiable op with a grad-requiring input points to a Node holding the
+primitive, its attrs, its inputs, and (for rules that use it) a weak reference to its output.
+Weak, because whoever reaches a node in backward() holds its outputs already; a strong one
+would make every node a reference cycle. The input versions catch in-place changes made
+after recording, which would silently corrupt the gradient.
+"""
+from __future__ import annotations
+
+from weakref import ref as _ref
+
+
+class Node:
+    __slots__ = ("prim", "inputs", "attrs", "outputs", "versions", "out_specs")
+
+    def __repr__(self) -> str:
+        return f"<tape node {self.prim.name}>"
+
+    def saved_outputs(self):
+        if self.outputs is None:
+            return None
+        outs = tuple(o() if type(o) is _ref else o for o in self.outputs)
+        return outs if self.prim.multiple_results else outs[0]
+
+    def release(self) -> None:
+        self.inputs = self.attrs = self.outputs = self.versions = None
+
+
+def record(prim, inputs, attrs, outputs) -> None:
+    """Attach a tape node to `outputs` (called by bind when an input requires grad)."""
+    if prim.vjp is None:
+        # Not differentiable (argmax, comparisons, ...): say so if someone differentiates later.
+        for out in (outputs if prim.multiple_results else (outputs,)):
+            out._origin = prim.name
+        return
+    node = Node()
+    node.prim = prim
+    node.inputs = inputs
+    node.attrs = attrs
+    node.versions = tuple([a._version for a in inputs])
+    if prim.multiple_results:
+        # Outputs nobody differentiated get zero cotangents of these specs.
+        node.out_specs = tuple((o.shape, o.dtype, o.device) for o in outputs)
+        for i, out in enumerate(outputs):
+            _attach(out, node, i)
+        if prim.save_output:
+            # Outputs that point back at the node are weak (no cycle); the others, e.g. the
+            # indices of sort, are kept strongly since the user may have dropped them.
+            node.outputs = tuple(_ref(o) if o._node is node else o for o in outputs)
+        else:
+            node.outputs = None
+    else:
+        _attach(outputs, node, 0)
+        node.outputs = (_ref(outputs),) if prim.save_output else None
+
+
+def _attach(out, node, index) -> None:
+    if out.dtype.kind == "f":
+        out.requires_grad = True
+        out._node = node
+        out._index = index
+    else:
+        out._origin = node.prim.name

@@ -1,0 +1,560 @@
+"""Elementwise primitives: unary math, activations, binary arithmetic, comparisons, where, clip, cast.
+
+Gradient rules are written in rill ops, so they run eagerly, inside captured graphs, and
+under create_graph for higher derivatives alike. Binary rules sum the cotangent back to
+each input's shape (`sum_to_shape`), which is what broadcasting asks of a gradient.
+"""
+from __future__ import annotations
+
+import math
+
+from .. import dtypes as dt
+from ..eager.bind import bind
+from . import promotion
+from .primitive import primitive
+from .rules import broadcast_shapes, require
+
+# ---- shape/dtype rules ---------------------------------------------------------------------
+
+
+def _same(x, **_):
+    return x.shape, x.dtype
+
+
+def _numeric(x, **_):
+    require(x, "iuf", "a numeric tensor (not bool)")
+    return x.shape, x.dtype
+
+
+def _predicate(x, **_):
+    return x.shape, dt.bool_
+
+
+def _binary_same(x, y):
+    return broadcast_shapes(x.shape, y.shape), x.dtype
+
+
+def _binary_numeric(x, y):
+    require(x, "iuf", "numeric tensors (not bool)")
+    return broadcast_shapes(x.shape, y.shape), x.dtype
+
+
+def _binary_integer(x, y):
+    require(x, "biu", "integer or bool tensors")
+    return broadcast_shapes(x.shape, y.shape), x.dtype
+
+
+def _binary_bool(x, y):
+    return broadcast_shapes(x.shape, y.shape), dt.bool_
+
+
+# ---- gradient helpers ----------------------------------------------------------------------
+
+
+def sum_to_shape(g, shape):
+    """Sum a broadcast cotangent back down to `shape`."""
+    shape = tuple(shape)
+    if g.shape == shape:
+        return g
+    from .reduce import sum as _sum
+    from .shape import reshape
+    lead = g.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(shape)
+                                      if s == 1 and g.shape[lead + i] != 1)
+    return reshape(_sum(g, axis=axes), shape) if axes else reshape(g, shape)
+
+
+def _zero(g, out, x, **_):
+    return (zeros_like(x),)
+
+
+# ---- unary primitives ----------------------------------------------------------------------
+# name: (normalize, infer, vjp, save_output)
+
+_LN2 = math.log(2.0)
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_INV_SQRT_2 = 1.0 / math.sqrt(2.0)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+_F = promotion.floating
+
+
+def _gelu_vjp(g, out, x, approximate="none"):
+    if approximate == "tanh":
+        t = tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x))
+        d = 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * _SQRT_2_OVER_PI * (1 + 3 * 0.044715 * x * x)
+    else:
+        d = 0.5 * (1 + erf(x * _INV_SQRT_2)) + x * exp(-0.5 * x * x) * _INV_SQRT_2PI
+    return (g * d,)
+
+
+def _silu_vjp(g, out, x):
+    s = sigmoid(x)
+    return (g * (s * (1 + x * (1 - s))),)
+
+
+_UNARY = {
+    "neg": (None, _numeric, lambda g, out, x: (-g,), False),
+    "abs": (None, _numeric, lambda g, out, x: (g * sign(x),), False),
+    "sign": (None, _numeric, _zero, False),
+    "square": (None, _numeric, lambda g, out, x: (g * (2 * x),), False),
+    "relu": (None, _numeric, lambda g, out, x: (where(x > 0, g, 0),), False),
+    "floor": (None, _numeric, _zero, False),
+    "ceil": (None, _numeric, _zero, False),
+    "round": (None, _numeric, _zero, False),
+    "trunc": (None, _numeric, _zero, False),
+    "exp": (_F, _same, lambda g, out, x: (g * out,), True),
+    "exp2": (_F, _same, lambda g, out, x: (g * out * _LN2,), True),
+    "log": (_F, _same, lambda g, out, x: (g / x,), False),
+    "log2": (_F, _same, lambda g, out, x: (g / (x * _LN2),), False),
+    "log1p": (_F, _same, lambda g, out, x: (g / (1 + x),), False),
+    "expm1": (_F, _same, lambda g, out, x: (g * (out + 1),), True),
+    "sqrt": (_F, _same, lambda g, out, x: (g / (2 * out),), True),
+    "rsqrt": (_F, _same, lambda g, out, x: (g * (-0.5 * out / x),), True),
+    "reciprocal": (_F, _same, lambda g, out, x: (-g * out * out,), True),
+    "sin": (_F, _same, lambda g, out, x: (g * cos(x),), False),
+    "cos": (_F, _same, lambda g, out, x: (-g * sin(x),), False),
+    "tan": (_F, _same, lambda g, out, x: (g * (1 + out * out),), True),
+    "tanh": (_F, _same, lambda g, out, x: (g * (1 - out * out),), True),
+    "sinh": (_F, _same, lambda g, out, x: (g * cosh(x),), False),
+    "cosh": (_F, _same, lambda g, out, x: (g * sinh(x),), False),
+    "arcsin": (_F, _same, lambda g, out, x: (g * rsqrt(1 - x * x),), False),
+    "arccos": (_F, _same, lambda g, out, x: (-g * rsqrt(1 - x * x),), False),
+    "arctan": (_F, _same, lambda g, out, x: (g / (1 + x * x),), False),
+    "sigmoid": (_F, _same, lambda g, out, x: (g * out * (1 - out),), True),
+    "softplus": (_F, _same, lambda g, out, x: (g * sigmoid(x),), False),
+    "silu": (_F, _same, _silu_vjp, False),
+    "erf": (_F, _same, lambda g, out, x: (g * (_TWO_OVER_SQRT_PI * exp(-x * x)),), False),
+    "leaky_relu": (_F, _same, lambda g, out, x, alpha: (where(x > 0, g, g * alpha),), False),
+    "elu": (_F, _same, lambda g, out, x, alpha: (where(x > 0, g, g * (out + alpha)),), True),
+    "gelu": (_F, _same, _gelu_vjp, False),
+    "isnan": (None, _predicate, None, False),
+    "isinf": (None, _predicate, None, False),
+    "isfinite": (None, _predicate, None, False),
+    "logical_not": (None, _predicate, None, False),
+}
+
+P = {name: primitive(name, infer, vjp, normalize=norm, save_output=save)
+     for name, (norm, infer, vjp, save) in _UNARY.items()}
+
+
+def neg(x):
+    """-x, elementwise."""
+    return bind(P["neg"], x)
+
+
+def abs(x):  # noqa: A001 - the public name is rill.abs
+    """|x|, elementwise."""
+    return bind(P["abs"], x)
+
+
+def sign(x):
+    """-1, 0 or 1 by the sign of x."""
+    return bind(P["sign"], x)
+
+
+def square(x):
+    return bind(P["square"], x)
+
+
+def relu(x):
+    """max(x, 0).  >>> rill.relu(rill.tensor([-1., 2.]))  ->  tensor([0., 2.])"""
+    return bind(P["relu"], x)
+
+
+def floor(x):
+    return bind(P["floor"], x)
+
+
+def ceil(x):
+    return bind(P["ceil"], x)
+
+
+def round(x):  # noqa: A001
+    """Round half to even, as NumPy does."""
+    return bind(P["round"], x)
+
+
+def trunc(x):
+    return bind(P["trunc"], x)
+
+
+def exp(x):
+    """e**x.  Integer tensors compute in float32.
+
+    >>> rill.exp(rill.tensor([0.0, 1.0]))
+    tensor([1.      , 2.718282])
+    """
+    return bind(P["exp"], x)
+
+
+def exp2(x):
+    return bind(P["exp2"], x)
+
+
+def log(x):
+    """Natural logarithm."""
+    return bind(P["log"], x)
+
+
+def log2(x):
+    return bind(P["log2"], x)
+
+
+def log1p(x):
+    """log(1 + x), accurate for small x."""
+    return bind(P["log1p"], x)
+
+
+def expm1(x):
+    """exp(x) - 1, accurate for small x."""
+    return bind(P["expm1"], x)
+
+
+def sqrt(x):
+    return bind(P["sqrt"], x)
+
+
+def rsqrt(x):
+    """1 / sqrt(x)."""
+    return bind(P["rsqrt"], x)
+
+
+def reciprocal(x):
+    return bind(P["reciprocal"], x)
+
+
+def sin(x):
+    return bind(P["sin"], x)
+
+
+def cos(x):
+    return bind(P["cos"], x)
+
+
+def tan(x):
+    return bind(P["tan"], x)
+
+
+def tanh(x):
+    return bind(P["tanh"], x)
+
+
+def sinh(x):
+    return bind(P["sinh"], x)
+
+
+def cosh(x):
+    return bind(P["cosh"], x)
+
+
+def arcsin(x):
+    return bind(P["arcsin"], x)
+
+
+def arccos(x):
+    return bind(P["arccos"], x)
+
+
+def arctan(x):
+    return bind(P["arctan"], x)
+
+
+def sigmoid(x):
+    """1 / (1 + exp(-x)), computed without overflow."""
+    return bind(P["sigmoid"], x)
+
+
+def softplus(x):
+    """log(1 + exp(x)), computed without overflow."""
+    return bind(P["softplus"], x)
+
+
+def silu(x):
+    """x * sigmoid(x) (also called swish)."""
+    return bind(P["silu"], x)
+
+
+def erf(x):
+    """The error function."""
+    return bind(P["erf"], x)
+
+
+def leaky_relu(x, negative_slope: float = 0.01):
+    """x for x > 0, negative_slope * x otherwise."""
+    return bind(P["leaky_relu"], x, alpha=float(negative_slope))
+
+
+def elu(x, alpha: float = 1.0):
+    """x for x > 0, alpha * (exp(x) - 1) otherwise."""
+    return bind(P["elu"], x, alpha=float(alpha))
+
+
+def gelu(x, approximate: str = "none"):
+    """x * Phi(x); approximate='tanh' uses the tanh formula of the GPT-2 paper."""
+    if approximate not in ("none", "tanh"):
+        from ..errors import ArgumentError
+        raise ArgumentError(f"approximate must be 'none' or 'tanh', got {approximate!r}",
+                            op="gelu")
+    return bind(P["gelu"], x, approximate=approximate)
+
+
+def isnan(x):
+    return bind(P["isnan"], x)
+
+
+def isinf(x):
+    return bind(P["isinf"], x)
+
+
+def isfinite(x):
+    return bind(P["isfinite"], x)
+
+
+def logical_not(x):
+    return bind(P["logical_not"], x)
+
+
+# ---- binary primitives ---------------------------------------------------------------------
+
+
+def _add_vjp(g, out, x, y):
+    return sum_to_shape(g, x.shape), sum_to_shape(g, y.shape)
+
+
+def _sub_vjp(g, out, x, y):
+    return sum_to_shape(g, x.shape), sum_to_shape(-g, y.shape)
+
+
+def _mul_vjp(g, out, x, y):
+    return sum_to_shape(g * y, x.shape), sum_to_shape(g * x, y.shape)
+
+
+def _div_vjp(g, out, x, y):
+    return sum_to_shape(g / y, x.shape), sum_to_shape(-g * x / (y * y), y.shape)
+
+
+def _zero2(g, out, x, y):
+    return zeros_like(x), zeros_like(y)
+
+
+def _rem_vjp(g, out, x, y):
+    return sum_to_shape(g, x.shape), sum_to_shape(-g * floor_divide(x, y), y.shape)
+
+
+def _pow_vjp(g, out, x, y):
+    gx = where(y == 0, 0.0, g * y * power(x, y - 1))
+    gy = where(x == 0, 0.0, g * out * log(where(x == 0, 1.0, x)))
+    return sum_to_shape(gx, x.shape), sum_to_shape(gy, y.shape)
+
+
+def _extremum_vjp(g, out, x, y, wins):
+    # Ties split the gradient evenly, as PyTorch's maximum/minimum do.
+    share = where(x == y, 0.5, where(wins(x, y), 1.0, 0.0))
+    return sum_to_shape(g * share, x.shape), sum_to_shape(g * (1 - share), y.shape)
+
+
+def _arctan2_vjp(g, out, y, x):
+    d = g / (x * x + y * y)
+    return sum_to_shape(d * x, y.shape), sum_to_shape(-d * y, x.shape)
+
+
+_C, _CF, _L = promotion.common, promotion.common_float, promotion.lift
+
+_BINARY = {
+    "add": (_C, _binary_same, _add_vjp, False),
+    "subtract": (_C, _binary_numeric, _sub_vjp, False),
+    "multiply": (_C, _binary_same, _mul_vjp, False),
+    "divide": (_CF, _binary_same, _div_vjp, False),
+    "floor_divide": (_C, _binary_numeric, _zero2, False),
+    "remainder": (_C, _binary_numeric, _rem_vjp, False),
+    "power": (_C, _binary_numeric, _pow_vjp, True),
+    "maximum": (_C, _binary_same, lambda g, o, x, y: _extremum_vjp(g, o, x, y, greater), False),
+    "minimum": (_C, _binary_same, lambda g, o, x, y: _extremum_vjp(g, o, x, y, less), False),
+    "arctan2": (_CF, _binary_same, _arctan2_vjp, False),
+    "equal": (_C, _binary_bool, None, False),
+    "not_equal": (_C, _binary_bool, None, False),
+    "less": (_C, _binary_bool, None, False),
+    "less_equal": (_C, _binary_bool, None, False),
+    "greater": (_C, _binary_bool, None, False),
+    "greater_equal": (_C, _binary_bool, None, False),
+    "logical_and": (_L, _binary_bool, None, False),
+    "logical_or": (_L, _binary_bool, None, False),
+    "logical_xor": (_L, _binary_bool, None, False),
+    "bitwise_and": (_C, _binary_integer, None, False),
+    "bitwise_or": (_C, _binary_integer, None, False),
+    "bitwise_xor": (_C, _binary_integer, None, False),
+}
+
+P.update({name: primitive(name, infer, vjp, normalize=norm, save_output=save)
+          for name, (norm, infer, vjp, save) in _BINARY.items()})
+
+
+def add(x, y):
+    """x + y with broadcasting and dtype promotion.
+
+    >>> rill.add(rill.tensor([1, 2]), 0.5)
+    tensor([1.5, 2.5])
+    """
+    return bind(P["add"], x, y)
+
+
+def subtract(x, y):
+    return bind(P["subtract"], x, y)
+
+
+def multiply(x, y):
+    return bind(P["multiply"], x, y)
+
+
+def divide(x, y):
+    """True division; integers divide as float32."""
+    return bind(P["divide"], x, y)
+
+
+def floor_divide(x, y):
+    """floor(x / y), Python's `//`."""
+    return bind(P["floor_divide"], x, y)
+
+
+def remainder(x, y):
+    """x - floor(x / y) * y, Python's `%` (the sign follows y)."""
+    return bind(P["remainder"], x, y)
+
+
+def power(x, y):
+    return bind(P["power"], x, y)
+
+
+def maximum(x, y):
+    return bind(P["maximum"], x, y)
+
+
+def minimum(x, y):
+    return bind(P["minimum"], x, y)
+
+
+def arctan2(y, x):
+    """The angle of the point (x, y), in (-pi, pi]."""
+    return bind(P["arctan2"], y, x)
+
+
+def equal(x, y):
+    return bind(P["equal"], x, y)
+
+
+def not_equal(x, y):
+    return bind(P["not_equal"], x, y)
+
+
+def less(x, y):
+    return bind(P["less"], x, y)
+
+
+def less_equal(x, y):
+    return bind(P["less_equal"], x, y)
+
+
+def greater(x, y):
+    return bind(P["greater"], x, y)
+
+
+def greater_equal(x, y):
+    return bind(P["greater_equal"], x, y)
+
+
+def logical_and(x, y):
+    return bind(P["logical_and"], x, y)
+
+
+def logical_or(x, y):
+    return bind(P["logical_or"], x, y)
+
+
+def logical_xor(x, y):
+    return bind(P["logical_xor"], x, y)
+
+
+def bitwise_and(x, y):
+    return bind(P["bitwise_and"], x, y)
+
+
+def bitwise_or(x, y):
+    return bind(P["bitwise_or"], x, y)
+
+
+def bitwise_xor(x, y):
+    return bind(P["bitwise_xor"], x, y)
+
+
+# ---- where, clip, cast ---------------------------------------------------------------------
+
+
+def _where_infer(c, x, y):
+    require(c, "b", "a bool condition")
+    return broadcast_shapes(c.shape, x.shape, y.shape), x.dtype
+
+
+def _where_vjp(g, out, c, x, y):
+    return (None, sum_to_shape(where(c, g, 0.0), x.shape),
+            sum_to_shape(where(c, 0.0, g), y.shape))
+
+
+where_p = primitive("where", _where_infer, _where_vjp, normalize=promotion.bool_then_common)
+
+
+def where(condition, x, y):
+    """x where condition is true, else y (all three broadcast).
+
+    >>> rill.where(rill.tensor([True, False]), 1.0, 2.0)
+    tensor([1., 2.])
+    """
+    return bind(where_p, condition, x, y)
+
+
+def _clip_infer(x, lo, hi):
+    require(x, "iuf", "a numeric tensor")
+    return broadcast_shapes(x.shape, lo.shape, hi.shape), x.dtype
+
+
+def _clip_vjp(g, out, x, lo, hi):
+    inside = logical_and(x >= lo, x <= hi)
+    return (sum_to_shape(where(inside, g, 0.0), x.shape),
+            sum_to_shape(where(x < lo, g, 0.0), lo.shape),
+            sum_to_shape(where(x > hi, g, 0.0), hi.shape))
+
+
+clip_p = primitive("clip", _clip_infer, _clip_vjp, normalize=promotion.common)
+
+
+def clip(x, min=None, max=None):  # noqa: A002 - NumPy's names
+    """x limited to [min, max]; either bound may be None (a scalar or a tensor)."""
+    if min is None and max is None:
+        from ..errors import ArgumentError
+        raise ArgumentError("clip needs min, max or both", op="clip")
+    if min is None:
+        return minimum(x, max)
+    if max is None:
+        return maximum(x, min)
+    return bind(clip_p, x, min, max)
+
+
+def _cast_infer(x, dtype):
+    return x.shape, dtype
+
+
+def _cast_vjp(g, out, x, dtype):
+    return (cast(g, x.dtype),)
+
+
+cast_p = primitive("cast", _cast_infer, _cast_vjp)
+
+
+def cast(x, dtype):
+    """x converted to `dtype` (floats to ints truncate toward zero)."""
+    return bind(cast_p, x, dtype=dt.as_dtype(dtype))
+
+
+def zeros_like(x, dtype=None):
+    from .creation import zeros_like as _zl
+    return _zl(x, dtype=dtype)

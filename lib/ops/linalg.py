@@ -1,0 +1,217 @@
+"""Linear algebra: matmul (batched, broadcasting, 1-d cases) and einsum as primitives;
+dot, outer and tensordot built on them."""
+from __future__ import annotations
+
+import string
+
+from ..errors import ArgumentError, ShapeError
+from ..eager.bind import bind
+from . import promotion
+from .primitive import primitive
+from .rules import broadcast_shapes, require
+
+# ---- matmul --------------------------------------------------------------------------------
+
+
+def _matmul_infer(x, y):
+    require(x, "iuf", "numeric tensors")
+    if x.ndim == 0 or y.ndim == 0:
+        raise ShapeError(f"needs at least 1-d operands, got shapes {x.shape} and {y.shape}")
+    xs = x.shape if x.ndim > 1 else (1,) + x.shape
+    ys = y.shape if y.ndim > 1 else y.shape + (1,)
+    if xs[-1] != ys[-2]:
+        raise ShapeError(f"inner dimensions differ: {x.shape} @ {y.shape} "
+                         f"({xs[-1]} != {ys[-2]})")
+    try:
+        batch = broadcast_shapes(xs[:-2], ys[:-2])
+    except ShapeError:
+        raise ShapeError(f"batch dimensions of {x.shape} and {y.shape} do not broadcast") from None
+    shape = batch + (xs[-2],) * (x.ndim > 1) + (ys[-1],) * (y.ndim > 1)
+    return shape, x.dtype
+
+
+def _matmul_vjp(g, out, x, y):
+    from .elementwise import sum_to_shape
+    from .shape import reshape, swapaxes
+    x2 = x if x.ndim > 1 else reshape(x, (1,) + x.shape)
+    y2 = y if y.ndim > 1 else reshape(y, y.shape + (1,))
+    g2 = g
+    if x.ndim == 1:
+        g2 = reshape(g2, g2.shape[:-1] + (1,) + g2.shape[-1:] if y.ndim > 1 else g2.shape + (1,))
+    if y.ndim == 1:
+        g2 = reshape(g2, g2.shape + (1,))
+    gx = sum_to_shape(matmul(g2, swapaxes(y2, -1, -2)), x2.shape)
+    gy = sum_to_shape(matmul(swapaxes(x2, -1, -2), g2), y2.shape)
+    return reshape(gx, x.shape), reshape(gy, y.shape)
+
+
+matmul_p = primitive("matmul", _matmul_infer, _matmul_vjp, normalize=promotion.common)
+
+
+def matmul(x, y):
+    """Matrix product with NumPy's rules: batches broadcast; a 1-d operand is a vector.
+
+    >>> (rill.ones(4, 2, 3) @ rill.ones(3)).shape
+    (4, 2)
+    """
+    return bind(matmul_p, x, y)
+
+
+def dot(x, y):
+    """Inner product of vectors, or matmul for matrices (NumPy's dot up to 2-d)."""
+    x, y = promotion.lift((x, y))
+    if x.ndim > 2 or y.ndim > 2:
+        raise ShapeError(f"dot takes up to 2-d operands, got {x.shape} and {y.shape}; use "
+                         "matmul or tensordot", op="dot")
+    if x.ndim == 0 or y.ndim == 0:
+        return x * y
+    return matmul(x, y)
+
+
+def outer(x, y):
+    """x[i] * y[j] for vectors (other shapes are flattened first)."""
+    from .shape import reshape
+    x, y = promotion.lift((x, y))
+    return reshape(x, (-1, 1)) * reshape(y, (1, -1))
+
+
+def tensordot(x, y, axes=2):
+    """Sum over the last `axes` axes of x and the first of y, or over explicit axis lists."""
+    from .shape import reshape, transpose
+    from .rules import normalize_axis, size_of
+    x, y = promotion.lift((x, y))
+    if isinstance(axes, int):
+        if axes < 0 or axes > min(x.ndim, y.ndim):
+            raise ShapeError(f"axes={axes} is out of range for {x.shape} and {y.shape}",
+                             op="tensordot")
+        ax = list(range(x.ndim - axes, x.ndim))
+        ay = list(range(axes))
+    else:
+        ax, ay = ([a] if isinstance(a, int) else list(a) for a in axes)
+        ax = [normalize_axis(a, x.ndim) for a in ax]
+        ay = [normalize_axis(a, y.ndim) for a in ay]
+    if [x.shape[a] for a in ax] != [y.shape[a] for a in ay]:
+        raise ShapeError(f"summed axes differ in length: {[x.shape[a] for a in ax]} vs "
+                         f"{[y.shape[a] for a in ay]}", op="tensordot")
+    free_x = [a for a in range(x.ndim) if a not in ax]
+    free_y = [a for a in range(y.ndim) if a not in ay]
+    k = size_of(x.shape[a] for a in ax)
+    xm = reshape(transpose(x, free_x + ax), (-1, k))
+    ym = reshape(transpose(y, ay + free_y), (k, -1))
+    return reshape(matmul(xm, ym), tuple(x.shape[a] for a in free_x) +
+                   tuple(y.shape[a] for a in free_y))
+
+
+# ---- einsum --------------------------------------------------------------------------------
+
+
+def parse_einsum(equation: str, shapes) -> tuple:
+    """(input subscripts, output subscripts) with '...' spelled out as letters."""
+    equation = equation.replace(" ", "")
+    if "->" in equation:
+        lhs, rhs = equation.split("->")
+    else:
+        lhs, rhs = equation, None
+    inputs = lhs.split(",")
+    if len(inputs) != len(shapes):
+        raise ArgumentError(f"equation {equation!r} names {len(inputs)} operands, "
+                            f"{len(shapes)} given")
+    used = set(c for c in equation if c.isalpha())
+    spare = [c for c in string.ascii_letters if c not in used]
+    ell_ndim = 0
+    for subs, shape in zip(inputs, shapes):
+        named = len(subs.replace("...", ""))
+        if "..." in subs:
+            ell_ndim = max(ell_ndim, len(shape) - named)
+        elif named != len(shape):
+            raise ShapeError(f"subscripts {subs!r} name {named} axes of an operand of shape "
+                             f"{tuple(shape)}")
+    ell = "".join(spare[:ell_ndim])
+    expanded = []
+    for subs, shape in zip(inputs, shapes):
+        if "..." in subs:
+            k = len(shape) - len(subs.replace("...", ""))
+            subs = subs.replace("...", ell[ell_ndim - k:] if k else "")
+        expanded.append(subs)
+    if rhs is None:
+        counts = {}
+        for c in "".join(expanded):
+            counts[c] = counts.get(c, 0) + 1
+        rhs = ell + "".join(sorted(c for c, n in counts.items() if n == 1 and c not in ell))
+    else:
+        rhs = rhs.replace("...", ell)
+    for c in rhs:
+        if not any(c in s for s in expanded):
+            raise ShapeError(f"output subscript {c!r} appears in no operand")
+    return tuple(expanded), rhs
+
+
+def _einsum_infer(*xs, inputs, output):
+    sizes = {}
+    for subs, x in zip(inputs, xs):
+        if len(subs) != x.ndim:
+            raise ShapeError(f"subscripts {subs!r} do not fit shape {x.shape}")
+        for c, n in zip(subs, x.shape):
+            if sizes.setdefault(c, n) != n and n != 1 and sizes[c] != 1:
+                raise ShapeError(f"subscript {c!r} has lengths {sizes[c]} and {n}")
+            if sizes[c] == 1:
+                sizes[c] = n
+    return tuple(sizes[c] for c in output), xs[0].dtype
+
+
+def _einsum_vjp(g, out, *xs, inputs, output):
+    from .elementwise import sum_to_shape
+    from .creation import eye
+    from .shape import broadcast_to
+    grads = []
+    for i, (subs, x) in enumerate(zip(inputs, xs)):
+        others = [(s, t) for j, (s, t) in enumerate(zip(inputs, xs)) if j != i]
+        reachable = set(output).union(*[set(s) for s, _ in others])
+        unique = "".join(dict.fromkeys(subs))
+        target = "".join(c for c in unique if c in reachable)
+        operands = [g] + [t for _, t in others]
+        eq = ",".join([output] + [s for s, _ in others]) + "->" + target
+        grad = einsum(eq, *operands)
+        # Letters only this operand has were summed in the forward pass: broadcast back.
+        full_shape = tuple(x.shape[subs.index(c)] for c in unique)
+        if target != unique:
+            from .shape import reshape
+            grad = reshape(grad, tuple(full_shape[unique.index(c)] if c in target else 1
+                                       for c in unique))
+            grad = broadcast_to(grad, full_shape)
+        # Repeated letters (a diagonal, as in 'ii->i') put the gradient on that diagonal.
+        if len(unique) != len(subs):
+            spare = [c for c in string.ascii_letters if c not in subs + output]
+            renamed, factors = [], []
+            for c in subs:
+                if c in renamed:
+                    new = spare.pop()
+                    factors.append((c + new, eye(x.shape[subs.index(c)], dtype=x.dtype,
+                                                 device=x.device)))
+                    renamed.append(new)
+                else:
+                    renamed.append(c)
+            eq = ",".join([unique] + [f for f, _ in factors]) + "->" + "".join(renamed)
+            grad = einsum(eq, grad, *[t for _, t in factors])
+        grads.append(sum_to_shape(grad, x.shape))
+    return tuple(grads)
+
+
+einsum_p = primitive("einsum", _einsum_infer, _einsum_vjp, normalize=promotion.common)
+
+
+def einsum(equation: str, *operands):
+    """Einstein summation over any number of operands ('...' and implicit output allowed).
+
+    >>> rill.einsum("ij,jk->ik", rill.ones(2, 3), rill.ones(3, 4)).shape
+    (2, 4)
+    """
+    tensors = promotion.lift(operands)
+    if not tensors:
+        raise ArgumentError("einsum needs at least one operand", op="einsum")
+    try:
+        inputs, output = parse_einsum(equation, [t.shape for t in tensors])
+    except (ShapeError, ArgumentError) as e:
+        e.op = "einsum"
+        raise
+    return bind(einsum_p, *tensors, inputs=inputs, output=output)

@@ -1,0 +1,139 @@
+"""Tensor operators and methods, bound to the public ops.
+
+Operators call the op functions directly (`Tensor.__add__ is add`), so `x + y` costs one
+Python call before `bind`. In-place forms compute out of place and give the tensor the new
+buffer; see tensor.py for why.
+"""
+from __future__ import annotations
+
+from .. import dtypes as dt
+from ..eager.context import current
+from ..errors import DTypeError, GradientError, ShapeError
+from ..tensor import Tensor
+from . import elementwise as E
+from . import indexing, linalg, reduce, shape, sorting
+
+
+def _reflected(fn):
+    def method(self, other):
+        return fn(other, self)
+    method.__name__ = f"r{fn.__name__}"
+    return method
+
+
+def _invert(x):
+    if x.dtype is dt.bool_:
+        return E.logical_not(x)
+    if x.dtype.is_integer:
+        return E.subtract(E.neg(x), 1)
+    raise DTypeError(f"~ needs a bool or integer tensor, got {x.dtype}", op="invert")
+
+
+def _snapshot(t: Tensor) -> Tensor:
+    """A second handle on t's current value and tape position (for in-place updates)."""
+    old = object.__new__(Tensor)
+    for slot in Tensor.__slots__[:-1]:
+        setattr(old, slot, getattr(t, slot))
+    old.grad = None
+    node = t._node
+    if node is not None and node.outputs is not None:
+        # The node's saved output must keep meaning the old value.
+        import weakref
+        node.outputs = tuple(weakref.ref(old) if isinstance(o, weakref.ref) and o() is t else o
+                             for o in node.outputs)
+    return old
+
+
+def update_in_place(t: Tensor, fn, *args) -> Tensor:
+    """t takes the value fn(t, *args); the tape sees an out-of-place op on t's old value."""
+    if t.requires_grad and t._node is None and current().grad_enabled:
+        raise GradientError("in-place change of a leaf tensor that requires grad; do it under "
+                            "rill.no_grad() (as optimizers do) or use the out-of-place op",
+                            op="in-place")
+    old = _snapshot(t)
+    result = fn(old, *args)
+    if result.shape != t.shape:
+        raise ShapeError(f"an in-place result of shape {result.shape} does not fit the tensor's "
+                         f"shape {t.shape}", op="in-place")
+    if result.dtype is not t.dtype:
+        if dt.promote_types(result.dtype, t.dtype) is not t.dtype:
+            raise DTypeError(f"an in-place result of dtype {result.dtype} cannot be stored in a "
+                             f"{t.dtype} tensor", op="in-place")
+        result = E.cast(result, t.dtype)
+    t._data = result._data
+    t._version += 1
+    if result.requires_grad:
+        t.requires_grad, t._node, t._index = True, result._node, result._index
+    return t
+
+
+def _inplace(fn):
+    def method(self, other):
+        return update_in_place(self, fn, other)
+    method.__name__ = f"i{fn.__name__}"
+    return method
+
+
+def _setitem(self, key, value):
+    update_in_place(self, lambda old, v: indexing.index_set(old, key, v), value)
+
+
+def _expand_dims_method(self, axis):
+    return shape.expand_dims(self, axis)
+
+
+def _reshape_method(self, *new_shape):
+    return shape.reshape(self, *new_shape)
+
+
+OPERATORS = {
+    "__add__": E.add, "__radd__": _reflected(E.add), "__iadd__": _inplace(E.add),
+    "__sub__": E.subtract, "__rsub__": _reflected(E.subtract), "__isub__": _inplace(E.subtract),
+    "__mul__": E.multiply, "__rmul__": _reflected(E.multiply), "__imul__": _inplace(E.multiply),
+    "__truediv__": E.divide, "__rtruediv__": _reflected(E.divide),
+    "__itruediv__": _inplace(E.divide),
+    "__floordiv__": E.floor_divide, "__rfloordiv__": _reflected(E.floor_divide),
+    "__ifloordiv__": _inplace(E.floor_divide),
+    "__mod__": E.remainder, "__rmod__": _reflected(E.remainder), "__imod__": _inplace(E.remainder),
+    "__pow__": E.power, "__rpow__": _reflected(E.power), "__ipow__": _inplace(E.power),
+    "__matmul__": linalg.matmul, "__rmatmul__": _reflected(linalg.matmul),
+    "__imatmul__": _inplace(linalg.matmul),
+    "__and__": E.bitwise_and, "__rand__": _reflected(E.bitwise_and),
+    "__iand__": _inplace(E.bitwise_and),
+    "__or__": E.bitwise_or, "__ror__": _reflected(E.bitwise_or), "__ior__": _inplace(E.bitwise_or),
+    "__xor__": E.bitwise_xor, "__rxor__": _reflected(E.bitwise_xor),
+    "__ixor__": _inplace(E.bitwise_xor),
+    "__eq__": E.equal, "__ne__": E.not_equal, "__lt__": E.less, "__le__": E.less_equal,
+    "__gt__": E.greater, "__ge__": E.greater_equal,
+    "__neg__": E.neg, "__pos__": lambda self: self, "__abs__": E.abs, "__invert__": _invert,
+    "__getitem__": indexing.getitem, "__setitem__": _setitem,
+}
+
+METHODS = {
+    # elementwise
+    **{name: getattr(E, name) for name in (
+        "abs", "sign", "exp", "exp2", "log", "log2", "log1p", "expm1", "sqrt", "rsqrt",
+        "square", "reciprocal", "sin", "cos", "tan", "tanh", "sinh", "cosh", "arcsin",
+        "arccos", "arctan", "sigmoid", "relu", "leaky_relu", "elu", "gelu", "silu", "softplus",
+        "erf", "floor", "ceil", "round", "trunc", "isnan", "isinf", "isfinite", "logical_not",
+        "clip", "maximum", "minimum", "power", "logical_and", "logical_or", "logical_xor")},
+    "neg": E.neg,
+    # reductions
+    **{name: getattr(reduce, name) for name in (
+        "sum", "mean", "prod", "max", "min", "argmax", "argmin", "var", "std", "logsumexp",
+        "all", "any", "cumsum", "cumprod", "norm")},
+    # shape
+    **{name: getattr(shape, name) for name in (
+        "transpose", "permute_dims", "swapaxes", "moveaxis", "squeeze", "flatten",
+        "broadcast_to", "flip", "roll", "tile", "repeat", "tril", "triu", "split", "pad")},
+    "reshape": _reshape_method, "expand_dims": _expand_dims_method,
+    "take": indexing.take, "take_along_axis": indexing.take_along_axis,
+    "sort": sorting.sort, "argsort": sorting.argsort, "topk": sorting.topk,
+    "matmul": linalg.matmul, "dot": linalg.dot,
+}
+
+
+def install() -> None:
+    for name, fn in {**OPERATORS, **METHODS}.items():
+        setattr(Tensor, name, fn)
+    Tensor.__hash__ = object.__hash__  # __eq__ is elementwise; identity stays the hash

@@ -1,0 +1,65 @@
+"""Primitive: the one declaration of an op.
+
+A primitive has a name, a shape/dtype rule (`infer`), a gradient rule written in rill ops
+(`vjp`), an input normalization (`normalize`: scalars lifted, dtypes promoted), and kernels
+registered per device kind from `rill.kernels`. `bind` is the only way to run one.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+
+class Primitive:
+    """One op, declared once.
+
+    infer(*inputs, **attrs) -> (shape, dtype), or a list of them when `multiple_results`.
+        Inputs are anything with .shape/.dtype/.device (eager tensors, graph values).
+    vjp(g, out, *inputs, **attrs) -> one cotangent per input (None where there is none).
+        `g` and `out` are tuples when `multiple_results`; `out` is None unless `save_output`.
+        None for ops whose outputs carry no gradient (comparisons, argmax, ...).
+    normalize(inputs) -> inputs as Tensors of the dtypes the kernel expects (or None: only
+        Python scalars are lifted).
+    device_attr: the op's result lives on attrs["device"] (creation ops, copies between
+        devices); otherwise on the device all its inputs share.
+    """
+
+    __slots__ = ("name", "infer", "vjp", "normalize", "multiple_results", "save_output",
+                 "device_attr", "kernels", "__weakref__")
+
+    def __init__(self, name: str, infer: Callable, vjp: Callable | None = None, *,
+                 normalize: Callable | None = None, multiple_results: bool = False,
+                 save_output: bool = False, device_attr: bool = False):
+        self.name = name
+        self.infer = infer
+        self.vjp = vjp
+        self.normalize = normalize
+        self.multiple_results = multiple_results
+        self.save_output = save_output
+        self.device_attr = device_attr
+        self.kernels: dict[str, Callable] = {}
+
+    def __repr__(self) -> str:
+        return f"Primitive({self.name})"
+
+
+PRIMITIVES: dict[str, Primitive] = {}
+
+
+def primitive(name: str, infer: Callable, vjp: Callable | None = None, **options) -> Primitive:
+    """Declare and register a primitive under `name`."""
+    from .promotion import lift
+    options.setdefault("normalize", lift)
+    if options["normalize"] is None:
+        options["normalize"] = lift
+    if name in PRIMITIVES:
+        raise ValueError(f"primitive {name!r} declared twice")
+    prim = PRIMITIVES[name] = Primitive(name, infer, vjp, **options)
+    return prim
+
+
+def register_kernels(kind: str, table: dict[str, Callable]) -> None:
+    """Attach kernels for one device kind, by primitive name (called from rill.kernels)."""
+    for name, fn in table.items():
+        if name not in PRIMITIVES:
+            raise KeyError(f"kernel for unknown primitive {name!r}")
+        PRIMITIVES[name].kernels[kind] = fn

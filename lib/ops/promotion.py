@@ -1,0 +1,127 @@
+"""Input normalization for bind: lift Python scalars, promote dtypes by the one table.
+
+Each primitive names one of these as its `normalize`. They return the inputs as Tensors of
+the dtypes its kernel expects, inserting `cast` ops (so casts are on the tape and, when
+capturing, in the graph). The common case, tensors already agreeing, returns at once.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dtypes as dt
+from ..devices import cpu
+from ..errors import DTypeError
+from ..tensor import Tensor, new_tensor
+
+
+def _device_of(args):
+    for a in args:
+        if isinstance(a, Tensor):
+            return a.device
+    return cpu
+
+
+def constant(value, dtype: dt.DType, device) -> Tensor:
+    """A weak Python scalar as a 0-d tensor of `dtype` (a constant, not an op)."""
+    try:
+        array = np.array(value, dtype=dtype.storage)
+    except OverflowError:
+        raise DTypeError(f"the Python scalar {value!r} does not fit in {dtype}") from None
+    if dtype is dt.bfloat16:
+        array = dt.round_to_bfloat16(array)
+    return new_tensor(device.backend.from_host(array, device), dtype, device)
+
+
+def as_input(value, device) -> Tensor:
+    """A non-scalar, non-tensor input (list, ndarray, NumPy scalar) as a strong tensor."""
+    from .creation import tensor
+    return tensor(value, device=device)
+
+
+def lift(args):
+    """Default: Python scalars become tensors of their default dtype; nothing is promoted."""
+    for a in args:
+        if not isinstance(a, Tensor):
+            break
+    else:
+        return args
+    device = _device_of(args)
+    out = []
+    for a in args:
+        if isinstance(a, Tensor):
+            out.append(a)
+        elif dt.scalar_kind(a) is not None:
+            out.append(constant(a, dt.result_type((), (dt.scalar_kind(a),)), device))
+        else:
+            out.append(as_input(a, device))
+    return tuple(out)
+
+
+def _promote(args, to_float: bool, skip: int = 0):
+    """Lift and cast args[skip:] to their common dtype (a float one if `to_float`)."""
+    strong, kinds = [], []
+    for a in args[skip:]:
+        if isinstance(a, Tensor):
+            strong.append(a.dtype)
+        elif dt.scalar_kind(a) is not None:
+            kinds.append(dt.scalar_kind(a))
+        else:
+            strong.append(None)
+    if None in strong:  # lists / arrays: make them tensors first, then promote
+        device = _device_of(args)
+        args = args[:skip] + tuple(a if isinstance(a, Tensor) or dt.scalar_kind(a) else
+                                   as_input(a, device) for a in args[skip:])
+        return _promote(args, to_float, skip)
+    target = dt.result_type(strong, kinds)
+    if to_float:
+        target = dt.to_float(target)
+    device = _device_of(args)
+    out = list(args[:skip])
+    for a in args[skip:]:
+        if not isinstance(a, Tensor):
+            out.append(constant(a, target, device))
+        elif a.dtype is not target:
+            out.append(cast(a, target))
+        else:
+            out.append(a)
+    return tuple(out)
+
+
+def common(args):
+    """All inputs to their promoted dtype (add, maximum, equal, concat, ...)."""
+    if len(args) == 2:
+        x, y = args
+        if type(x) is Tensor and type(y) is Tensor and x.dtype is y.dtype:
+            return args
+    return _promote(args, False)
+
+
+def common_float(args):
+    """Promoted, then to a float dtype (divide, arctan2, power of floats ...)."""
+    if len(args) == 2:
+        x, y = args
+        if type(x) is Tensor and type(y) is Tensor and x.dtype is y.dtype and x.dtype.kind == "f":
+            return args
+    return _promote(args, True)
+
+
+def floating(args):
+    """One input, made floating (exp, sin, sqrt, ...): int tensors compute in float32."""
+    (x,) = args
+    if type(x) is Tensor and x.dtype.kind == "f":
+        return args
+    return _promote(args, True)
+
+
+def bool_then_common(args):
+    """where(cond, x, y): cond to bool, x and y promoted together."""
+    (c, *_) = args
+    c = lift((c,))[0]
+    if c.dtype is not dt.bool_:
+        c = cast(c, dt.bool_)
+    return _promote((c,) + tuple(args[1:]), False, skip=1)
+
+
+def cast(x: Tensor, dtype) -> Tensor:
+    from .elementwise import cast as _cast
+    return _cast(x, dtype)

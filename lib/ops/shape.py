@@ -1,0 +1,438 @@
+"""Shape primitives and the composites built on them: reshape, transpose, broadcast_to,
+concat, split, pad, flip, roll, tril/triu; squeeze, expand_dims, stack, flatten, swapaxes,
+moveaxis, tile, repeat.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ArgumentError, ShapeError
+from ..eager.bind import bind
+from . import promotion
+from .primitive import primitive
+from .rules import normalize_axes, normalize_axis, size_of
+
+
+def _tensor(x):
+    return promotion.lift((x,))[0]
+
+
+# ---- reshape -------------------------------------------------------------------------------
+
+
+def _resolve_shape(old, new) -> tuple:
+    new = tuple(int(s) for s in new)
+    unknown = [i for i, s in enumerate(new) if s == -1]
+    if len(unknown) > 1 or any(s < -1 for s in new):
+        raise ShapeError(f"bad target shape {new}: at most one -1 and no other negatives")
+    total = size_of(old)
+    if unknown:
+        rest = size_of(s for s in new if s != -1)
+        if rest == 0 or total % rest:
+            raise ShapeError(f"cannot reshape {tuple(old)} ({total} elements) into {new}")
+        new = tuple(total // rest if s == -1 else s for s in new)
+    if size_of(new) != total:
+        raise ShapeError(f"cannot reshape {tuple(old)} ({total} elements) into {new}")
+    return new
+
+
+def _reshape_infer(x, shape):
+    return _resolve_shape(x.shape, shape), x.dtype
+
+
+reshape_p = primitive("reshape", _reshape_infer,
+                      lambda g, out, x, shape: (reshape(g, x.shape),))
+
+
+def reshape(x, *shape):
+    """The same values in a new shape; one entry may be -1.
+
+    >>> rill.arange(6).reshape(2, -1).shape
+    (2, 3)
+    """
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = shape[0]
+    x = _tensor(x)
+    shape = tuple(shape)
+    if shape == x.shape:
+        return x
+    return bind(reshape_p, x, shape=shape)
+
+
+# ---- transpose -----------------------------------------------------------------------------
+
+
+def _transpose_infer(x, axes):
+    if sorted(axes) != list(range(x.ndim)):
+        raise ShapeError(f"axes {axes} are not a permutation of the {x.ndim} axes of {x.shape}")
+    return tuple(x.shape[a] for a in axes), x.dtype
+
+
+def _transpose_vjp(g, out, x, axes):
+    inverse = [0] * len(axes)
+    for i, a in enumerate(axes):
+        inverse[a] = i
+    return (transpose(g, tuple(inverse)),)
+
+
+transpose_p = primitive("transpose", _transpose_infer, _transpose_vjp)
+
+
+def transpose(x, axes=None):
+    """Permute axes (reverse them when `axes` is None)."""
+    x = _tensor(x)
+    if axes is None:
+        axes = tuple(range(x.ndim))[::-1]
+    axes = tuple(int(a) % x.ndim if x.ndim and -x.ndim <= int(a) < x.ndim else int(a)
+                 for a in axes)
+    if axes == tuple(range(x.ndim)):
+        return x
+    return bind(transpose_p, x, axes=axes)
+
+
+def permute_dims(x, axes):
+    """transpose with the axes spelled out (the array-API name)."""
+    return transpose(x, axes)
+
+
+def swapaxes(x, axis1: int, axis2: int):
+    x = _tensor(x)
+    a, b = normalize_axis(axis1, x.ndim), normalize_axis(axis2, x.ndim)
+    axes = list(range(x.ndim))
+    axes[a], axes[b] = axes[b], axes[a]
+    return transpose(x, axes)
+
+
+def moveaxis(x, source, destination):
+    """Move axes to new positions; the others keep their order."""
+    x = _tensor(x)
+    src = [source] if isinstance(source, int) else list(source)
+    dst = [destination] if isinstance(destination, int) else list(destination)
+    if len(src) != len(dst):
+        raise ShapeError(f"moveaxis: {len(src)} sources but {len(dst)} destinations", op="moveaxis")
+    src = [normalize_axis(a, x.ndim) for a in src]
+    dst = [normalize_axis(a, x.ndim) for a in dst]
+    order = [a for a in range(x.ndim) if a not in src]
+    for d, s in sorted(zip(dst, src)):
+        order.insert(d, s)
+    return transpose(x, order)
+
+
+def moveaxis_many(x, axes):
+    """The given axes moved to the end, in order (the others keep theirs)."""
+    return transpose(x, [a for a in range(x.ndim) if a not in axes] + list(axes))
+
+
+# ---- adding and removing unit axes ---------------------------------------------------------
+
+
+def squeeze(x, axis=None):
+    """Remove axes of length one (all of them, or those named, which must have length one)."""
+    x = _tensor(x)
+    if axis is None:
+        axes = tuple(i for i, s in enumerate(x.shape) if s == 1)
+    else:
+        try:
+            axes = normalize_axes(axis, x.ndim)
+        except ShapeError as e:
+            e.op = "squeeze"
+            raise
+        for a in axes:
+            if x.shape[a] != 1:
+                raise ShapeError(f"cannot squeeze axis {a} of length {x.shape[a]} "
+                                 f"(shape {x.shape})", op="squeeze")
+    return reshape(x, tuple(s for i, s in enumerate(x.shape) if i not in axes))
+
+
+def expand_dims(x, axis):
+    """Insert axes of length one at the given positions of the result."""
+    x = _tensor(x)
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    ndim = x.ndim + len(axes)
+    try:
+        axes = normalize_axes(axes, ndim)
+    except ShapeError as e:
+        e.op = "expand_dims"
+        raise
+    dims = iter(x.shape)
+    return reshape(x, tuple(1 if i in axes else next(dims) for i in range(ndim)))
+
+
+def flatten(x, start_axis: int = 0, end_axis: int = -1):
+    """Merge axes start_axis..end_axis (inclusive) into one."""
+    x = _tensor(x)
+    if x.ndim == 0:
+        return reshape(x, (1,))
+    s, e = normalize_axis(start_axis, x.ndim), normalize_axis(end_axis, x.ndim)
+    if s > e:
+        raise ShapeError(f"start_axis {start_axis} comes after end_axis {end_axis}", op="flatten")
+    return reshape(x, x.shape[:s] + (size_of(x.shape[s:e + 1]),) + x.shape[e + 1:])
+
+
+# ---- broadcast_to --------------------------------------------------------------------------
+
+
+def _broadcast_to_infer(x, shape):
+    lead = len(shape) - x.ndim
+    if lead < 0 or any(s != 1 and s != shape[lead + i] for i, s in enumerate(x.shape)):
+        raise ShapeError(f"cannot broadcast shape {x.shape} to {shape}")
+    return shape, x.dtype
+
+
+def _broadcast_to_vjp(g, out, x, shape):
+    from .elementwise import sum_to_shape
+    return (sum_to_shape(g, x.shape),)
+
+
+broadcast_to_p = primitive("broadcast_to", _broadcast_to_infer, _broadcast_to_vjp)
+
+
+def broadcast_to(x, shape):
+    x = _tensor(x)
+    shape = tuple(int(s) for s in shape)
+    if shape == x.shape:
+        return x
+    return bind(broadcast_to_p, x, shape=shape)
+
+
+# ---- concat, stack, split ------------------------------------------------------------------
+
+
+def _concat_infer(*xs, axis):
+    first = xs[0]
+    if first.ndim == 0:
+        raise ShapeError("cannot concatenate 0-d tensors; use stack")
+    a = normalize_axis(axis, first.ndim)
+    for x in xs[1:]:
+        if x.ndim != first.ndim or any(s != t for i, (s, t) in enumerate(zip(x.shape, first.shape))
+                                       if i != a):
+            raise ShapeError(f"shapes {' and '.join(str(x.shape) for x in xs)} differ off "
+                             f"axis {axis}")
+    shape = list(first.shape)
+    shape[a] = sum(x.shape[a] for x in xs)
+    return tuple(shape), first.dtype
+
+
+def _concat_vjp(g, out, *xs, axis):
+    a = normalize_axis(axis, xs[0].ndim)
+    return split(g, [x.shape[a] for x in xs], axis=a)
+
+
+concat_p = primitive("concat", _concat_infer, _concat_vjp, normalize=promotion.common)
+
+
+def concat(tensors, axis: int = 0):
+    """Join tensors along an existing axis (dtypes promote)."""
+    tensors = list(tensors)
+    if not tensors:
+        raise ArgumentError("concat needs at least one tensor", op="concat")
+    return bind(concat_p, *tensors, axis=axis)
+
+
+def stack(tensors, axis: int = 0):
+    """Join equally shaped tensors along a new axis."""
+    tensors = [_tensor(t) for t in tensors]
+    if not tensors:
+        raise ArgumentError("stack needs at least one tensor", op="stack")
+    shapes = {t.shape for t in tensors}
+    if len(shapes) > 1:
+        raise ShapeError(f"stack needs equal shapes, got {' and '.join(map(str, shapes))}",
+                         op="stack")
+    return concat([expand_dims(t, axis) for t in tensors], axis=axis)
+
+
+def _split_infer(x, sizes, axis):
+    shapes = []
+    for s in sizes:
+        shape = list(x.shape)
+        shape[axis] = s
+        shapes.append((tuple(shape), x.dtype))
+    return shapes
+
+
+def _split_vjp(gs, outs, x, sizes, axis):
+    return (concat(list(gs), axis=axis),)
+
+
+split_p = primitive("split", _split_infer, _split_vjp, multiple_results=True)
+
+
+def split(x, sizes_or_sections, axis: int = 0):
+    """Split along `axis` into pieces of the given sizes, or into N equal sections.
+
+    >>> [p.shape for p in rill.split(rill.zeros(5, 2), [2, 3])]
+    [(2, 2), (3, 2)]
+    """
+    x = _tensor(x)
+    try:
+        a = normalize_axis(axis, x.ndim)
+    except ShapeError as e:
+        e.op = "split"
+        raise
+    n = x.shape[a]
+    if isinstance(sizes_or_sections, int):
+        k = sizes_or_sections
+        if k <= 0 or n % k:
+            raise ShapeError(f"axis {axis} of length {n} does not split into {k} equal "
+                             f"sections", op="split")
+        sizes = (n // k,) * k
+    else:
+        sizes = tuple(int(s) for s in sizes_or_sections)
+        if sum(sizes) != n or any(s < 0 for s in sizes):
+            raise ShapeError(f"sizes {sizes} do not add up to the length {n} of axis {axis}",
+                             op="split")
+    return list(bind(split_p, x, sizes=sizes, axis=a))
+
+
+# ---- pad, flip, roll -----------------------------------------------------------------------
+
+_PAD_MODES = ("constant", "reflect", "edge")
+
+
+def _pad_infer(x, widths, mode, value):
+    for (lo, hi), n in zip(widths, x.shape):
+        if mode == "reflect" and (lo >= n or hi >= n) and (lo or hi):
+            raise ShapeError(f"reflect padding ({lo}, {hi}) needs an axis longer than the pad, "
+                             f"got length {n}")
+        if mode == "edge" and n == 0 and (lo or hi):
+            raise ShapeError("edge padding of an empty axis")
+    return tuple(n + lo + hi for (lo, hi), n in zip(widths, x.shape)), x.dtype
+
+
+def _pad_vjp(g, out, x, widths, mode, value):
+    from .indexing import getitem, index_add
+    from .creation import tensor, zeros
+    for axis, ((lo, hi), n) in enumerate(zip(widths, x.shape)):
+        if not (lo or hi):
+            continue
+        lead = (slice(None),) * axis
+        if mode == "constant":
+            g = getitem(g, lead + (slice(lo, lo + n),))
+        else:
+            # Each padded position copies some source position; send its gradient back there.
+            source = np.pad(np.arange(n), (lo, hi), mode=mode)
+            shape = g.shape[:axis] + (n,) + g.shape[axis + 1:]
+            g = index_add(zeros(*shape, dtype=g.dtype, device=g.device),
+                          lead + (tensor(source, device=g.device),), g)
+    return (g,)
+
+
+pad_p = primitive("pad", _pad_infer, _pad_vjp)
+
+
+def pad(x, pad_width, mode: str = "constant", value=0):
+    """Pad with a constant, a reflection (without the edge) or the edge value.
+
+    pad_width: an int, a (before, after) pair for every axis, or one pair per axis.
+    """
+    x = _tensor(x)
+    if mode not in _PAD_MODES:
+        raise ArgumentError(f"mode must be one of {_PAD_MODES}, got {mode!r}", op="pad")
+    try:
+        widths = np.broadcast_to(np.asarray(pad_width, dtype=np.int64), (x.ndim, 2))
+    except ValueError:
+        raise ShapeError(f"pad_width {pad_width!r} does not fit a tensor with {x.ndim} axes",
+                         op="pad") from None
+    if (widths < 0).any():
+        raise ShapeError(f"pad widths must be non-negative, got {pad_width!r}", op="pad")
+    widths = tuple((int(lo), int(hi)) for lo, hi in widths)
+    return bind(pad_p, x, widths=widths, mode=mode, value=value)
+
+
+def _axes_infer(x, axes, **_):
+    normalize_axes(axes, x.ndim)
+    return x.shape, x.dtype
+
+
+flip_p = primitive("flip", _axes_infer, lambda g, out, x, axes: (flip(g, axes),))
+
+
+def flip(x, axis=None):
+    """Reverse the order of elements along `axis` (all axes by default)."""
+    x = _tensor(x)
+    return bind(flip_p, x, axes=normalize_axes(axis, x.ndim) if axis is not None else
+                tuple(range(x.ndim)))
+
+
+def _roll_vjp(g, out, x, shift, axes):
+    return (roll(g, tuple(-s for s in shift) if isinstance(shift, tuple) else -shift, axes),)
+
+
+def _roll_infer(x, shift, axes):
+    if axes is not None:
+        normalize_axes(axes, x.ndim)
+        if isinstance(shift, tuple) and len(shift) != len(axes):
+            raise ShapeError(f"{len(shift)} shifts for {len(axes)} axes")
+    return x.shape, x.dtype
+
+
+roll_p = primitive("roll", _roll_infer, _roll_vjp)
+
+
+def roll(x, shift, axis=None):
+    """Shift elements cyclically along `axis` (the flattened tensor when axis is None)."""
+    shift = tuple(int(s) for s in shift) if isinstance(shift, (tuple, list)) else int(shift)
+    axes = (axis,) if isinstance(axis, int) else (None if axis is None else tuple(axis))
+    return bind(roll_p, x, shift=shift, axes=axes)
+
+
+# ---- tile, repeat --------------------------------------------------------------------------
+
+
+def tile(x, reps):
+    """Repeat the whole tensor `reps` times along each axis (NumPy's tile)."""
+    x = _tensor(x)
+    reps = (int(reps),) if isinstance(reps, int) else tuple(int(r) for r in reps)
+    if any(r < 0 for r in reps):
+        raise ShapeError(f"reps must be non-negative, got {reps}", op="tile")
+    ndim = max(len(reps), x.ndim)
+    reps = (1,) * (ndim - len(reps)) + reps
+    shape = (1,) * (ndim - x.ndim) + x.shape
+    interleaved = reshape(x, tuple(v for s in shape for v in (1, s)))
+    big = broadcast_to(interleaved, tuple(v for r, s in zip(reps, shape) for v in (r, s)))
+    return reshape(big, tuple(r * s for r, s in zip(reps, shape)))
+
+
+def repeat(x, repeats, axis: int | None = None):
+    """Repeat each element `repeats` times (an int, or one count per element) along `axis`."""
+    from .creation import tensor
+    from .indexing import take
+    x = _tensor(x)
+    if axis is None:
+        x, axis = reshape(x, (-1,)), 0
+    a = normalize_axis(axis, x.ndim)
+    counts = np.asarray(repeats)
+    if (counts < 0).any() or counts.ndim > 1 or (counts.ndim == 1 and len(counts) != x.shape[a]):
+        raise ShapeError(f"repeats must be a non-negative int or one per element of axis {axis} "
+                         f"(length {x.shape[a]}), got {repeats!r}", op="repeat")
+    source = np.repeat(np.arange(x.shape[a]), counts)
+    return take(x, tensor(source, device=x.device), axis=a)
+
+
+# ---- triangles -----------------------------------------------------------------------------
+
+
+def _tri_infer(x, k):
+    if x.ndim < 2:
+        raise ShapeError(f"needs at least 2 dimensions, got shape {x.shape}")
+    return x.shape, x.dtype
+
+
+tril_p = primitive("tril", _tri_infer, lambda g, out, x, k: (tril(g, k),))
+triu_p = primitive("triu", _tri_infer, lambda g, out, x, k: (triu(g, k),))
+
+
+def tril(x, k: int = 0):
+    """Lower triangle of the last two axes (entries above the k-th diagonal zeroed)."""
+    return bind(tril_p, x, k=int(k))
+
+
+def triu(x, k: int = 0):
+    """Upper triangle of the last two axes (entries below the k-th diagonal zeroed)."""
+    return bind(triu_p, x, k=int(k))
+
+
+def slice_axis(x, axis: int, start: int, stop: int):
+    """x[..., start:stop, ...] along one axis."""
+    from .indexing import getitem
+    return getitem(x, (slice(None),) * axis + (slice(start, stop),))

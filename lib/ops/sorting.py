@@ -1,0 +1,61 @@
+"""sort, argsort, topk: values and the indices they came from, along one axis."""
+from __future__ import annotations
+
+from .. import dtypes as dt
+from ..errors import ShapeError
+from ..eager.bind import bind
+from .primitive import primitive
+from .rules import normalize_axis, require
+
+
+def _sort_infer(x, axis, descending):
+    require(x, "biuf", "a tensor")
+    normalize_axis(axis, x.ndim)
+    return [(x.shape, x.dtype), (x.shape, dt.int64)]
+
+
+def _scatter_back(gs, outs, x, axis):
+    from .creation import zeros_like
+    from .indexing import scatter_add
+    return (scatter_add(zeros_like(x), outs[1], gs[0], axis=axis),)
+
+
+sort_p = primitive("sort", _sort_infer,
+                   lambda gs, outs, x, axis, descending: _scatter_back(gs, outs, x, axis),
+                   multiple_results=True, save_output=True)
+
+
+def _topk_infer(x, k, axis, largest):
+    require(x, "biuf", "a tensor")
+    a = normalize_axis(axis, x.ndim)
+    if not 0 <= k <= x.shape[a]:
+        raise ShapeError(f"k={k} is out of range for axis {axis} of length {x.shape[a]}")
+    shape = tuple(k if i == a else s for i, s in enumerate(x.shape))
+    return [(shape, x.dtype), (shape, dt.int64)]
+
+
+topk_p = primitive("topk", _topk_infer,
+                   lambda gs, outs, x, k, axis, largest: _scatter_back(gs, outs, x, axis),
+                   multiple_results=True, save_output=True)
+
+
+def _axis(x, axis):
+    if getattr(x, "ndim", 1) == 0:
+        raise ShapeError("cannot sort a 0-d tensor", op="sort")
+    return axis
+
+
+def sort(x, axis: int = -1, descending: bool = False):
+    """Values sorted along `axis` (stable; descending reverses the stable order)."""
+    return bind(sort_p, x, axis=_axis(x, axis), descending=descending)[0]
+
+
+def argsort(x, axis: int = -1, descending: bool = False):
+    """Indices that sort x along `axis`."""
+    return bind(sort_p, x, axis=_axis(x, axis), descending=descending)[1]
+
+
+def topk(x, k: int, axis: int = -1, largest: bool = True):
+    """(values, indices) of the k largest (or smallest) entries along `axis`, in order."""
+    values, indices = bind(topk_p, x, k=int(k), axis=_axis(x, axis), largest=largest)
+    return values, indices

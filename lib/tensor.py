@@ -1,0 +1,227 @@
+"""Tensor: the one user-facing value.
+
+A Tensor holds a device buffer (a NumPy array on `cpu`), its dtype and device, and the
+autodiff bookkeeping: `requires_grad`, `grad`, and the tape node that produced it. Ops and
+operators are installed from `rill.ops` (see ops/methods.py), so that this file stays the
+data structure alone.
+
+Tensors have value semantics: buffers are never written after a kernel returns them, and
+in-place forms (`x += 1`, `x[0] = 2`) give the tensor a new buffer. So `b = a[0]; a += 1`
+leaves `b` unchanged, exactly as a captured graph would compute it.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import dtypes as _dt
+from .devices import Device
+from .errors import DTypeError, Error, GradientError, ShapeError
+
+_new = object.__new__
+
+
+class Tensor:
+    """An n-dimensional array on a device, with reverse-mode autodiff.
+
+    >>> import rill
+    >>> x = rill.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> (x * x).sum().backward()
+    >>> x.grad
+    tensor([2., 4., 6.])
+    """
+
+    __slots__ = ("_data", "shape", "dtype", "device", "requires_grad", "grad", "_node", "_index",
+                 "_version", "_retains_grad", "_origin", "__weakref__")
+
+    # NumPy must hand mixed expressions (ndarray + Tensor) to Tensor's reflected operators.
+    __array_ufunc__ = None
+
+    def __init__(self, data, dtype=None, device=None, requires_grad: bool = False):
+        from .ops.creation import tensor as _tensor
+        other = _tensor(data, dtype=dtype, device=device)
+        for slot in Tensor.__slots__[:-1]:
+            setattr(self, slot, getattr(other, slot))
+        if requires_grad:
+            self.requires_grad_()
+
+    # ---- attributes ------------------------------------------------------------------------
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        """Number of elements."""
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    @property
+    def T(self) -> "Tensor":
+        """All axes reversed (as NumPy's .T)."""
+        from .ops.shape import transpose
+        return transpose(self)
+
+    @property
+    def mT(self) -> "Tensor":
+        """The last two axes swapped (a batch of matrices transposed)."""
+        from .ops.shape import swapaxes
+        return swapaxes(self, -1, -2)
+
+    @property
+    def is_leaf(self) -> bool:
+        return self._node is None
+
+    # ---- leaving rill ----------------------------------------------------------------------
+
+    def numpy(self) -> np.ndarray:
+        """The values as a read-only NumPy array (bfloat16 comes back as float32).
+
+        Read-only because buffers may be shared between tensors; copy it to write.
+        """
+        host = self.device.backend.to_host(self._data)
+        view = host.view()
+        view.flags.writeable = False
+        return view
+
+    def __array__(self, dtype=None, copy=None):
+        host = self.device.backend.to_host(self._data)
+        if dtype is not None:
+            return host.astype(dtype)
+        return host.copy() if copy else host
+
+    def item(self):
+        """The single value as a Python scalar."""
+        if self.size != 1:
+            raise ShapeError(f"item() needs a tensor with one element, got shape {self.shape}",
+                             op="item")
+        return self.numpy().reshape(()).item()
+
+    def tolist(self):
+        return self.numpy().tolist()
+
+    def __bool__(self) -> bool:
+        if self.size != 1:
+            raise ShapeError(f"the truth value of a tensor with {self.size} elements is ambiguous; "
+                             "use .any() or .all()", op="bool")
+        return bool(self.item())
+
+    def __float__(self) -> float:
+        return float(self.item())
+
+    def __int__(self) -> int:
+        return int(self.item())
+
+    def __index__(self) -> int:
+        if not (self.dtype.is_integer or self.dtype.is_bool) or self.ndim != 0:
+            raise DTypeError(f"only 0-d integer tensors can be used as an index, got "
+                             f"{self.dtype}{list(self.shape)}", op="index")
+        return int(self.item())
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise ShapeError("len() of a 0-d tensor", op="len")
+        return self.shape[0]
+
+    def __iter__(self):
+        if not self.shape:
+            raise ShapeError("iteration over a 0-d tensor", op="iter")
+        for i in range(self.shape[0]):
+            yield self[i]
+
+    __hash__ = object.__hash__
+
+    def __repr__(self) -> str:
+        host = np.asarray(self.device.backend.to_host(self._data))
+        body = np.array2string(host, separator=", ", prefix="tensor(", threshold=200,
+                               max_line_width=88)
+        extras = []
+        default = _dt.default_float if self.dtype.is_floating else (
+            _dt.default_int if self.dtype.is_integer else _dt.bool_)
+        if self.dtype is not default or self.size == 0:
+            extras.append(f"dtype={self.dtype}")
+        if str(self.device) != "cpu":
+            extras.append(f"device='{self.device}'")
+        if self._node is not None:
+            extras.append(f"grad_fn={self._node.prim.name}")
+        elif self.requires_grad:
+            extras.append("requires_grad=True")
+        return "tensor(" + body + "".join(", " + e for e in extras) + ")"
+
+    # ---- autodiff --------------------------------------------------------------------------
+
+    def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
+        """Mark a leaf tensor as one whose gradient `backward()` computes into `.grad`."""
+        if requires_grad and not self.dtype.is_floating:
+            raise DTypeError(f"only floating tensors can require grad, this one is {self.dtype}",
+                             op="requires_grad_")
+        if not requires_grad and self._node is not None:
+            raise GradientError("requires_grad_(False) on a non-leaf tensor; use detach()",
+                                op="requires_grad_")
+        self.requires_grad = requires_grad
+        return self
+
+    def detach(self) -> "Tensor":
+        """The same values, cut from the tape (shares the buffer; buffers are immutable)."""
+        return new_tensor(self._data, self.dtype, self.device)
+
+    def retain_grad(self) -> "Tensor":
+        """Keep `.grad` on this non-leaf tensor after backward()."""
+        self._retains_grad = True
+        return self
+
+    def backward(self, grad=None, retain_graph: bool = False, create_graph: bool = False) -> None:
+        """Accumulate d(self)/d(leaf) into `.grad` of every leaf that requires grad.
+
+        `grad` is the cotangent; it may be omitted only for a one-element tensor.
+        The tape is freed afterwards unless `retain_graph`; `create_graph` records the
+        backward pass itself so that gradients can be differentiated again.
+        """
+        from .eager.backward import backward
+        backward([self], None if grad is None else [grad], retain_graph=retain_graph,
+                 create_graph=create_graph)
+
+    # ---- conversions -----------------------------------------------------------------------
+
+    def to(self, target) -> "Tensor":
+        """Convert to a dtype (`x.to(rill.float64)`) or move to a device (`x.to('cpu:1')`)."""
+        from .ops.elementwise import cast
+        from .ops.creation import to_device
+        if isinstance(target, (_dt.DType, type)) or (isinstance(target, str) and
+                                                      target in _dt._BY_NAME):
+            return cast(self, target)
+        return to_device(self, target)
+
+    def astype(self, dtype) -> "Tensor":
+        from .ops.elementwise import cast
+        return cast(self, dtype)
+
+
+def new_tensor(data, dtype: _dt.DType, device: Device) -> Tensor:
+    """Wrap a device buffer the caller will never write again (the hot path of every op)."""
+    t = _new(Tensor)
+    t._data = data
+    t.shape = data.shape
+    t.dtype = dtype
+    t.device = device
+    t.requires_grad = False
+    t.grad = None
+    t._node = None
+    t._index = 0
+    t._version = 0
+    t._retains_grad = False
+    t._origin = None
+    return t
+
+
+def is_tensor(x) -> bool:
+    return isinstance(x, Tensor)
+
+
+__all__ = ["Tensor", "new_tensor", "is_tensor", "Error"]
