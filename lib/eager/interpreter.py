@@ -6,10 +6,11 @@ import os
 import numpy as np
 
 from ..dtypes import bfloat16, round_to_bfloat16
-from ..errors import DeviceError, Error, KernelError
-from ..tensor import new_tensor
+from ..errors import DeviceError, Error, IndexingError, KernelError
+from ..tensor import Tensor
 
 _ndarray = np.ndarray
+_new = object.__new__
 # Tests set RILL_CHECK_KERNELS=1: every kernel result is checked against its shape/dtype rule.
 CHECK_KERNELS = os.environ.get("RILL_CHECK_KERNELS", "") not in ("", "0")
 
@@ -20,18 +21,44 @@ class EagerInterpreter:
         if kernel is None:
             raise DeviceError(f"no {device.kind} kernel is registered for this op", op=prim.name)
         try:
-            out = kernel(*[a._data for a in args], **attrs)
+            if len(args) == 2 and not attrs:  # the common case, kept lean
+                out = kernel(args[0]._data, args[1]._data)
+            else:
+                out = kernel(*[a._data for a in args], **attrs)
         except Error:
             raise
+        except IndexError as e:
+            raise IndexingError(str(e), op=prim.name) from e
         except Exception as e:
             raise KernelError(f"the {device.kind} kernel failed: {type(e).__name__}: {e}",
                               op=prim.name) from e
         if prim.multiple_results:
-            return tuple(_wrap(prim, o, aval, device) for o, aval in zip(out, avals))
-        return _wrap(prim, out, avals, device)
+            return tuple(wrap(prim, o, aval, device) for o, aval in zip(out, avals))
+        # wrap(), inlined: this is the hot path of every eager op.
+        if type(out) is not _ndarray:
+            out = np.asarray(out)
+        dtype = avals[1]
+        if dtype is bfloat16:
+            out = round_to_bfloat16(out)
+        if CHECK_KERNELS:
+            check_kernel_result(prim, out, avals)
+        t = _new(Tensor)
+        t._data = out
+        t.shape = out.shape
+        t.dtype = dtype
+        t.device = device
+        t.requires_grad = False
+        t.grad = None
+        t._node = None
+        t._index = 0
+        t._version = 0
+        t._retains_grad = False
+        t._origin = None
+        return t
 
 
-def _wrap(prim, out, aval, device):
+def wrap(prim, out, aval, device) -> Tensor:
+    """A kernel's result as a Tensor of the inferred dtype (the hot path of every op)."""
     if type(out) is not _ndarray:
         out = np.asarray(out)
     dtype = aval[1]
@@ -39,7 +66,19 @@ def _wrap(prim, out, aval, device):
         out = round_to_bfloat16(out)
     if CHECK_KERNELS:
         check_kernel_result(prim, out, aval)
-    return new_tensor(out, dtype, device)
+    t = _new(Tensor)
+    t._data = out
+    t.shape = out.shape
+    t.dtype = dtype
+    t.device = device
+    t.requires_grad = False
+    t.grad = None
+    t._node = None
+    t._index = 0
+    t._version = 0
+    t._retains_grad = False
+    t._origin = None
+    return t
 
 
 def check_kernel_result(prim, out, aval) -> None:

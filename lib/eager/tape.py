@@ -38,7 +38,8 @@ def record(prim, inputs, attrs, outputs) -> None:
     node.prim = prim
     node.inputs = inputs
     node.attrs = attrs
-    node.versions = tuple([a._version for a in inputs])
+    node.versions = tuple([a._version for a in inputs]) if len(inputs) != 2 else (
+        inputs[0]._version, inputs[1]._version)
     if prim.multiple_results:
         # Outputs nobody differentiated get zero cotangents of these specs.
         node.out_specs = tuple((o.shape, o.dtype, o.device) for o in outputs)
@@ -51,7 +52,11 @@ def record(prim, inputs, attrs, outputs) -> None:
         else:
             node.outputs = None
     else:
-        _attach(outputs, node, 0)
+        if outputs.dtype.kind == "f":
+            outputs.requires_grad = True
+            outputs._node = node
+        else:
+            outputs._origin = prim.name
         node.outputs = (_ref(outputs),) if prim.save_output else None
 
 

@@ -31,6 +31,8 @@ def _predicate(x, **_):
 
 
 def _binary_same(x, y):
+    if x.shape == y.shape:  # skip the call on the hot path
+        return x.shape, x.dtype
     return broadcast_shapes(x.shape, y.shape), x.dtype
 
 

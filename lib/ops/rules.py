@@ -7,6 +7,8 @@ from ..errors import DTypeError, ShapeError
 def broadcast_shapes(*shapes) -> tuple:
     """NumPy broadcasting of shapes, with a ShapeError naming all of them."""
     first = shapes[0]
+    if len(shapes) == 2 and first == shapes[1]:
+        return first
     if all(s == first for s in shapes):
         return tuple(first)
     ndim = max(len(s) for s in shapes)
