@@ -196,10 +196,8 @@ def round_to_bfloat16(a: np.ndarray) -> np.ndarray:
     a = np.asarray(a, dtype=np.float32)
     bits = a.view(np.uint32)
     rounded = (bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))) & np.uint32(0xFFFF0000)
-    out = rounded.view(np.float32)
-    if out.ndim == 0:
-        return a if np.isnan(a) else out.copy()
-    return np.where(np.isnan(a), a, out)
+    out = np.asarray(rounded).view(np.float32)
+    return np.asarray(np.where(np.isnan(a), a, out))
 
 
 def to_storage(array: np.ndarray, d: DType) -> np.ndarray:

@@ -87,6 +87,19 @@ def gradients(roots, cotangents, targets=None, *, create_graph=False, retain_gra
             entry[1] = add_cotangents(entry[1], ct)
 
     pending: dict = {}
+    # A node that saved (weakly) its outputs needs them alive until it runs; the consumers
+    # that held them may be released first.
+    held: dict = {}
+
+    def push(t, ct):
+        node = t._node
+        slot = pending.get(node)
+        if slot is None:
+            slot = pending[node] = [None] * _n_outputs(node)
+            if node.outputs is not None:
+                held[node] = t
+        slot[t._index] = add_cotangents(slot[t._index], ct)
+
     for root, ct in zip(roots, cotangents):
         if root._node is None:
             if target_ids is None or id(root) in target_ids:
@@ -94,8 +107,7 @@ def gradients(roots, cotangents, targets=None, *, create_graph=False, retain_gra
             continue
         if root._retains_grad or (target_ids is not None and id(root) in target_ids):
             collect(root, ct)
-        slot = pending.setdefault(root._node, [None] * _n_outputs(root._node))
-        slot[root._index] = add_cotangents(slot[root._index], ct)
+        push(root, ct)
 
     with (context.enable_grad() if create_graph else context.no_grad()):
         for node in reversed(_toposort(roots, target_ids)):
@@ -113,6 +125,7 @@ def gradients(roots, cotangents, targets=None, *, create_graph=False, retain_gra
             else:
                 g = cts[0]
             in_cts = node.prim.vjp(g, node.saved_outputs(), *node.inputs, **node.attrs)
+            held.pop(node, None)
             for inp, ct in zip(node.inputs, in_cts):
                 if ct is None or not inp.requires_grad:
                     continue
@@ -129,8 +142,7 @@ def gradients(roots, cotangents, targets=None, *, create_graph=False, retain_gra
                     continue
                 if inp._retains_grad or (target_ids is not None and id(inp) in target_ids):
                     collect(inp, ct)
-                slot = pending.setdefault(inp._node, [None] * _n_outputs(inp._node))
-                slot[inp._index] = add_cotangents(slot[inp._index], ct)
+                push(inp, ct)
             if not retain_graph:
                 node.release()
     return collected

@@ -5,6 +5,7 @@ all, any, norm, cumsum, cumprod.
 """
 from __future__ import annotations
 
+import builtins as py  # this module defines its own sum/max/min/any/all
 import math
 
 from .. import dtypes as dt
@@ -29,7 +30,7 @@ def _count(x_shape, axis):
 
 
 def _check_nonempty(x, axes, what):
-    if any(x.shape[a] == 0 for a in axes):
+    if py.any(x.shape[a] == 0 for a in axes):
         raise ShapeError(f"cannot take the {what} over an empty axis of shape {x.shape}")
 
 
@@ -95,7 +96,7 @@ def _sum_vjp(g, out, x, axis, keepdims):
 
 
 def _mean_vjp(g, out, x, axis, keepdims):
-    return (_expand(g, x.shape, axis, keepdims) / max(_count(x.shape, axis), 1),)
+    return (_expand(g, x.shape, axis, keepdims) / py.max(_count(x.shape, axis), 1),)
 
 
 def _extremum_vjp(g, out, x, axis, keepdims):
@@ -109,7 +110,7 @@ def _extremum_vjp(g, out, x, axis, keepdims):
 def _var_vjp(g, out, x, axis, keepdims, correction):
     n = _count(x.shape, axis)
     centered = x - mean(x, axis=axis, keepdims=True)
-    return (_expand(g, x.shape, axis, keepdims) * centered * (2.0 / max(n - correction, 0)),)
+    return (_expand(g, x.shape, axis, keepdims) * centered * (2.0 / py.max(n - correction, 0)),)
 
 
 def _logsumexp_vjp(g, out, x, axis, keepdims):

@@ -1,0 +1,397 @@
+"""The op test table: one row per primitive (and public composite).
+
+Each row gives the rill call, a NumPy float64 reference, a PyTorch reference, the input
+shapes (broadcasting, 0-d and empty cases included), the input domain, and which inputs are
+differentiated. tests/test_ops.py runs every row through every check.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import torch
+
+import rill
+
+try:
+    from math import erf as _erf1
+except ImportError:  # pragma: no cover
+    _erf1 = None
+_np_erf = np.vectorize(_erf1, otypes=[np.float64])
+
+
+@dataclass
+class Op:
+    name: str
+    fn: Callable                 # rill: (*tensors) -> tensor or tuple
+    ref: Callable                # NumPy float64: (*arrays) -> array or tuple
+    torch_fn: Callable | None    # PyTorch: (*tensors) -> tensor or tuple; None skips it
+    shapes: list                 # input sets; an entry is a shape or a callable(rng) -> array
+    domain: tuple = (-2.0, 2.0)
+    grad: bool = True            # differentiate the float inputs
+    dtypes: tuple = ("float32", "float16", "bfloat16")  # forward also checked in these
+    rtol: float = 1e-10
+    fd_rtol: float = 1e-5
+    nondiff_inputs: tuple = field(default_factory=tuple)  # float inputs not differentiated
+
+    def __str__(self):
+        return self.name
+
+
+UNARY_SHAPES = [(3, 4), (), (0, 3), (2, 1, 3)]
+BINARY_SHAPES = [((3, 4), (3, 4)), ((3, 1), (1, 4)), ((), (2, 3)), ((4,), (3, 4)),
+                 ((0, 3), (1, 3))]
+
+
+def ints(shape, low, high):
+    """An integer input (indices), drawn from [low, high)."""
+    return lambda rng: rng.integers(low, high, size=shape).astype(np.int64)
+
+
+def bools(shape):
+    return lambda rng: rng.random(shape) > 0.5
+
+
+def distinct(shape):
+    """Floats with no ties (sort, max, topk are then differentiable everywhere)."""
+    return lambda rng: rng.permutation(int(np.prod(shape))).reshape(shape) * 0.1 - 1.0
+
+
+def _sigmoid(x):
+    return 1 / (1 + np.exp(-x))
+
+
+def _gelu(x):
+    return 0.5 * x * (1 + _np_erf(x / math.sqrt(2)))
+
+
+def _gelu_tanh(x):
+    return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def _np_logsumexp(x, axis=None, keepdims=False):
+    m = np.max(x, axis=axis, keepdims=True)
+    out = np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True)) + m
+    return out if keepdims else np.squeeze(out, axis=axis)
+
+
+NUMPY_REDUCE = {"sum": np.sum, "mean": np.mean, "prod": np.prod, "max": np.max,
+                "min": np.min, "logsumexp": _np_logsumexp}
+
+F = torch.nn.functional
+POS = (0.5, 2.0)
+
+
+def unary(name, ref, tref, domain=(-2.0, 2.0), **kw):
+    return Op(name, getattr(rill, name), ref, tref, [(s,) for s in UNARY_SHAPES], domain, **kw)
+
+
+def binary(name, ref, tref, domain=(-2.0, 2.0), **kw):
+    return Op(name, getattr(rill, name), ref, tref, list(BINARY_SHAPES), domain, **kw)
+
+
+OPS = [
+    # ---- unary -----------------------------------------------------------------------------
+    unary("neg", np.negative, torch.neg),
+    unary("abs", np.abs, torch.abs),
+    unary("sign", np.sign, torch.sign),
+    unary("exp", np.exp, torch.exp),
+    unary("exp2", np.exp2, torch.exp2),
+    unary("log", np.log, torch.log, POS),
+    unary("log2", np.log2, torch.log2, POS),
+    unary("log1p", np.log1p, torch.log1p, (-0.5, 2.0)),
+    unary("expm1", np.expm1, torch.expm1),
+    unary("sqrt", np.sqrt, torch.sqrt, POS),
+    unary("rsqrt", lambda x: 1 / np.sqrt(x), torch.rsqrt, POS),
+    unary("square", np.square, torch.square),
+    unary("reciprocal", np.reciprocal, torch.reciprocal, POS),
+    unary("sin", np.sin, torch.sin),
+    unary("cos", np.cos, torch.cos),
+    unary("tan", np.tan, torch.tan, (-1.2, 1.2)),
+    unary("tanh", np.tanh, torch.tanh),
+    unary("sinh", np.sinh, torch.sinh),
+    unary("cosh", np.cosh, torch.cosh),
+    unary("arcsin", np.arcsin, torch.asin, (-0.9, 0.9)),
+    unary("arccos", np.arccos, torch.acos, (-0.9, 0.9)),
+    unary("arctan", np.arctan, torch.atan),
+    unary("sigmoid", _sigmoid, torch.sigmoid, (-6.0, 6.0)),
+    unary("relu", lambda x: np.maximum(x, 0), torch.relu),
+    Op("leaky_relu", lambda x: rill.leaky_relu(x, 0.2), lambda x: np.where(x > 0, x, 0.2 * x),
+       lambda x: F.leaky_relu(x, 0.2), [(s,) for s in UNARY_SHAPES]),
+    Op("elu", lambda x: rill.elu(x, 1.5), lambda x: np.where(x > 0, x, 1.5 * np.expm1(x)),
+       lambda x: F.elu(x, 1.5), [(s,) for s in UNARY_SHAPES]),
+    unary("gelu", _gelu, F.gelu, (-3.0, 3.0)),
+    Op("gelu_tanh", lambda x: rill.gelu(x, approximate="tanh"), _gelu_tanh,
+       lambda x: F.gelu(x, approximate="tanh"), [(s,) for s in UNARY_SHAPES], (-3.0, 3.0)),
+    unary("silu", lambda x: x * _sigmoid(x), F.silu, (-4.0, 4.0)),
+    unary("softplus", lambda x: np.logaddexp(0, x), F.softplus, (-4.0, 4.0)),
+    unary("erf", _np_erf, torch.erf),
+    unary("floor", np.floor, torch.floor, (-3.0, 3.0)),
+    unary("ceil", np.ceil, torch.ceil, (-3.0, 3.0)),
+    unary("round", np.round, torch.round, (-3.0, 3.0)),
+    unary("trunc", np.trunc, torch.trunc, (-3.0, 3.0)),
+    unary("isnan", np.isnan, torch.isnan, grad=False),
+    unary("isinf", np.isinf, torch.isinf, grad=False),
+    unary("isfinite", np.isfinite, torch.isfinite, grad=False),
+    unary("logical_not", np.logical_not, torch.logical_not, grad=False),
+    # ---- binary ----------------------------------------------------------------------------
+    binary("add", np.add, torch.add),
+    binary("subtract", np.subtract, torch.sub),
+    binary("multiply", np.multiply, torch.mul),
+    binary("divide", np.divide, torch.div, POS),
+    # torch has no floor_divide gradient; floor(x / y) has the same values and a zero one.
+    binary("floor_divide", np.floor_divide, lambda x, y: torch.floor(x / y), POS),
+    binary("remainder", np.remainder, torch.remainder, POS),
+    binary("power", np.power, torch.pow, POS),
+    binary("maximum", np.maximum, torch.maximum),
+    binary("minimum", np.minimum, torch.minimum),
+    binary("arctan2", np.arctan2, torch.atan2),
+    binary("equal", np.equal, torch.eq, grad=False),
+    binary("not_equal", np.not_equal, torch.ne, grad=False),
+    binary("less", np.less, torch.lt, grad=False),
+    binary("less_equal", np.less_equal, torch.le, grad=False),
+    binary("greater", np.greater, torch.gt, grad=False),
+    binary("greater_equal", np.greater_equal, torch.ge, grad=False),
+    binary("logical_and", np.logical_and, torch.logical_and, grad=False),
+    binary("logical_or", np.logical_or, torch.logical_or, grad=False),
+    binary("logical_xor", np.logical_xor, torch.logical_xor, grad=False),
+    Op("bitwise_and", rill.bitwise_and, np.bitwise_and, torch.bitwise_and,
+       [(ints((3, 4), 0, 16), ints((3, 4), 0, 16)), (ints((3, 1), 0, 16), ints((4,), 0, 16))],
+       grad=False, dtypes=()),
+    Op("bitwise_or", rill.bitwise_or, np.bitwise_or, torch.bitwise_or,
+       [(ints((3, 4), 0, 16), ints((3, 4), 0, 16)), (bools((2, 3)), bools((2, 3)))],
+       grad=False, dtypes=()),
+    Op("bitwise_xor", rill.bitwise_xor, np.bitwise_xor, torch.bitwise_xor,
+       [(ints((3, 4), 0, 16), ints((3, 4), 0, 16))], grad=False, dtypes=()),
+    Op("where", rill.where, np.where, torch.where,
+       [(bools((3, 4)), (3, 4), (3, 4)), (bools((3, 1)), (1, 4), ()), (bools(()), (2,), (2,))]),
+    Op("clip", rill.clip, lambda x, lo, hi: np.minimum(np.maximum(x, lo), hi),
+       lambda x, lo, hi: torch.clamp(x, lo, hi),
+       [((3, 4), lambda r: np.full((1, 4), -0.5), lambda r: np.full((3, 1), 0.7)),
+        ((5,), lambda r: np.array(-1.0), lambda r: np.array(1.0))]),
+    Op("clip_scalars", lambda x: rill.clip(x, -0.5, 0.5), lambda x: np.clip(x, -0.5, 0.5),
+       lambda x: torch.clamp(x, -0.5, 0.5), [((3, 4),), ((),)]),
+    Op("cast", lambda x: rill.cast(x, rill.float32).astype(rill.float64),
+       lambda x: x.astype(np.float32).astype(np.float64),
+       lambda x: x.float().double(), [((3, 4),), ((),)], dtypes=(), rtol=0,
+       fd_rtol=0.1),  # the round trip is a float32 staircase: steps of ~1e-7 vs eps 1e-6
+    # ---- reductions ------------------------------------------------------------------------
+    *[Op(f"{name}{suffix}", (lambda n, a, k: lambda x: getattr(rill, n)(x, axis=a, keepdims=k))(
+        name, axis, keep),
+         (lambda n, a, k: lambda x: NUMPY_REDUCE[n](x, axis=a, keepdims=k))(name, axis, keep),
+         (lambda t, a, k: lambda x: _torch_reduce(t, x, a, k))(tfn, axis, keep),
+         shapes, dtypes=("float32",), rtol=1e-9)
+      for name, tfn in (("sum", torch.sum), ("mean", torch.mean), ("prod", torch.prod),
+                        ("max", torch.amax), ("min", torch.amin),
+                        ("logsumexp", torch.logsumexp))
+      for suffix, axis, keep, shapes in (
+          ("", None, False, [(distinct((3, 4)),), (distinct(()),)]),
+          ("_axis1", 1, False, [(distinct((3, 4)),), (distinct((2, 3, 4)),)]),
+          ("_axes_keep", (0, -1), True, [(distinct((2, 3, 4)),)]))
+      if not (name == "logsumexp" and axis is None) and not (
+          name in ("max", "min") and axis is None)],
+    Op("max_all", lambda x: rill.max(x), np.max, torch.amax, [(distinct((3, 4)),)]),
+    Op("logsumexp_all", lambda x: rill.logsumexp(x), lambda x: np.log(np.sum(np.exp(x))),
+       lambda x: torch.logsumexp(x.reshape(-1), 0), [((3, 4),), ((),)]),
+    Op("sum_empty", lambda x: rill.sum(x, axis=0), lambda x: np.sum(x, axis=0),
+       lambda x: torch.sum(x, 0), [((0, 3),)]),
+    Op("prod_with_zero", lambda x: rill.prod(x * rill.tensor([1.0, 0.0, 1.0, 1.0],
+                                                              dtype=x.dtype), axis=1),
+       lambda x: np.prod(x * np.array([1.0, 0.0, 1.0, 1.0]), axis=1),
+       lambda x: torch.prod(x * torch.tensor([1.0, 0.0, 1.0, 1.0], dtype=x.dtype), 1),
+       [((3, 4),)], dtypes=()),
+    Op("argmax", lambda x: rill.argmax(x, axis=1), lambda x: np.argmax(x, axis=1),
+       lambda x: torch.argmax(x, 1), [(distinct((3, 4)),)], grad=False),
+    Op("argmin", lambda x: rill.argmin(x), lambda x: np.argmin(x), lambda x: torch.argmin(x),
+       [(distinct((3, 4)),)], grad=False),
+    Op("argmax_keep", lambda x: rill.argmax(x, axis=-1, keepdims=True),
+       lambda x: np.argmax(x, axis=-1, keepdims=True), lambda x: torch.argmax(x, -1, True),
+       [(distinct((2, 3, 4)),)], grad=False),
+    *[Op(f"var_c{c}_{i}", (lambda c, a: lambda x: rill.var(x, axis=a, correction=c))(c, a),
+         (lambda c, a: lambda x: np.var(x, axis=a, ddof=c))(c, a),
+         (lambda c, a: lambda x: torch.var(x, dim=a, correction=c))(c, a), [((3, 4),)],
+         dtypes=("float32",), rtol=1e-9)
+      for c in (0, 1) for i, a in enumerate((None, 1))],
+    Op("std", lambda x: rill.std(x, axis=0, correction=1), lambda x: np.std(x, axis=0, ddof=1),
+       lambda x: torch.std(x, 0, correction=1), [((4, 3),)], dtypes=("float32",)),
+    Op("all", lambda x: rill.all(x, axis=0), lambda x: np.all(x, axis=0),
+       lambda x: torch.all(x, 0), [(bools((3, 4)),)], grad=False),
+    Op("any", lambda x: rill.any(x), np.any, torch.any, [(bools((3, 4)),), (bools((0,)),)],
+       grad=False),
+    Op("cumsum", lambda x: rill.cumsum(x, axis=1), lambda x: np.cumsum(x, axis=1),
+       lambda x: torch.cumsum(x, 1), [((3, 4),)], dtypes=("float32",)),
+    Op("cumsum_flat", lambda x: rill.cumsum(x), np.cumsum,
+       lambda x: torch.cumsum(x.reshape(-1), 0), [((3, 4),)]),
+    Op("cumprod", lambda x: rill.cumprod(x, axis=1), lambda x: np.cumprod(x, axis=1),
+       lambda x: torch.cumprod(x, 1), [((3, 4),)], dtypes=("float32",)),
+    Op("cumprod_zeros", lambda x: rill.cumprod(x * rill.tensor([1.0, 0.0, 1.0, 0.0, 1.0],
+                                                                dtype=x.dtype), axis=-1),
+       lambda x: np.cumprod(x * np.array([1.0, 0.0, 1.0, 0.0, 1.0]), axis=-1),
+       lambda x: torch.cumprod(x * torch.tensor([1.0, 0.0, 1.0, 0.0, 1.0], dtype=x.dtype), -1),
+       [((2, 5),)], dtypes=()),
+    *[Op(f"norm_{o}", (lambda o: lambda x: rill.norm(x, ord=o, axis=1))(o),
+         (lambda o: lambda x: np.linalg.norm(x, ord=o, axis=1))(o),
+         (lambda o: lambda x: torch.linalg.vector_norm(x, ord=o, dim=1))(o),
+         [(distinct((3, 4)),)], dtypes=("float32",))
+      for o in (2, 1, 3, math.inf, -math.inf)],
+    Op("norm_all", lambda x: rill.norm(x), lambda x: np.linalg.norm(x.reshape(-1)),
+       lambda x: torch.linalg.vector_norm(x), [((3, 4),)]),
+    # ---- shape -----------------------------------------------------------------------------
+    Op("reshape", lambda x: rill.reshape(x, (4, -1)), lambda x: x.reshape(4, -1),
+       lambda x: x.reshape(4, -1), [((2, 3, 2),), ((0, 4),)]),
+    Op("transpose", lambda x: rill.transpose(x, (2, 0, 1)), lambda x: np.transpose(x, (2, 0, 1)),
+       lambda x: x.permute(2, 0, 1), [((2, 3, 4),)]),
+    Op("transpose_default", rill.transpose, np.transpose, lambda x: x.permute(1, 0),
+       [((2, 3),)]),
+    Op("permute_dims", lambda x: rill.permute_dims(x, (1, 0, 2)),
+       lambda x: np.transpose(x, (1, 0, 2)), lambda x: x.permute(1, 0, 2), [((2, 3, 4),)]),
+    Op("swapaxes", lambda x: rill.swapaxes(x, 0, -1), lambda x: np.swapaxes(x, 0, -1),
+       lambda x: x.transpose(0, -1), [((2, 3, 4),)]),
+    Op("moveaxis", lambda x: rill.moveaxis(x, 0, -1), lambda x: np.moveaxis(x, 0, -1),
+       lambda x: torch.movedim(x, 0, -1), [((2, 3, 4),)]),
+    Op("squeeze", lambda x: rill.squeeze(x, 1), lambda x: np.squeeze(x, 1),
+       lambda x: x.squeeze(1), [((3, 1, 2),)]),
+    Op("squeeze_all", rill.squeeze, np.squeeze, torch.squeeze, [((1, 3, 1),), ((1,),)]),
+    Op("expand_dims", lambda x: rill.expand_dims(x, (0, -1)),
+       lambda x: np.expand_dims(x, (0, -1)), lambda x: x[None, ..., None], [((2, 3),), ((),)]),
+    Op("broadcast_to", lambda x: rill.broadcast_to(x, (2, 3, 4)),
+       lambda x: np.broadcast_to(x, (2, 3, 4)), lambda x: x.expand(2, 3, 4),
+       [((3, 1),), ((),), ((4,),)]),
+    Op("concat", lambda *xs: rill.concat(xs, axis=1), lambda *xs: np.concatenate(xs, axis=1),
+       lambda *xs: torch.cat(xs, 1), [((2, 1), (2, 3), (2, 0))]),
+    Op("stack", lambda *xs: rill.stack(xs, axis=-1), lambda *xs: np.stack(xs, axis=-1),
+       lambda *xs: torch.stack(xs, -1), [((2, 3), (2, 3)), ((), ())]),
+    Op("split_sizes", lambda x: tuple(rill.split(x, [1, 3], axis=1)),
+       lambda x: tuple(np.split(x, [1], axis=1)), lambda x: torch.split(x, [1, 3], 1),
+       [((2, 4),)]),
+    Op("split_sections", lambda x: tuple(rill.split(x, 2)), lambda x: tuple(np.split(x, 2)),
+       lambda x: torch.chunk(x, 2), [((4, 3),)]),
+    Op("flatten", lambda x: rill.flatten(x, 1), lambda x: x.reshape(x.shape[0], -1),
+       lambda x: torch.flatten(x, 1), [((2, 3, 4),)]),
+    *[Op(f"pad_{mode}", (lambda m: lambda x: rill.pad(x, ((1, 2), (2, 1)), mode=m))(mode),
+         (lambda m: lambda x: np.pad(x, ((1, 2), (2, 1)), mode=m))(mode),
+         (lambda m: lambda x: F.pad(x[None], (2, 1, 1, 2), mode=m)[0])(tm), [((3, 4),)])
+      for mode, tm in (("constant", "constant"), ("reflect", "reflect"), ("edge", "replicate"))],
+    Op("pad_value", lambda x: rill.pad(x, 1, value=2.5),
+       lambda x: np.pad(x, 1, constant_values=2.5), lambda x: F.pad(x, (1, 1, 1, 1), value=2.5),
+       [((2, 3),)]),
+    Op("flip", lambda x: rill.flip(x, 1), lambda x: np.flip(x, 1), lambda x: torch.flip(x, (1,)),
+       [((3, 4),)]),
+    Op("flip_all", rill.flip, np.flip, lambda x: torch.flip(x, tuple(range(x.ndim))),
+       [((2, 3),)]),
+    Op("roll", lambda x: rill.roll(x, 2, axis=1), lambda x: np.roll(x, 2, axis=1),
+       lambda x: torch.roll(x, 2, 1), [((3, 4),)]),
+    Op("roll_flat", lambda x: rill.roll(x, -1), lambda x: np.roll(x, -1),
+       lambda x: torch.roll(x, -1), [((3, 4),)]),
+    Op("tile", lambda x: rill.tile(x, (2, 1, 3)), lambda x: np.tile(x, (2, 1, 3)),
+       lambda x: torch.tile(x, (2, 1, 3)), [((2, 3),)]),
+    Op("repeat", lambda x: rill.repeat(x, 2, axis=1), lambda x: np.repeat(x, 2, axis=1),
+       lambda x: torch.repeat_interleave(x, 2, 1), [((2, 3),)]),
+    Op("repeat_counts", lambda x: rill.repeat(x, [1, 0, 2], axis=0),
+       lambda x: np.repeat(x, [1, 0, 2], axis=0),
+       lambda x: torch.repeat_interleave(x, torch.tensor([1, 0, 2]), 0), [((3, 2),)]),
+    Op("take", lambda x, i: rill.take(x, i, axis=1), lambda x, i: np.take(x, i, axis=1),
+       lambda x, i: torch.index_select(x, 1, i), [((3, 4), ints((5,), 0, 4))]),
+    Op("take_rows", lambda x, i: rill.take(x, i, axis=0), lambda x, i: np.take(x, i, axis=0),
+       lambda x, i: x[i], [((4, 3), ints((2, 3), 0, 4))]),
+    Op("take_along_axis", lambda x, i: rill.take_along_axis(x, i, axis=1),
+       lambda x, i: np.take_along_axis(x, i, axis=1), lambda x, i: torch.gather(x, 1, i),
+       [((3, 4), ints((3, 6), 0, 4))]),
+    Op("scatter_add", lambda x, i, u: rill.scatter_add(x, i, u, axis=1),
+       lambda x, i, u: _np_scatter_add(x, i, u, 1),
+       lambda x, i, u: torch.scatter_add(x, 1, i, u), [((3, 4), ints((3, 5), 0, 4), (3, 5))]),
+    Op("one_hot", lambda i: rill.one_hot(i, 5, dtype=rill.float64),
+       lambda i: np.eye(5)[i], lambda i: F.one_hot(i, 5).double(), [(ints((2, 3), 0, 5),)],
+       grad=False, dtypes=()),
+    Op("tril", lambda x: rill.tril(x, -1), lambda x: np.tril(x, -1), lambda x: torch.tril(x, -1),
+       [((3, 4),), ((2, 3, 3),)]),
+    Op("triu", lambda x: rill.triu(x, 1), lambda x: np.triu(x, 1), lambda x: torch.triu(x, 1),
+       [((4, 3),)]),
+    Op("sort", lambda x: rill.sort(x, axis=1), lambda x: np.sort(x, axis=1),
+       lambda x: torch.sort(x, 1).values, [(distinct((3, 4)),)]),
+    Op("sort_desc", lambda x: rill.sort(x, axis=0, descending=True),
+       lambda x: -np.sort(-x, axis=0), lambda x: torch.sort(x, 0, descending=True).values,
+       [(distinct((3, 4)),)]),
+    Op("argsort", lambda x: rill.argsort(x), lambda x: np.argsort(x, kind="stable"),
+       lambda x: torch.argsort(x, stable=True), [(distinct((3, 4)),)], grad=False),
+    Op("topk", lambda x: rill.topk(x, 2, axis=1), lambda x: _np_topk(x, 2),
+       lambda x: tuple(torch.topk(x, 2, 1)), [(distinct((3, 4)),)]),
+    Op("topk_smallest", lambda x: rill.topk(x, 3, largest=False)[0],
+       lambda x: np.sort(x, axis=-1)[..., :3], lambda x: torch.topk(x, 3, largest=False).values,
+       [(distinct((2, 5)),)]),
+    Op("getitem_mixed", lambda x, i: x[1:, i, None, ::-1],
+       lambda x, i: x[1:, i, None, ::-1], lambda x, i: _torch_getitem_mixed(x, i),
+       [((3, 4, 5), ints((2,), 0, 4))]),
+    Op("getitem_rows", lambda x, i: x[i], lambda x, i: x[i], lambda x, i: x[i],
+       [((4, 3), ints((5,), -4, 4))]),
+    Op("index_set", lambda x, v: rill.index_set(x, (slice(None), 1), v),
+       lambda x, v: _np_set(x, (slice(None), 1), v),
+       lambda x, v: torch.index_put(x, (torch.arange(3), torch.tensor([1])), v.reshape(3)),
+       [((3, 4), (3,))]),
+    Op("index_add", lambda x, v, i: rill.index_add(x, (i,), v), lambda x, v, i: _np_add(x, i, v),
+       lambda x, v, i: torch.index_put(x, (i,), v, accumulate=True),
+       [((4, 3), (5, 3), ints((5,), 0, 4))]),
+    # ---- linear algebra --------------------------------------------------------------------
+    Op("matmul", rill.matmul, np.matmul, torch.matmul,
+       [((3, 4), (4, 2)), ((2, 3, 4), (4, 5)), ((4,), (4, 2)), ((3, 4), (4,)), ((4,), (4,)),
+        ((2, 1, 3, 4), (3, 4, 2)), ((0, 4), (4, 2))]),
+    Op("dot", rill.dot, np.dot, lambda x, y: torch.dot(x, y) if x.ndim == 1 and y.ndim == 1
+       else x @ y, [((4,), (4,)), ((2, 3), (3, 2))]),
+    Op("outer", rill.outer, np.outer, torch.outer, [((3,), (4,))]),
+    Op("tensordot", lambda x, y: rill.tensordot(x, y, axes=([1, 2], [0, 1])),
+       lambda x, y: np.tensordot(x, y, axes=([1, 2], [0, 1])),
+       lambda x, y: torch.tensordot(x, y, dims=([1, 2], [0, 1])), [((2, 3, 4), (3, 4, 5))]),
+    Op("einsum_mm", lambda x, y: rill.einsum("ij,jk->ik", x, y),
+       lambda x, y: np.einsum("ij,jk->ik", x, y), lambda x, y: torch.einsum("ij,jk->ik", x, y),
+       [((2, 3), (3, 4))]),
+    Op("einsum_three", lambda x, y, z: rill.einsum("bi,bij,j->b", x, y, z),
+       lambda x, y, z: np.einsum("bi,bij,j->b", x, y, z),
+       lambda x, y, z: torch.einsum("bi,bij,j->b", x, y, z), [((2, 3), (2, 3, 4), (4,))]),
+    Op("einsum_ellipsis", lambda x, y: rill.einsum("...ij,...jk", x, y),
+       lambda x, y: np.einsum("...ij,...jk", x, y), lambda x, y: torch.einsum("...ij,...jk", x, y),
+       [((2, 2, 3), (2, 3, 4))]),
+    Op("einsum_trace_sum", lambda x, y: rill.einsum("ii,jk->j", x, y),
+       lambda x, y: np.einsum("ii,jk->j", x, y), lambda x, y: torch.einsum("ii,jk->j", x, y),
+       [((3, 3), (2, 4))]),
+]
+
+
+def _torch_reduce(fn, x, axis, keepdim):
+    """torch reductions one axis at a time (torch.prod takes no tuple of dims)."""
+    if axis is None:
+        return fn(x.reshape(-1), 0)
+    for a in sorted((a % x.ndim for a in ((axis,) if isinstance(axis, int) else axis)),
+                    reverse=True):
+        x = fn(x, a, keepdim=keepdim)
+    return x
+
+
+def _np_scatter_add(x, i, u, axis):
+    out = x.copy()
+    grid = list(np.indices(i.shape, sparse=True))
+    grid[axis] = i
+    np.add.at(out, tuple(grid), u)
+    return out
+
+
+def _np_topk(x, k):
+    idx = np.argsort(-x, axis=1, kind="stable")[:, :k]
+    return np.take_along_axis(x, idx, 1), idx
+
+
+def _np_set(x, key, v):
+    out = x.copy()
+    out[key] = v
+    return out
+
+
+def _np_add(x, i, v):
+    out = x.copy()
+    np.add.at(out, i, v)
+    return out
+
+
+def _torch_getitem_mixed(x, i):
+    return torch.flip(x[1:, i, None, :], (-1,))

@@ -1,0 +1,183 @@
+"""Every primitive, by the table in ops_table.py: forward against NumPy float64, gradients
+against central finite differences and against PyTorch, forward in lower precisions, and
+(through RILL_CHECK_KERNELS, set in conftest) the inferred shape/dtype against every kernel
+result."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import rill
+from rill.eager import interpreter
+
+from ops_table import OPS
+
+CASES = [pytest.param(op, i, id=f"{op.name}-{i}") for op in OPS for i in range(len(op.shapes))]
+TOLERANCE = {"float32": (1e-5, 1e-5), "float16": (1e-2, 1e-2), "bfloat16": (2e-2, 2e-2)}
+
+
+def make_inputs(op, shapes, seed=0):
+    rng = np.random.default_rng(seed)
+    arrays = []
+    for spec in shapes:
+        a = spec(rng) if callable(spec) else rng.uniform(*op.domain, size=spec)
+        arrays.append(np.asarray(a))
+    return arrays
+
+
+def as_tuple(out):
+    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+
+def is_float(a) -> bool:
+    return np.asarray(a).dtype.kind == "f"
+
+
+def diff_positions(op, arrays):
+    return [i for i, a in enumerate(arrays) if is_float(a) and i not in op.nondiff_inputs]
+
+
+def rill_inputs(arrays, dtype=None):
+    return [rill.tensor(a, dtype=dtype if is_float(a) else None) for a in arrays]
+
+
+def scalar_loss(outs, cotangents):
+    total = None
+    for o, c in zip(outs, cotangents):
+        if c is None:
+            continue
+        term = (o * rill.tensor(c)).sum()
+        total = term if total is None else total + term
+    return total
+
+
+def cotangents_for(outs, seed=1):
+    rng = np.random.default_rng(seed)
+    return [rng.uniform(-1, 1, size=o.shape) if o.dtype.is_floating else None for o in outs]
+
+
+def test_kernel_results_are_checked_against_rules():
+    # conftest turns this on, so every op in this suite validates infer() against its kernel.
+    assert interpreter.CHECK_KERNELS
+
+
+@pytest.mark.parametrize("op,case", CASES)
+def test_forward_matches_numpy_float64(op, case):
+    arrays = make_inputs(op, op.shapes[case])
+    outs = as_tuple(op.fn(*rill_inputs(arrays)))
+    expected = as_tuple(op.ref(*arrays))
+    assert len(outs) == len(expected)
+    for o, e in zip(outs, expected):
+        e = np.asarray(e)
+        assert o.shape == e.shape, f"{op}: shape {o.shape} != {e.shape}"
+        if e.dtype.kind == "f":
+            assert o.dtype is rill.float64
+            np.testing.assert_allclose(o.numpy(), e, rtol=op.rtol, atol=1e-12)
+        else:
+            np.testing.assert_array_equal(o.numpy(), e)
+
+
+def _grads(op, arrays, positions, cots):
+    def loss(*xs):
+        full = list(rill_inputs(arrays))
+        for p, x in zip(positions, xs):
+            full[p] = x
+        return scalar_loss(as_tuple(op.fn(*full)), cots)
+    return loss
+
+
+def _diff_cases():
+    return [c for c in CASES if c.values[0].grad]
+
+
+@pytest.mark.parametrize("op,case", _diff_cases())
+def test_gradient_matches_finite_differences(op, case):
+    arrays = make_inputs(op, op.shapes[case])
+    positions = diff_positions(op, arrays)
+    cots = cotangents_for(as_tuple(op.fn(*rill_inputs(arrays))))
+    loss = _grads(op, arrays, positions, cots)
+    grads = rill.grad(loss, argnums=tuple(range(len(positions))))(
+        *[rill.tensor(arrays[p]) for p in positions])
+    eps = 1e-6
+    for g, p in zip(grads, positions):
+        numeric = np.zeros_like(arrays[p])
+        for idx in np.ndindex(arrays[p].shape):
+            values = []
+            for sign in (1, -1):
+                shifted = [rill.tensor(arrays[q]) for q in positions]
+                bumped = arrays[p].copy()
+                bumped[idx] += sign * eps
+                shifted[positions.index(p)] = rill.tensor(bumped)
+                with rill.no_grad():
+                    values.append(float(loss(*shifted)))
+            numeric[idx] = (values[0] - values[1]) / (2 * eps)
+        np.testing.assert_allclose(np.asarray(g), numeric, rtol=op.fd_rtol, atol=1e-6,
+                                   err_msg=f"{op}: input {p}")
+
+
+@pytest.mark.parametrize("op,case", [c for c in _diff_cases() if c.values[0].torch_fn])
+def test_gradient_matches_pytorch(op, case):
+    arrays = make_inputs(op, op.shapes[case])
+    positions = diff_positions(op, arrays)
+    cots = cotangents_for(as_tuple(op.fn(*rill_inputs(arrays))))
+    grads = rill.grad(_grads(op, arrays, positions, cots), argnums=tuple(range(len(positions))))(
+        *[rill.tensor(arrays[p]) for p in positions])
+
+    tin = [torch.tensor(a, requires_grad=i in positions) for i, a in enumerate(arrays)]
+    touts = as_tuple(op.torch_fn(*tin))
+    tloss = sum((o * torch.tensor(c)).sum() for o, c in zip(touts, cots) if c is not None)
+    tgrads = torch.autograd.grad(tloss, [tin[p] for p in positions], allow_unused=True)
+    for g, tg, p in zip(grads, tgrads, positions):
+        expected = np.zeros(arrays[p].shape) if tg is None else tg.numpy()
+        np.testing.assert_allclose(np.asarray(g), expected, rtol=1e-8, atol=1e-10,
+                                   err_msg=f"{op}: input {p}")
+
+
+@pytest.mark.parametrize("op,dtype", [pytest.param(op, d, id=f"{op.name}-{d}")
+                                      for op in OPS for d in op.dtypes])
+def test_forward_in_lower_precision(op, dtype):
+    arrays = make_inputs(op, op.shapes[0])
+    tensors = rill_inputs(arrays, dtype)
+    # The reference sees exactly the rounded inputs the op saw.
+    rounded = [t.numpy().astype(np.float64) if is_float(a) else a for t, a in zip(tensors, arrays)]
+    outs = as_tuple(op.fn(*tensors))
+    expected = as_tuple(op.ref(*rounded))
+    rtol, atol = TOLERANCE[dtype]
+    for o, e in zip(outs, expected):
+        e = np.asarray(e)
+        assert o.shape == e.shape
+        if e.dtype.kind == "f":
+            assert o.dtype is getattr(rill, dtype), f"{op}: {o.dtype}"
+            np.testing.assert_allclose(o.numpy().astype(np.float64), e, rtol=rtol, atol=atol)
+        else:
+            np.testing.assert_array_equal(o.numpy(), e)
+
+
+def test_table_covers_every_primitive():
+    from rill.ops.primitive import PRIMITIVES
+    exercised = set()
+    original = interpreter.EagerInterpreter.apply
+
+    def spy(self, prim, *rest):
+        exercised.add(prim.name)
+        return original(self, prim, *rest)
+
+    interpreter.EagerInterpreter.apply = spy
+    try:
+        for op in OPS:
+            for shapes in op.shapes:
+                arrays = make_inputs(op, shapes)
+                out = as_tuple(op.fn(*rill_inputs(arrays)))
+                cots = cotangents_for(out)
+                if op.grad and any(c is not None for c in cots):
+                    positions = diff_positions(op, arrays)
+                    rill.grad(_grads(op, arrays, positions, cots),
+                              argnums=tuple(range(len(positions))))(
+                        *[rill.tensor(arrays[p]) for p in positions])
+    finally:
+        interpreter.EagerInterpreter.apply = original
+    creation = {"full", "empty", "arange", "linspace", "eye", "uniform", "normal", "randint",
+                "to_device"}  # covered in test_tensor.py
+    missing = set(PRIMITIVES) - exercised - creation
+    assert not missing, f"primitives missing from the op table: {sorted(missing)}"
