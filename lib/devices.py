@@ -79,14 +79,15 @@ def device(spec="cpu") -> Device:
     if isinstance(spec, Device):
         return spec
     if not isinstance(spec, str):
-        raise DeviceError(f"expected a device name like 'cpu' or 'gpu:0', got {spec!r}")
+        raise DeviceError(f"expected a device name like 'cpu' or 'gpu:0', got {spec!r}",
+                          op="device")
     kind, _, index_text = spec.partition(":")
     try:
         index = int(index_text) if index_text else 0
     except ValueError:
-        raise DeviceError(f"bad device index in {spec!r}") from None
+        raise DeviceError(f"bad device index in {spec!r}", op="device") from None
     if index < 0:
-        raise DeviceError(f"bad device index in {spec!r}")
+        raise DeviceError(f"bad device index in {spec!r}", op="device")
     key = (kind, index)
     found = _DEVICES.get(key)
     if found is not None:
@@ -95,8 +96,10 @@ def device(spec="cpu") -> Device:
     if backend is None:
         if kind == "gpu":
             reasons = _missing_gpu_parts() or ["no GPU backend is registered in this build of rill"]
-            raise DeviceError(f"device {spec!r} is not available: {'; '.join(reasons)}")
-        raise DeviceError(f"unknown device kind {kind!r}; expected 'cpu' or 'gpu'")
+            raise DeviceError(f"device {spec!r} is not available: {'; '.join(reasons)}",
+                              op="device")
+        raise DeviceError(f"unknown device kind {kind!r}; expected 'cpu' or 'gpu'",
+                          op="device")
     found = _DEVICES[key] = Device(kind, index, backend)
     return found
 

@@ -63,6 +63,26 @@ class KernelError(Error):
     """A kernel failed on values its shape/dtype rule could not check (e.g. int ** -1)."""
 
 
+def reports_as(op: str):
+    """Decorator for public functions built from other ops: errors name `op`, the function
+    the user called, and keep the inner op in parentheses when it differs."""
+    import functools
+
+    def wrap(fn):
+        @functools.wraps(fn)
+        def run(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except Error as e:
+                if e.op is None:
+                    e.op = op
+                elif not e.op.startswith(op):
+                    e.op = f"{op} ({e.op})"
+                raise
+        return run
+    return wrap
+
+
 # ---- where the user is ---------------------------------------------------------------------
 
 _framework_roots: tuple[str, ...] | None = None
@@ -130,6 +150,7 @@ def install_traceback_filter() -> None:
     def hook(etype, value, tb):
         if isinstance(value, Error) and not _want_full_traceback():
             tb = strip_framework_frames(tb) or tb
+            value = value.with_traceback(tb)  # the default hook prints value.__traceback__
         previous(etype, value, tb)
 
     hook._rill = True

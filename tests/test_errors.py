@@ -165,32 +165,18 @@ def test_bad_axis(fn, op, mentions, kernel_calls):
     rule_error_test(rill.ShapeError, fn, op, mentions, kernel_calls)
 
 
-_NO_OP = ("rill bug: {fn}() calls normalize_axis/normalize_axes itself, before bind() "
-          "(outside bind's try that fills in e.op), so the ShapeError has op=None and the "
-          "message does not name {fn}")
-
 MORE_AXIS_CASES = [
     case(lambda: X.topk(1, axis=2), "topk", "axis 2", id="topk"),
     case(lambda: X.roll(1, axis=2), "roll", "axis 2", id="roll"),
     case(lambda: X.take_along_axis(rill.tensor([[0]]), axis=2), "take_along_axis", "axis 2",
          id="take_along_axis"),
-    case(lambda: X.flip(axis=2), "flip", "axis 2", id="flip",
-         marks=pytest.mark.xfail(reason=_NO_OP.format(fn="flip"), strict=True)),
-    case(lambda: X.take(rill.tensor([0]), axis=2), "take", "axis 2", id="take",
-         marks=pytest.mark.xfail(reason=_NO_OP.format(fn="take"), strict=True)),
-    case(lambda: X.swapaxes(0, 2), "swapaxes", "axis 2", id="swapaxes",
-         marks=pytest.mark.xfail(reason=_NO_OP.format(fn="swapaxes"), strict=True)),
-    case(lambda: X.moveaxis(0, 2), "moveaxis", "axis 2", id="moveaxis",
-         marks=pytest.mark.xfail(reason=_NO_OP.format(fn="moveaxis"), strict=True)),
-    case(lambda: X.flatten(0, 2), "flatten", "axis 2", id="flatten",
-         marks=pytest.mark.xfail(reason=_NO_OP.format(fn="flatten"), strict=True)),
-    case(lambda: X.repeat(2, axis=2), "repeat", "axis 2", id="repeat",
-         marks=pytest.mark.xfail(reason=_NO_OP.format(fn="repeat"), strict=True)),
-    case(lambda: rill.stack([X, X], axis=4), "stack", "axis 4", id="stack",
-         marks=pytest.mark.xfail(reason="rill bug: stack() forwards a bad axis to "
-                                 "expand_dims, whose ShapeError says 'expand_dims: axis 4 is "
-                                 "out of range for a tensor with 3 dimensions' (op and ndim "
-                                 "of a call the user never made)", strict=True)),
+    case(lambda: X.flip(axis=2), "flip", "axis 2", id="flip"),
+    case(lambda: X.take(rill.tensor([0]), axis=2), "take", "axis 2", id="take"),
+    case(lambda: X.swapaxes(0, 2), "swapaxes", "axis 2", id="swapaxes"),
+    case(lambda: X.moveaxis(0, 2), "moveaxis", "axis 2", id="moveaxis"),
+    case(lambda: X.flatten(0, 2), "flatten", "axis 2", id="flatten"),
+    case(lambda: X.repeat(2, axis=2), "repeat", "axis 2", id="repeat"),
+    case(lambda: rill.stack([X, X], axis=4), "stack", "axis 4", id="stack"),
 ]
 
 
@@ -259,15 +245,6 @@ def test_backward_of_argmax():
     check(info.value, rill.GradientError, "backward", line, "argmax")
 
 
-_ARGMAX_ORIGIN = ("rill bug: the 'no gradient, comes from argmax' origin is lost one op later: "
-                  "bind() only records (and record() only sets _origin) when an input requires "
-                  "grad, and the argmax result does not, so the cast result has _origin=None; "
-                  "{what}")
-
-
-@pytest.mark.xfail(reason=_ARGMAX_ORIGIN.format(
-    what="backward() then says only 'the tensor does not require grad', not naming argmax"),
-    strict=True)
 def test_backward_through_argmax_cast_to_float():
     x = rill.tensor([1.0, 3.0, 2.0], requires_grad=True)
     with pytest.raises(rill.GradientError) as info:
@@ -276,9 +253,6 @@ def test_backward_through_argmax_cast_to_float():
     check(info.value, rill.GradientError, "backward", line, "argmax")
 
 
-@pytest.mark.xfail(reason=_ARGMAX_ORIGIN.format(
-    what="rill.grad (grad.py: value._origin is None) silently returns zeros instead of raising"),
-    strict=True)
 def test_grad_through_argmax_cast_to_float():
     x = rill.tensor([1.0, 3.0, 2.0])
     f = rill.grad(lambda v: v.argmax().astype(rill.float32))
@@ -390,9 +364,6 @@ def test_gpu_unavailable_says_what_is_missing(fn):
     assert e.location in str(e)
 
 
-@pytest.mark.xfail(reason="rill bug: devices.device() raises DeviceError without op=, and no "
-                          "bind() fills it in, so e.op is None for an unavailable device",
-                   strict=True)
 def test_gpu_unavailable_names_the_op():
     e = _gpu_error(lambda: rill.device("gpu"))
     assert e.op == "device"
@@ -486,11 +457,6 @@ def _run_script(tmp_path, **env):
     return proc.stderr
 
 
-@pytest.mark.xfail(reason="rill bug: errors.install_traceback_filter's hook passes the stripped "
-                          "traceback as the tb argument of the previous (CPython default) "
-                          "excepthook, which prints value.__traceback__ when the exception has "
-                          "one and ignores tb; the hook must do value.with_traceback(tb)",
-                   strict=True)
 def test_traceback_hides_framework_frames(tmp_path):
     stderr = _run_script(tmp_path)
     assert "bind.py" not in stderr

@@ -13,13 +13,12 @@ from . import context
 from .interpreter import CHECK_KERNELS
 
 
-def _not_differentiable(t: Tensor, what: str) -> GradientError:
+def not_differentiable(t: Tensor, op: str) -> GradientError:
     if t._origin is not None:
-        return GradientError(f"{what}: the tensor comes from {t._origin}, which has no gradient "
-                             f"(its output is {'integer or bool' if not t.dtype.is_floating else 'piecewise constant'})",
-                             op="backward")
-    return GradientError(f"{what}: the tensor does not require grad (no input of the "
-                         "computation required grad, or it ran under no_grad)", op="backward")
+        return GradientError(f"the tensor comes from {t._origin}, which has no gradient (its "
+                             "output is an integer, a bool or piecewise constant)", op=op)
+    return GradientError("the tensor does not require grad (no input of the computation "
+                         "required grad, or it ran under no_grad)", op=op)
 
 
 def _toposort(roots, targets):
@@ -173,7 +172,7 @@ def backward(roots, grads=None, *, retain_graph=False, create_graph=False) -> No
     grads = grads or [None] * len(roots)
     for root in roots:
         if not root.requires_grad:
-            raise _not_differentiable(root, "backward()")
+            raise not_differentiable(root, "backward")
     cts = [_root_cotangent(r, g) for r, g in zip(roots, grads)]
     found = gradients(roots, cts, create_graph=create_graph,
                       retain_graph=retain_graph or create_graph)

@@ -4,7 +4,8 @@ Every op, eager or captured, passes here:
 1. inputs are normalized (Python scalars lifted as weak values, dtypes promoted);
 2. the shape/dtype rule runs first, so bad input fails at the user's call, named;
 3. the current interpreter (chosen by context, never by the arguments) runs the op;
-4. a tape node is recorded when grad mode is on and an input requires grad.
+4. a tape node is recorded when grad mode is on and an input requires grad (or came
+   from an op without a gradient, so that differentiating it later can say which).
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ def bind(prim, *args, **attrs):
     outs = ctx.interpreter.apply(prim, args, attrs, avals, device)
     if ctx.grad_enabled:
         for a in args:
-            if a.requires_grad:
+            if a.requires_grad or a._origin is not None:
                 record(prim, args, attrs, outs)
                 break
     return outs

@@ -7,7 +7,7 @@ from ..errors import DTypeError, GradientError
 from ..tensor import Tensor
 from ..tree import flatten
 from . import context
-from .backward import _not_differentiable, gradients
+from .backward import not_differentiable, gradients
 
 
 def value_and_grad(f, argnums=0, has_aux: bool = False):
@@ -53,7 +53,7 @@ def value_and_grad(f, argnums=0, has_aux: bool = False):
                               create_graph=create_graph,
                               retain_graph=create_graph)
         elif value._origin is not None:
-            raise _not_differentiable(value, "grad")
+            raise not_differentiable(value, "grad")
         else:
             found = {}
         grads = [_grad_or_zeros(found, x) for x in inputs]

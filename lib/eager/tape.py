@@ -29,10 +29,15 @@ class Node:
 
 def record(prim, inputs, attrs, outputs) -> None:
     """Attach a tape node to `outputs` (called by bind when an input requires grad)."""
+    origin = None
     if prim.vjp is None:
-        # Not differentiable (argmax, comparisons, ...): say so if someone differentiates later.
+        origin = prim.name  # argmax, comparisons, ...
+    elif not any(a.requires_grad for a in inputs):
+        origin = next(a._origin for a in inputs if a._origin is not None)
+    if origin is not None:
+        # No gradient flows here: remember why, for the error if someone differentiates later.
         for out in (outputs if prim.multiple_results else (outputs,)):
-            out._origin = prim.name
+            out._origin = origin
         return
     node = Node()
     node.prim = prim

@@ -10,6 +10,7 @@ import math
 
 from .. import dtypes as dt
 from ..eager.bind import bind
+from ..errors import reports_as
 from . import promotion
 from .primitive import primitive
 from .rules import broadcast_shapes, require
@@ -292,6 +293,7 @@ def elu(x, alpha: float = 1.0):
     return bind(P["elu"], x, alpha=float(alpha))
 
 
+@reports_as("gelu")
 def gelu(x, approximate: str = "none"):
     """x * Phi(x); approximate='tanh' uses the tanh formula of the GPT-2 paper."""
     if approximate not in ("none", "tanh"):
@@ -529,6 +531,7 @@ def _clip_vjp(g, out, x, lo, hi):
 clip_p = primitive("clip", _clip_infer, _clip_vjp, normalize=promotion.common)
 
 
+@reports_as("clip")
 def clip(x, min=None, max=None):  # noqa: A002 - NumPy's names
     """x limited to [min, max]; either bound may be None (a scalar or a tensor)."""
     if min is None and max is None:

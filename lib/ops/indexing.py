@@ -15,6 +15,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..errors import IndexingError, ShapeError
+from ..errors import reports_as
 from ..eager.bind import bind
 from ..tensor import Tensor
 from . import promotion
@@ -235,18 +236,21 @@ def getitem(x, key):
     return bind(getitem_p, x, *arrays, key=static)
 
 
+@reports_as("index_add")
 def index_add(x, key, values):
     """A copy of x with `values` added at x[key]; repeated indices add up."""
     static, arrays = parse_key(x, key)
     return bind(index_add_p, x, values, *arrays, key=static)
 
 
+@reports_as("index_set")
 def index_set(x, key, values):
     """A copy of x with x[key] replaced by `values` (the functional form of x[key] = values)."""
     static, arrays = parse_key(x, key)
     return bind(index_set_p, x, values, *arrays, key=static)
 
 
+@reports_as("take")
 def take(x, indices, axis: int | None = None):
     """Elements of x at integer `indices` along `axis` (of the flattened x when None).
 
@@ -328,6 +332,7 @@ def scatter_add(x, indices, updates, axis: int):
     return bind(scatter_add_p, x, indices, updates, axis=axis)
 
 
+@reports_as("one_hot")
 def one_hot(indices, num_classes: int, dtype=None):
     """A trailing axis of length num_classes with a one at each index."""
     from .creation import arange

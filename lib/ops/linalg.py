@@ -5,6 +5,7 @@ from __future__ import annotations
 import string
 
 from ..errors import ArgumentError, ShapeError
+from ..errors import reports_as
 from ..eager.bind import bind
 from . import promotion
 from .primitive import primitive
@@ -57,6 +58,7 @@ def matmul(x, y):
     return bind(matmul_p, x, y)
 
 
+@reports_as("dot")
 def dot(x, y):
     """Inner product of vectors, or matmul for matrices (NumPy's dot up to 2-d)."""
     x, y = promotion.lift((x, y))
@@ -68,6 +70,7 @@ def dot(x, y):
     return matmul(x, y)
 
 
+@reports_as("outer")
 def outer(x, y):
     """x[i] * y[j] for vectors (other shapes are flattened first)."""
     from .shape import reshape
@@ -75,6 +78,7 @@ def outer(x, y):
     return reshape(x, (-1, 1)) * reshape(y, (1, -1))
 
 
+@reports_as("tensordot")
 def tensordot(x, y, axes=2):
     """Sum over the last `axes` axes of x and the first of y, or over explicit axis lists."""
     from .shape import reshape, transpose
@@ -200,6 +204,7 @@ def _einsum_vjp(g, out, *xs, inputs, output):
 einsum_p = primitive("einsum", _einsum_infer, _einsum_vjp, normalize=promotion.common)
 
 
+@reports_as("einsum")
 def einsum(equation: str, *operands):
     """Einstein summation over any number of operands ('...' and implicit output allowed).
 
@@ -209,9 +214,5 @@ def einsum(equation: str, *operands):
     tensors = promotion.lift(operands)
     if not tensors:
         raise ArgumentError("einsum needs at least one operand", op="einsum")
-    try:
-        inputs, output = parse_einsum(equation, [t.shape for t in tensors])
-    except (ShapeError, ArgumentError) as e:
-        e.op = "einsum"
-        raise
+    inputs, output = parse_einsum(equation, [t.shape for t in tensors])
     return bind(einsum_p, *tensors, inputs=inputs, output=output)

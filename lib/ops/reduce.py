@@ -10,6 +10,7 @@ import math
 
 from .. import dtypes as dt
 from ..errors import ArgumentError, ShapeError
+from ..errors import reports_as
 from ..eager.bind import bind
 from . import promotion
 from .primitive import primitive
@@ -270,6 +271,7 @@ def var(x, axis=None, correction: float = 0, keepdims: bool = False):
     return bind(var_p, x, axis=_axis_attr(axis), keepdims=keepdims, correction=correction)
 
 
+@reports_as("std")
 def std(x, axis=None, correction: float = 0, keepdims: bool = False):
     """Standard deviation, sqrt(var(x, axis, correction))."""
     from .elementwise import sqrt
@@ -298,6 +300,7 @@ def cumprod(x, axis: int | None = None):
     return bind(cumprod_p, x, axis=axis)
 
 
+@reports_as("norm")
 def norm(x, ord=None, axis=None, keepdims: bool = False):
     """Vector p-norm over `axis` (all axes by default): ord 2 (default, also 'fro'), 1,
     inf, -inf, 0 (count of non-zeros) or any p > 0."""

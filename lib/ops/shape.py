@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ArgumentError, ShapeError
+from ..errors import reports_as
 from ..eager.bind import bind
 from . import promotion
 from .primitive import primitive
@@ -95,6 +96,7 @@ def permute_dims(x, axes):
     return transpose(x, axes)
 
 
+@reports_as("swapaxes")
 def swapaxes(x, axis1: int, axis2: int):
     x = _tensor(x)
     a, b = normalize_axis(axis1, x.ndim), normalize_axis(axis2, x.ndim)
@@ -103,6 +105,7 @@ def swapaxes(x, axis1: int, axis2: int):
     return transpose(x, axes)
 
 
+@reports_as("moveaxis")
 def moveaxis(x, source, destination):
     """Move axes to new positions; the others keep their order."""
     x = _tensor(x)
@@ -126,17 +129,14 @@ def moveaxis_many(x, axes):
 # ---- adding and removing unit axes ---------------------------------------------------------
 
 
+@reports_as("squeeze")
 def squeeze(x, axis=None):
     """Remove axes of length one (all of them, or those named, which must have length one)."""
     x = _tensor(x)
     if axis is None:
         axes = tuple(i for i, s in enumerate(x.shape) if s == 1)
     else:
-        try:
-            axes = normalize_axes(axis, x.ndim)
-        except ShapeError as e:
-            e.op = "squeeze"
-            raise
+        axes = normalize_axes(axis, x.ndim)
         for a in axes:
             if x.shape[a] != 1:
                 raise ShapeError(f"cannot squeeze axis {a} of length {x.shape[a]} "
@@ -144,20 +144,18 @@ def squeeze(x, axis=None):
     return reshape(x, tuple(s for i, s in enumerate(x.shape) if i not in axes))
 
 
+@reports_as("expand_dims")
 def expand_dims(x, axis):
     """Insert axes of length one at the given positions of the result."""
     x = _tensor(x)
     axes = (axis,) if isinstance(axis, int) else tuple(axis)
     ndim = x.ndim + len(axes)
-    try:
-        axes = normalize_axes(axes, ndim)
-    except ShapeError as e:
-        e.op = "expand_dims"
-        raise
+    axes = normalize_axes(axes, ndim)
     dims = iter(x.shape)
     return reshape(x, tuple(1 if i in axes else next(dims) for i in range(ndim)))
 
 
+@reports_as("flatten")
 def flatten(x, start_axis: int = 0, end_axis: int = -1):
     """Merge axes start_axis..end_axis (inclusive) into one."""
     x = _tensor(x)
@@ -229,11 +227,13 @@ def concat(tensors, axis: int = 0):
     return bind(concat_p, *tensors, axis=axis)
 
 
+@reports_as("stack")
 def stack(tensors, axis: int = 0):
     """Join equally shaped tensors along a new axis."""
     tensors = [_tensor(t) for t in tensors]
     if not tensors:
         raise ArgumentError("stack needs at least one tensor", op="stack")
+    normalize_axis(axis, tensors[0].ndim + 1)
     shapes = {t.shape for t in tensors}
     if len(shapes) > 1:
         raise ShapeError(f"stack needs equal shapes, got {' and '.join(map(str, shapes))}",
@@ -257,6 +257,7 @@ def _split_vjp(gs, outs, x, sizes, axis):
 split_p = primitive("split", _split_infer, _split_vjp, multiple_results=True)
 
 
+@reports_as("split")
 def split(x, sizes_or_sections, axis: int = 0):
     """Split along `axis` into pieces of the given sizes, or into N equal sections.
 
@@ -264,11 +265,7 @@ def split(x, sizes_or_sections, axis: int = 0):
     [(2, 2), (3, 2)]
     """
     x = _tensor(x)
-    try:
-        a = normalize_axis(axis, x.ndim)
-    except ShapeError as e:
-        e.op = "split"
-        raise
+    a = normalize_axis(axis, x.ndim)
     n = x.shape[a]
     if isinstance(sizes_or_sections, int):
         k = sizes_or_sections
@@ -320,6 +317,7 @@ def _pad_vjp(g, out, x, widths, mode, value):
 pad_p = primitive("pad", _pad_infer, _pad_vjp)
 
 
+@reports_as("pad")
 def pad(x, pad_width, mode: str = "constant", value=0):
     """Pad with a constant, a reflection (without the edge) or the edge value.
 
@@ -347,6 +345,7 @@ def _axes_infer(x, axes, **_):
 flip_p = primitive("flip", _axes_infer, lambda g, out, x, axes: (flip(g, axes),))
 
 
+@reports_as("flip")
 def flip(x, axis=None):
     """Reverse the order of elements along `axis` (all axes by default)."""
     x = _tensor(x)
@@ -369,6 +368,7 @@ def _roll_infer(x, shift, axes):
 roll_p = primitive("roll", _roll_infer, _roll_vjp)
 
 
+@reports_as("roll")
 def roll(x, shift, axis=None):
     """Shift elements cyclically along `axis` (the flattened tensor when axis is None)."""
     shift = tuple(int(s) for s in shift) if isinstance(shift, (tuple, list)) else int(shift)
@@ -379,6 +379,7 @@ def roll(x, shift, axis=None):
 # ---- tile, repeat --------------------------------------------------------------------------
 
 
+@reports_as("tile")
 def tile(x, reps):
     """Repeat the whole tensor `reps` times along each axis (NumPy's tile)."""
     x = _tensor(x)
@@ -393,6 +394,7 @@ def tile(x, reps):
     return reshape(big, tuple(r * s for r, s in zip(reps, shape)))
 
 
+@reports_as("repeat")
 def repeat(x, repeats, axis: int | None = None):
     """Repeat each element `repeats` times (an int, or one count per element) along `axis`."""
     from .creation import tensor

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from .. import dtypes as dt
 from ..errors import ShapeError
+from ..errors import reports_as
 from ..eager.bind import bind
 from .primitive import primitive
 from .rules import normalize_axis, require
@@ -45,16 +46,19 @@ def _axis(x, axis):
     return axis
 
 
+@reports_as("sort")
 def sort(x, axis: int = -1, descending: bool = False):
     """Values sorted along `axis` (stable; descending reverses the stable order)."""
     return bind(sort_p, x, axis=_axis(x, axis), descending=descending)[0]
 
 
+@reports_as("argsort")
 def argsort(x, axis: int = -1, descending: bool = False):
     """Indices that sort x along `axis`."""
     return bind(sort_p, x, axis=_axis(x, axis), descending=descending)[1]
 
 
+@reports_as("topk")
 def topk(x, k: int, axis: int = -1, largest: bool = True):
     """(values, indices) of the k largest (or smallest) entries along `axis`, in order."""
     values, indices = bind(topk_p, x, k=int(k), axis=_axis(x, axis), largest=largest)
