@@ -161,7 +161,11 @@ def square(x):
 
 
 def relu(x):
-    """max(x, 0).  >>> rill.relu(rill.tensor([-1., 2.]))  ->  tensor([0., 2.])"""
+    """max(x, 0).
+
+    >>> rill.relu(rill.tensor([-1.0, 2.0]))
+    tensor([0., 2.])
+    """
     return bind(P["relu"], x)
 
 

@@ -1,0 +1,34 @@
+"""pyproject lists every package folder, and the README's quick start is what CI runs."""
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).parent.parent
+
+
+def _package_folders():
+    found = set()
+    for top, name in (("lib", "rill"), ("kernels", "rill.kernels")):
+        for init in (ROOT / top).rglob("__init__.py"):
+            rel = init.parent.relative_to(ROOT / top)
+            found.add(".".join([name, *rel.parts]))
+    return found
+
+
+def test_every_package_folder_is_listed_in_pyproject():
+    tomllib = pytest.importorskip("tomllib")
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert set(config["tool"]["setuptools"]["packages"]) == _package_folders()
+
+
+def test_ci_runs_the_readme_test_command_verbatim():
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("## Quick start")
+    block = readme[start:].split("```")[1].strip().splitlines()
+    assert len(block) == 2, block
+    assert block[1] in (ROOT / ".ci" / "run").read_text()
+
+
+def test_kernels_package_is_importable_as_rill_kernels():
+    import rill.kernels.numpy.special as special
+    assert hasattr(special, "erf")
