@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..errors import DeviceError, Error
 from .context import current
-from .tape import record
+from .tape import mark_no_gradient, record
 
 
 def bind(prim, *args, **attrs):
@@ -34,8 +34,14 @@ def bind(prim, *args, **attrs):
         raise
     outs = ctx.interpreter.apply(prim, args, attrs, avals, device)
     if ctx.grad_enabled:
+        origin = None
         for a in args:
-            if a.requires_grad or a._origin is not None:
+            if a.requires_grad:
                 record(prim, args, attrs, outs)
                 break
+            if a._origin is not None:
+                origin = a._origin
+        else:
+            if origin is not None:
+                mark_no_gradient(prim, outs, origin)
     return outs

@@ -29,15 +29,8 @@ class Node:
 
 def record(prim, inputs, attrs, outputs) -> None:
     """Attach a tape node to `outputs` (called by bind when an input requires grad)."""
-    origin = None
-    if prim.vjp is None:
-        origin = prim.name  # argmax, comparisons, ...
-    elif not any(a.requires_grad for a in inputs):
-        origin = next(a._origin for a in inputs if a._origin is not None)
-    if origin is not None:
-        # No gradient flows here: remember why, for the error if someone differentiates later.
-        for out in (outputs if prim.multiple_results else (outputs,)):
-            out._origin = origin
+    if prim.vjp is None:  # argmax, comparisons, ...
+        mark_no_gradient(prim, outputs, prim.name)
         return
     node = Node()
     node.prim = prim
@@ -63,6 +56,13 @@ def record(prim, inputs, attrs, outputs) -> None:
         else:
             outputs._origin = prim.name
         node.outputs = (_ref(outputs),) if prim.save_output else None
+
+
+def mark_no_gradient(prim, outputs, origin: str) -> None:
+    """No gradient flows into `outputs`: remember which op cut it, for the error message if
+    someone differentiates them later."""
+    for out in (outputs if prim.multiple_results else (outputs,)):
+        out._origin = origin
 
 
 def _attach(out, node, index) -> None:
