@@ -99,14 +99,16 @@ def gradients(roots, cotangents, targets=None, *, create_graph=False, retain_gra
                 held[node] = t
         slot[t._index] = add_cotangents(slot[t._index], ct)
 
+    def route(t, ct):
+        """A cotangent for t: kept if t is wanted, passed on to t's node if it has one."""
+        wanted = target_ids is None if t._node is None else t._retains_grad
+        if wanted or (target_ids is not None and id(t) in target_ids):
+            collect(t, ct)
+        if t._node is not None:
+            push(t, ct)
+
     for root, ct in zip(roots, cotangents):
-        if root._node is None:
-            if target_ids is None or id(root) in target_ids:
-                collect(root, ct)
-            continue
-        if root._retains_grad or (target_ids is not None and id(root) in target_ids):
-            collect(root, ct)
-        push(root, ct)
+        route(root, ct)
 
     with (context.enable_grad() if create_graph else context.no_grad()):
         for node in reversed(_toposort(roots, target_ids)):
@@ -135,13 +137,7 @@ def gradients(roots, cotangents, targets=None, *, create_graph=False, retain_gra
                 if CHECK_KERNELS and tuple(ct.shape) != inp.shape:
                     raise AssertionError(f"vjp of {node.prim.name} gave a cotangent of shape "
                                          f"{ct.shape} for an input of shape {inp.shape}")
-                if inp._node is None:
-                    if target_ids is None or id(inp) in target_ids:
-                        collect(inp, ct)
-                    continue
-                if inp._retains_grad or (target_ids is not None and id(inp) in target_ids):
-                    collect(inp, ct)
-                push(inp, ct)
+                route(inp, ct)
             if not retain_graph:
                 node.release()
     return collected

@@ -7,10 +7,9 @@ import numpy as np
 
 from ..dtypes import bfloat16, round_to_bfloat16
 from ..errors import DeviceError, Error, IndexingError, KernelError
-from ..tensor import Tensor
+from ..tensor import Tensor, new_tensor
 
 _ndarray = np.ndarray
-_new = object.__new__
 # Tests set RILL_CHECK_KERNELS=1: every kernel result is checked against its shape/dtype rule.
 CHECK_KERNELS = os.environ.get("RILL_CHECK_KERNELS", "") not in ("", "0")
 
@@ -34,27 +33,7 @@ class EagerInterpreter:
                               op=prim.name) from e
         if prim.multiple_results:
             return tuple(wrap(prim, o, aval, device) for o, aval in zip(out, avals))
-        # wrap(), inlined: this is the hot path of every eager op.
-        if type(out) is not _ndarray:
-            out = np.asarray(out)
-        dtype = avals[1]
-        if dtype is bfloat16:
-            out = round_to_bfloat16(out)
-        if CHECK_KERNELS:
-            check_kernel_result(prim, out, avals)
-        t = _new(Tensor)
-        t._data = out
-        t.shape = out.shape
-        t.dtype = dtype
-        t.device = device
-        t.requires_grad = False
-        t.grad = None
-        t._node = None
-        t._index = 0
-        t._version = 0
-        t._retains_grad = False
-        t._origin = None
-        return t
+        return wrap(prim, out, avals, device)
 
 
 def wrap(prim, out, aval, device) -> Tensor:
@@ -66,19 +45,7 @@ def wrap(prim, out, aval, device) -> Tensor:
         out = round_to_bfloat16(out)
     if CHECK_KERNELS:
         check_kernel_result(prim, out, aval)
-    t = _new(Tensor)
-    t._data = out
-    t.shape = out.shape
-    t.dtype = dtype
-    t.device = device
-    t.requires_grad = False
-    t.grad = None
-    t._node = None
-    t._index = 0
-    t._version = 0
-    t._retains_grad = False
-    t._origin = None
-    return t
+    return new_tensor(out, dtype, device)
 
 
 def check_kernel_result(prim, out, aval) -> None:
