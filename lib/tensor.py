@@ -91,10 +91,10 @@ class Tensor:
         return view
 
     def __array__(self, dtype=None, copy=None):
-        host = self.device.backend.to_host(self._data)
-        if dtype is not None:
-            return host.astype(dtype)
-        return host.copy() if copy else host
+        # Read-only unless copied: the buffer may be shared with other tensors.
+        if dtype is not None or copy:
+            return np.array(self.numpy(), dtype=dtype, copy=True)
+        return self.numpy()
 
     def item(self):
         """The single value as a Python scalar."""

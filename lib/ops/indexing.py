@@ -178,9 +178,11 @@ def _getitem_vjp(g, out, x, *arrays, key):
     if _is_row_gather(key, x.ndim):
         from ..sparse import SparseRows
         from .shape import reshape
-        idx = arrays[0]
+        from .elementwise import where
+        idx = reshape(arrays[0], (-1,))
+        idx = where(idx < 0, idx + x.shape[0], idx)  # one spelling per row, for coalescing
         rows = reshape(g, (idx.size,) + x.shape[1:])
-        return (SparseRows(reshape(idx, (-1,)), rows, x.shape),) + (None,) * len(arrays)
+        return (SparseRows(idx, rows, x.shape),) + (None,) * len(arrays)
     return (bind(index_add_p, zeros_like(x), g, *arrays, key=key),) + (None,) * len(arrays)
 
 
@@ -211,10 +213,18 @@ def _index_add_vjp(g, out, x, values, *arrays, key):
 
 
 def _index_set_vjp(g, out, x, values, *arrays, key):
-    from .elementwise import sum_to_shape
-    from .creation import zeros_like
+    from .elementwise import sum_to_shape, where, equal
+    from .creation import arange, full, zeros_like
+    from .shape import reshape
     picked = bind(getitem_p, g, *arrays, key=key)
     cleared = bind(index_set_p, g, zeros_like(picked), *arrays, key=key)
+    if ARRAY in key:
+        # A position indexed twice keeps one write: only that entry of `values` gets its
+        # gradient. Stamp each entry's ordinal through the same set to see which survived.
+        ordinal = reshape(arange(picked.size, device=g.device), picked.shape)
+        stamp = bind(index_set_p, full(x.shape, -1, device=g.device), ordinal, *arrays, key=key)
+        survived = equal(bind(getitem_p, stamp, *arrays, key=key), ordinal)
+        picked = where(survived, picked, 0.0)
     return (cleared, sum_to_shape(picked, values.shape)) + (None,) * len(arrays)
 
 
