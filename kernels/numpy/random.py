@@ -1,7 +1,6 @@
 """Random CPU kernels: draws from the Generator named in the attrs, under its lock."""
 from __future__ import annotations
 
-import numpy as np
 
 from rill.ops.primitive import register_kernels
 

@@ -28,7 +28,6 @@ ELLIPSIS = ("...",)
 
 
 def _nonzero(mask: Tensor):
-    from .elementwise import cast
     host = np.asarray(mask.device.backend.to_host(mask._data))
     from .creation import tensor
     return [tensor(i.astype(np.int64), device=mask.device) for i in np.nonzero(host)]
