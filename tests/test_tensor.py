@@ -688,3 +688,12 @@ def test_setitem_gradient_with_repeated_indices():
     check(x, [1.0, 0.0, 1.0, 0.0])
     x.sum().backward()
     check(w.grad, np.float32(2.0))  # d(2w)/dw; rill gives 3
+
+
+def test_comparison_with_none_or_text_is_identity_not_an_error():
+    t = rill.tensor([1.0, 2.0])
+    assert (t == None) is False  # noqa: E711
+    assert (t != None) is True  # noqa: E711
+    assert (t == "a") is False
+    assert t in [t] and None not in [t]
+    np.testing.assert_array_equal((t == 1.0).numpy(), [True, False])

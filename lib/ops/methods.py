@@ -29,6 +29,16 @@ def _invert(x):
     raise DTypeError(f"~ needs a bool or integer tensor, got {x.dtype}", op="invert")
 
 
+def _comparison(fn):
+    """== and != against non-numbers (None, strings) fall back to Python's identity test."""
+    def method(self, other):
+        if other is None or isinstance(other, str):
+            return NotImplemented
+        return fn(self, other)
+    method.__name__ = fn.__name__
+    return method
+
+
 def _snapshot(t: Tensor) -> Tensor:
     """A second handle on t's current value and tape position (for in-place updates)."""
     old = object.__new__(Tensor)
@@ -103,7 +113,7 @@ OPERATORS = {
     "__or__": E.bitwise_or, "__ror__": _reflected(E.bitwise_or), "__ior__": _inplace(E.bitwise_or),
     "__xor__": E.bitwise_xor, "__rxor__": _reflected(E.bitwise_xor),
     "__ixor__": _inplace(E.bitwise_xor),
-    "__eq__": E.equal, "__ne__": E.not_equal, "__lt__": E.less, "__le__": E.less_equal,
+    "__eq__": _comparison(E.equal), "__ne__": _comparison(E.not_equal), "__lt__": E.less, "__le__": E.less_equal,
     "__gt__": E.greater, "__ge__": E.greater_equal,
     "__neg__": E.neg, "__pos__": lambda self: self, "__abs__": E.abs, "__invert__": _invert,
     "__getitem__": indexing.getitem, "__setitem__": _setitem,
