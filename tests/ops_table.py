@@ -369,10 +369,12 @@ def _torch_reduce(fn, x, axis, keepdim):
 
 
 def _np_scatter_add(x, i, u, axis):
+    """Element by element, independent of the kernel's vectorized form."""
     out = x.copy()
-    grid = list(np.indices(i.shape, sparse=True))
-    grid[axis] = i
-    np.add.at(out, tuple(grid), u)
+    for idx in np.ndindex(i.shape):
+        target = list(idx)
+        target[axis] = i[idx]
+        out[tuple(target)] += u[idx]
     return out
 
 
