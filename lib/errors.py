@@ -97,14 +97,10 @@ def _roots() -> tuple[str, ...]:
         kernels = sys.modules.get("rill.kernels")
         if kernels is not None and getattr(kernels, "__file__", None):
             roots.add(os.path.dirname(os.path.abspath(kernels.__file__)) + os.sep)
-        roots.add(os.path.dirname(contextlib_file()) + os.sep + "contextlib.py")
+        import contextlib  # `with rill.no_grad():` frames are not the user's either
+        roots.add(os.path.abspath(contextlib.__file__))
         _framework_roots = tuple(roots)
     return _framework_roots
-
-
-def contextlib_file() -> str:
-    import contextlib
-    return os.path.abspath(contextlib.__file__)
 
 
 def is_framework_file(filename: str) -> bool:

@@ -15,7 +15,7 @@ import numpy as np
 
 from . import dtypes as _dt
 from .devices import Device
-from .errors import DTypeError, Error, GradientError, ShapeError
+from .errors import DTypeError, GradientError, ShapeError
 
 _new = object.__new__
 
@@ -219,9 +219,3 @@ def new_tensor(data, dtype: _dt.DType, device: Device) -> Tensor:
     t._origin = None
     return t
 
-
-def is_tensor(x) -> bool:
-    return isinstance(x, Tensor)
-
-
-__all__ = ["Tensor", "new_tensor", "is_tensor", "Error"]

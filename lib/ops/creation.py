@@ -72,7 +72,8 @@ def tensor(data, dtype=None, device=None, requires_grad: bool = False) -> Tensor
     """
     dtype = None if dtype is None else dt.as_dtype(dtype)
     array, dtype = _host_array(data, dtype)
-    array = np.array(dt.to_storage(array, dtype), copy=True)
+    stored = dt.to_storage(array, dtype)
+    array = stored.copy() if stored is array else stored  # never share the caller's memory
     dev = _device(device if device is not None else
                   (data.device if isinstance(data, Tensor) else None))
     return _finish(new_tensor(dev.backend.from_host(array, dev), dtype, dev), requires_grad)

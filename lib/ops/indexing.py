@@ -291,7 +291,8 @@ def _take_along_infer(x, idx, axis):
         shape = broadcast_shapes(tuple(1 if i == a else s for i, s in enumerate(x.shape)),
                                  tuple(1 if i == a else s for i, s in enumerate(idx.shape)))
     except ShapeError:
-        raise ShapeError(f"indices {idx.shape} do not broadcast with x {x.shape} off axis {axis}")
+        raise ShapeError(f"indices {idx.shape} do not broadcast with x {x.shape} off axis "
+                         f"{axis}") from None
     return tuple(idx.shape[a] if i == a else s for i, s in enumerate(shape)), x.dtype
 
 
