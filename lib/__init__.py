@@ -11,7 +11,7 @@ from .dtypes import (DType, bfloat16, bool_, float16, float32, float64, int8, in
                      int64, uint8, promote_types, finfo)
 from .devices import Device, device
 from .errors import (Error, ArgumentError, DeviceError, DTypeError, GradientError,
-                     IndexingError, KernelError, ShapeError, install_traceback_filter)
+                     IndexingError, KernelError, ShapeError, CheckpointError, DataError, install_traceback_filter)
 from .tensor import Tensor
 from .sparse import SparseRows
 from .random import Generator, manual_seed, default_generator
@@ -42,6 +42,8 @@ from .ops.linalg import matmul, dot, outer, tensordot, einsum
 from .eager.context import no_grad, enable_grad, is_grad_enabled
 from .eager.grad import grad, value_and_grad
 from .eager.custom_vjp import custom_vjp
+
+from . import nn, optim, data, train
 
 bool = bool_  # noqa: A001 - rill.bool, as torch.bool and jnp.bool
 __version__ = "0.1.0"

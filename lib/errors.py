@@ -59,6 +59,14 @@ class GradientError(Error):
     """A gradient that cannot be computed as asked."""
 
 
+class CheckpointError(Error):
+    """A checkpoint or saved file that is missing, truncated, corrupted, or does not match."""
+
+
+class DataError(Error):
+    """An input pipeline failed: a worker raised, a queue was closed or timed out."""
+
+
 class KernelError(Error):
     """A kernel failed on values its shape/dtype rule could not check (e.g. int ** -1)."""
 

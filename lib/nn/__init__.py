@@ -1,0 +1,2 @@
+"""rill.nn: layers, losses and parameter initialization."""
+from .parameter import Parameter
