@@ -1,0 +1,62 @@
+"""Max-pooling CPU kernels.
+
+Both passes loop over the KH*KW window offsets, each a strided slice of the whole batch:
+a few large vectorized passes instead of an argmax over a tiny trailing axis (which NumPy
+runs several times slower).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from rill.ops.primitive import register_kernels
+
+
+def _geometry(h, w, kernel_size, stride, padding, dilation):
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel_size, stride, padding, dilation
+    oh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+    ow = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    for i in range(kh):
+        for j in range(kw):
+            rows = slice(i * dh, i * dh + (oh - 1) * sh + 1, sh)
+            cols = slice(j * dw, j * dw + (ow - 1) * sw + 1, sw)
+            yield (rows, cols), (i * dh - ph) * w + (j * dw - pw)  # flat offset of the tap
+
+
+def _base(h, w, oh, ow, stride):
+    """Flat index in the unpadded plane of each window's top-left tap, minus padding."""
+    return (np.arange(oh)[:, None] * stride[0]) * w + np.arange(ow)[None, :] * stride[1]
+
+
+def max_pool2d(x, kernel_size, stride, padding, dilation):
+    n, c, h, w = x.shape
+    ph, pw = padding
+    xp = x
+    if ph or pw:  # -inf never wins a window that holds a real pixel
+        xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=-np.inf)
+    best = index = None
+    for (rows, cols), offset in _geometry(h, w, kernel_size, stride, padding, dilation):
+        tap = xp[:, :, rows, cols]
+        if best is None:
+            best, index = tap.copy(), np.full(tap.shape, offset, dtype=np.int64)
+            continue
+        # Strictly greater keeps the first maximum; a NaN (tap != tap) wins over any number
+        # and, once held, is never beaten (as PyTorch).
+        wins = tap > best
+        wins |= tap != tap
+        np.copyto(best, tap, where=wins)
+        np.copyto(index, offset, where=wins)
+    index += _base(h, w, best.shape[2], best.shape[3], stride)
+    return best, index
+
+
+def max_pool2d_grad(g, indices, input_shape, kernel_size, stride, padding, dilation):
+    n, c, h, w = input_shape
+    ph, pw = padding
+    out = np.zeros((n, c, h + 2 * ph, w + 2 * pw), dtype=g.dtype)
+    relative = indices - _base(h, w, g.shape[2], g.shape[3], stride)
+    for (rows, cols), offset in _geometry(h, w, kernel_size, stride, padding, dilation):
+        out[:, :, rows, cols] += np.where(relative == offset, g, 0)
+    return out[:, :, ph:ph + h, pw:pw + w]
+
+
+register_kernels("cpu", {"max_pool2d": max_pool2d, "max_pool2d_grad": max_pool2d_grad})

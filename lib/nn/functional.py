@@ -1,0 +1,374 @@
+"""rill.nn.functional: the layer math as functions (the layers in rill.nn call these).
+
+Fused primitives (convolutions, pooling, softmax) are declared in rill.ops; everything else
+here is composed from primitives, so each function differentiates, captures, and runs on any
+device its pieces run on.
+"""
+from __future__ import annotations
+
+import math
+
+from .. import dtypes as dt
+from .. import ops as _ops  # noqa: F401  (declares the primitives)
+from ..eager.context import no_grad
+from ..errors import ArgumentError, DTypeError, ShapeError, reports_as
+from ..ops import promotion
+from ..ops.activation import log_softmax, softmax
+from ..ops.conv import conv1d, conv2d, conv_transpose2d
+from ..ops.creation import ones
+from ..ops.elementwise import (abs, elu, exp, gelu, leaky_relu, log, logical_not,  # noqa: F401
+                               relu, rsqrt, sigmoid, silu, softplus, square, tanh, where)
+from ..ops.indexing import take, take_along_axis
+from ..ops.linalg import matmul
+from ..ops.methods import update_in_place
+from ..ops.pooling import adaptive_avg_pool2d, avg_pool2d, max_pool2d
+from ..ops.random import rand
+from ..ops.reduce import mean, sum, var
+from ..ops.shape import expand_dims, moveaxis, reshape, squeeze, swapaxes, tril
+
+_REDUCTIONS = ("mean", "sum", "none")
+
+
+# ---- dense layers ---------------------------------------------------------------------------
+
+def linear(x, weight, bias=None):
+    """x @ weight.T + bias, with weight of shape (out_features, in_features).
+
+    >>> rill.nn.functional.linear(rill.ones(2, 3), rill.ones(4, 3)).shape
+    (2, 4)
+    """
+    y = matmul(x, swapaxes(weight, -1, -2))
+    return y if bias is None else y + bias
+
+
+@reports_as("embedding")
+def embedding(indices, weight, padding_idx: int | None = None):
+    """Rows of `weight` at integer `indices`; the gradient is sparse (rill.SparseRows).
+
+    Rows at padding_idx are looked up but receive no gradient.
+
+    >>> w = rill.arange(6.0).reshape(3, 2)
+    >>> rill.nn.functional.embedding(rill.tensor([2, 0]), w)
+    tensor([[4., 5.],
+            [0., 1.]])
+    """
+    indices = promotion.lift((indices,))[0]
+    if indices.dtype.kind not in "iu":
+        raise DTypeError(f"indices must be integers, got {indices.dtype}", op="embedding")
+    if weight.ndim != 2:
+        raise ShapeError(f"weight must be (num_embeddings, dim), got {weight.shape}",
+                         op="embedding")
+    out = take(weight, indices, axis=0)
+    if padding_idx is not None:
+        keep = expand_dims(indices != (padding_idx % weight.shape[0]), -1)
+        out = where(keep, out, out.detach())
+    return out
+
+
+# ---- regularization ------------------------------------------------------------------------
+
+@reports_as("dropout")
+def dropout(x, p: float = 0.5, training: bool = True, generator=None):
+    """Zero each element with probability p and scale the rest by 1/(1-p); identity when
+    not training.
+
+    >>> x = rill.ones(1000)
+    >>> y = rill.nn.functional.dropout(x, 0.5, generator=rill.Generator(0))
+    >>> sorted(set(y.tolist()))
+    [0.0, 2.0]
+    """
+    if not 0.0 <= p <= 1.0:
+        raise ArgumentError(f"p must be in [0, 1], got {p}", op="dropout")
+    if not training or p == 0.0:
+        return x
+    if p == 1.0:
+        return x * 0.0
+    keep = rand(*x.shape, dtype=x.dtype, device=x.device, generator=generator) >= p
+    return where(keep, x * (1.0 / (1.0 - p)), 0.0)
+
+
+# ---- normalization -------------------------------------------------------------------------
+
+def _affine(y, weight, bias, shape):
+    if weight is not None:
+        y = y * reshape(weight, shape)
+    if bias is not None:
+        y = y + reshape(bias, shape)
+    return y
+
+
+def _check_channels(name, t, c, what):
+    if t is not None and tuple(t.shape) != (c,):
+        raise ShapeError(f"{what} must have shape ({c},), got {t.shape}", op=name)
+
+
+@reports_as("batch_norm")
+def batch_norm(x, running_mean=None, running_var=None, weight=None, bias=None,
+               training: bool = False, momentum: float = 0.1, eps: float = 1e-5):
+    """Normalize each channel (axis 1) by batch statistics (training) or by the running ones.
+
+    In training, running_mean and running_var (if given) are updated in place:
+    new = (1 - momentum) * old + momentum * batch, the variance unbiased (as PyTorch).
+    """
+    if x.ndim < 2:
+        raise ShapeError(f"expects (N, C, ...), got {x.shape}", op="batch_norm")
+    c = x.shape[1]
+    for t, what in ((running_mean, "running_mean"), (running_var, "running_var"),
+                    (weight, "weight"), (bias, "bias")):
+        _check_channels("batch_norm", t, c, what)
+    shape = (1, c) + (1,) * (x.ndim - 2)
+    axes = (0,) + tuple(range(2, x.ndim))
+    if training:
+        count = x.size // c
+        if count <= 1:
+            raise ShapeError(f"training batch_norm needs more than one value per channel, got "
+                             f"input {x.shape}", op="batch_norm")
+        mu = mean(x, axis=axes, keepdims=True)
+        centered = x - mu
+        v = mean(square(centered), axis=axes, keepdims=True)
+        if running_mean is not None:
+            with no_grad():
+                m = float(momentum)
+                update_in_place(running_mean, lambda old: old * (1 - m) + reshape(mu, (c,)) * m)
+                unbiased = reshape(v, (c,)) * (count / (count - 1))
+                update_in_place(running_var, lambda old: old * (1 - m) + unbiased * m)
+        y = centered * rsqrt(v + eps)
+    else:
+        if running_mean is None or running_var is None:
+            raise ArgumentError("inference batch_norm needs running_mean and running_var",
+                                op="batch_norm")
+        y = (x - reshape(running_mean, shape)) * reshape(rsqrt(running_var + eps), shape)
+    return _affine(y, weight, bias, shape)
+
+
+@reports_as("layer_norm")
+def layer_norm(x, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
+    """Normalize over the trailing `normalized_shape` axes, then scale and shift.
+
+    >>> y = rill.nn.functional.layer_norm(rill.tensor([[1.0, 2.0, 3.0]]), (3,))
+    >>> [round(v, 4) for v in y[0].tolist()]
+    [-1.2247, 0.0, 1.2247]
+    """
+    normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(
+        normalized_shape)
+    k = len(normalized_shape)
+    if tuple(x.shape[x.ndim - k:]) != normalized_shape or k > x.ndim:
+        raise ShapeError(f"input {x.shape} does not end with normalized_shape "
+                         f"{normalized_shape}", op="layer_norm")
+    for t, what in ((weight, "weight"), (bias, "bias")):
+        if t is not None and tuple(t.shape) != normalized_shape:
+            raise ShapeError(f"{what} must have shape {normalized_shape}, got {t.shape}",
+                             op="layer_norm")
+    axes = tuple(range(x.ndim - k, x.ndim))
+    mu = mean(x, axis=axes, keepdims=True)
+    centered = x - mu
+    y = centered * rsqrt(mean(square(centered), axis=axes, keepdims=True) + eps)
+    return _affine(y, weight, bias, normalized_shape)
+
+
+@reports_as("group_norm")
+def group_norm(x, num_groups: int, weight=None, bias=None, eps: float = 1e-5):
+    """Normalize each group of channels of each sample, then a per-channel scale and shift."""
+    if x.ndim < 2:
+        raise ShapeError(f"expects (N, C, ...), got {x.shape}", op="group_norm")
+    n, c = x.shape[:2]
+    if num_groups < 1 or c % num_groups:
+        raise ArgumentError(f"{c} channels do not split into {num_groups} groups",
+                            op="group_norm")
+    _check_channels("group_norm", weight, c, "weight")
+    _check_channels("group_norm", bias, c, "bias")
+    g = reshape(x, (n, num_groups, -1))
+    mu = mean(g, axis=2, keepdims=True)
+    centered = g - mu
+    y = reshape(centered * rsqrt(mean(square(centered), axis=2, keepdims=True) + eps), x.shape)
+    return _affine(y, weight, bias, (1, c) + (1,) * (x.ndim - 2))
+
+
+# ---- losses --------------------------------------------------------------------------------
+
+def _reduce(loss, reduction: str, op: str):
+    if reduction == "mean":
+        return mean(loss)
+    if reduction == "sum":
+        return sum(loss)
+    if reduction == "none":
+        return loss
+    raise ArgumentError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}", op=op)
+
+
+def _classes_last(x):
+    """(N, C, d1, ...) -> (N, d1, ..., C): the class axis last, as the losses index it."""
+    return moveaxis(x, 1, -1) if x.ndim > 2 else x
+
+
+@reports_as("nll_loss")
+def nll_loss(log_probs, target, weight=None, ignore_index: int = -100,
+             reduction: str = "mean"):
+    """-log_probs[target], per sample (class axis 1), weighted, ignoring ignore_index.
+
+    With reduction='mean' the sum is divided by the total weight of the counted targets.
+    """
+    target = promotion.lift((target,))[0]
+    if target.dtype.kind not in "iu":
+        raise DTypeError(f"target must hold class indices (integers), got {target.dtype}; "
+                         "for probabilities use cross_entropy", op="nll_loss")
+    if log_probs.ndim < 1 or (log_probs.ndim == 1 and target.ndim != 0) or (
+            log_probs.ndim > 1 and (tuple(target.shape) != (log_probs.shape[0],) +
+                                    tuple(log_probs.shape[2:]))):
+        raise ShapeError(f"target {target.shape} does not match input {log_probs.shape} "
+                         "(expected the input's shape without the class axis 1)", op="nll_loss")
+    c = log_probs.shape[1] if log_probs.ndim > 1 else log_probs.shape[0]
+    if weight is not None and tuple(weight.shape) != (c,):
+        raise ShapeError(f"weight must have shape ({c},), got {weight.shape}", op="nll_loss")
+    valid = target != ignore_index
+    safe = where(valid, target, 0)
+    if bool(((safe < 0) | (safe >= c)).any()):
+        raise ArgumentError(f"target holds class indices outside [0, {c})", op="nll_loss")
+    lp = _classes_last(log_probs) if log_probs.ndim > 1 else log_probs
+    picked = squeeze(take_along_axis(lp, expand_dims(safe, -1), axis=-1), -1)
+    w = valid.astype(log_probs.dtype)
+    if weight is not None:
+        w = w * take(weight, safe)
+    loss = -picked * w
+    if reduction == "mean":
+        return sum(loss) / sum(w)
+    return _reduce(loss, reduction, "nll_loss")
+
+
+@reports_as("cross_entropy")
+def cross_entropy(logits, target, weight=None, ignore_index: int = -100,
+                  reduction: str = "mean", label_smoothing: float = 0.0):
+    """Softmax cross-entropy of logits (N, C, ...) against class indices (N, ...) or class
+    probabilities (the logits' shape), as PyTorch's cross_entropy.
+
+    >>> logits = rill.tensor([[2.0, 0.0, 0.0]])
+    >>> round(float(rill.nn.functional.cross_entropy(logits, rill.tensor([0]))), 4)
+    0.2395
+    """
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ArgumentError(f"label_smoothing must be in [0, 1], got {label_smoothing}",
+                            op="cross_entropy")
+    if reduction not in _REDUCTIONS:
+        raise ArgumentError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}",
+                            op="cross_entropy")
+    target = promotion.lift((target,))[0]
+    logits = promotion.lift((logits,))[0]
+    if logits.ndim < 1:
+        raise ShapeError("logits need a class axis", op="cross_entropy")
+    class_axis = 1 if logits.ndim > 1 else 0
+    c = logits.shape[class_axis]
+    lp = log_softmax(logits, axis=class_axis)
+    if target.dtype.kind == "f":  # class probabilities
+        if tuple(target.shape) != tuple(logits.shape):
+            raise ShapeError(f"probability targets {target.shape} must match logits "
+                             f"{logits.shape}", op="cross_entropy")
+        if label_smoothing:
+            target = target * (1.0 - label_smoothing) + label_smoothing / c
+        weighted = lp if weight is None else lp * reshape(weight, (c,) + (1,) * (
+            logits.ndim - class_axis - 1))
+        return _reduce(-sum(weighted * target, axis=class_axis), reduction, "cross_entropy")
+    loss = nll_loss(lp, target, weight, ignore_index, reduction)
+    if not label_smoothing:
+        return loss
+    # The smoothing term: the mean over classes of -log p, weighted like the nll term.
+    lpl = _classes_last(lp) if lp.ndim > 1 else lp
+    per_class = -lpl if weight is None else -lpl * weight
+    valid = (target != ignore_index).astype(lp.dtype)
+    smooth = sum(per_class, axis=-1) * valid
+    if reduction == "mean":
+        denom = sum(valid if weight is None else valid * take(weight, where(
+            target != ignore_index, target, 0)))
+        smooth = sum(smooth) / denom
+    else:
+        smooth = _reduce(smooth, reduction, "cross_entropy")
+    return loss * (1.0 - label_smoothing) + smooth * (label_smoothing / c)
+
+
+def _pair_check(x, y, op):
+    x, y = promotion.common_float((x, y))
+    if tuple(x.shape) != tuple(y.shape):
+        raise ShapeError(f"input {x.shape} and target {y.shape} must have one shape", op=op)
+    return x, y
+
+
+@reports_as("mse_loss")
+def mse_loss(x, y, reduction: str = "mean"):
+    """Mean squared error.
+
+    >>> float(rill.nn.functional.mse_loss(rill.tensor([1.0, 3.0]), rill.tensor([0.0, 0.0])))
+    5.0
+    """
+    x, y = _pair_check(x, y, "mse_loss")
+    return _reduce(square(x - y), reduction, "mse_loss")
+
+
+@reports_as("l1_loss")
+def l1_loss(x, y, reduction: str = "mean"):
+    """Mean absolute error."""
+    x, y = _pair_check(x, y, "l1_loss")
+    return _reduce(abs(x - y), reduction, "l1_loss")
+
+
+@reports_as("huber_loss")
+def huber_loss(x, y, reduction: str = "mean", delta: float = 1.0):
+    """0.5 d^2 where |d| < delta, else delta (|d| - 0.5 delta), for d = x - y."""
+    if delta <= 0:
+        raise ArgumentError(f"delta must be positive, got {delta}", op="huber_loss")
+    x, y = _pair_check(x, y, "huber_loss")
+    d = abs(x - y)
+    loss = where(d < delta, 0.5 * square(d), delta * (d - 0.5 * delta))
+    return _reduce(loss, reduction, "huber_loss")
+
+
+@reports_as("binary_cross_entropy_with_logits")
+def binary_cross_entropy_with_logits(x, y, weight=None, pos_weight=None,
+                                     reduction: str = "mean"):
+    """-[pos_weight * y log sigmoid(x) + (1 - y) log(1 - sigmoid(x))], stable for any x."""
+    x, y = _pair_check(x, y, "binary_cross_entropy_with_logits")
+    # log sigmoid(x) = -softplus(-x); log(1 - sigmoid(x)) = -softplus(x)
+    positive = softplus(-x)
+    if pos_weight is not None:
+        positive = positive * pos_weight
+    loss = y * positive + (1.0 - y) * softplus(x)
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss, reduction, "binary_cross_entropy_with_logits")
+
+
+# ---- attention -----------------------------------------------------------------------------
+
+@reports_as("scaled_dot_product_attention")
+def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p: float = 0.0,
+                                 is_causal: bool = False, scale: float | None = None,
+                                 generator=None):
+    """softmax(q @ k^T * scale + mask) @ v over (..., L, E) queries and (..., S, E) keys.
+
+    attn_mask: bool (True = may attend, as PyTorch) or float (added to the scores);
+    is_causal masks keys after each query.
+
+    >>> q = rill.ones(2, 4, 8)
+    >>> rill.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True).shape
+    (2, 4, 8)
+    """
+    q, k, v = promotion.common_float((q, k, v))
+    if q.ndim < 2 or k.ndim < 2 or v.ndim < 2 or q.shape[-1] != k.shape[-1] or \
+            k.shape[-2] != v.shape[-2]:
+        raise ShapeError(f"expects q (..., L, E), k (..., S, E), v (..., S, Ev); got "
+                         f"{q.shape}, {k.shape}, {v.shape}", op="scaled_dot_product_attention")
+    if is_causal and attn_mask is not None:
+        raise ArgumentError("give either attn_mask or is_causal, not both",
+                            op="scaled_dot_product_attention")
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = matmul(q, swapaxes(k, -1, -2)) * scale
+    if is_causal:
+        attn_mask = tril(ones(q.shape[-2], k.shape[-2], dtype=dt.bool_,
+                              device=q.device))
+    if attn_mask is not None:
+        if attn_mask.dtype.kind == "b":
+            scores = where(attn_mask, scores, float("-inf"))
+        else:
+            scores = scores + attn_mask
+    weights = softmax(scores, axis=-1)
+    if dropout_p:
+        weights = dropout(weights, dropout_p, True, generator)
+    return matmul(weights, v)

@@ -1,0 +1,199 @@
+"""Convolutions (NCHW): three bilinear primitives whose gradients are each other.
+
+    conv2d(x, w)                   y = x (*) w                 forward
+    conv_transpose2d(g, w)         the adjoint of conv2d in x  (input gradient)
+    conv2d_weight_grad(x, g)       the adjoint of conv2d in w  (weight gradient)
+
+Because each is linear in each argument, the vjp of any of them is built from the other two,
+so every derivative order works. conv1d is conv2d with a unit height. All share one set of
+attrs: stride (sh, sw), padding ((top, bottom), (left, right)), dilation (dh, dw), groups.
+"""
+from __future__ import annotations
+
+from ..eager.bind import bind
+from ..errors import ArgumentError, ShapeError, reports_as
+from . import promotion
+from .primitive import primitive
+from .rules import require
+
+
+def _pair(value, name: str) -> tuple:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return (value, value)
+    if isinstance(value, (tuple, list)) and len(value) == 2 and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return tuple(value)
+    raise ArgumentError(f"{name} must be an int or a pair of ints, got {value!r}")
+
+
+def conv_output_size(size: int, kernel: int, stride: int, pad: tuple, dilation: int) -> int:
+    return (size + pad[0] + pad[1] - dilation * (kernel - 1) - 1) // stride + 1
+
+
+def _check_common(stride, padding, dilation, groups):
+    if min(stride) < 1 or min(dilation) < 1:
+        raise ArgumentError(f"stride {stride} and dilation {dilation} must be positive")
+    if not isinstance(groups, int) or groups < 1:
+        raise ArgumentError(f"groups must be a positive int, got {groups!r}")
+
+
+def _conv_infer(x, w, stride, padding, dilation, groups):
+    require(x, "f", "floating-point tensors")
+    _check_common(stride, padding, dilation, groups)
+    if x.ndim != 4 or w.ndim != 4:
+        raise ShapeError(f"expects x (N, C, H, W) and w (O, C/groups, KH, KW), got {x.shape} "
+                         f"and {w.shape}")
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    if c % groups or o % groups:
+        raise ShapeError(f"channels in {c} and out {o} must both divide by groups={groups}")
+    if cg * groups != c:
+        raise ShapeError(f"weight {w.shape} expects {cg * groups} input channels "
+                         f"(C/groups={cg}, groups={groups}), but x {x.shape} has {c}")
+    oh = conv_output_size(h, kh, stride[0], padding[0], dilation[0])
+    ow = conv_output_size(wd, kw, stride[1], padding[1], dilation[1])
+    if oh < 1 or ow < 1:
+        raise ShapeError(f"the kernel {(kh, kw)} (dilation {dilation}) does not fit the padded "
+                         f"input {(h + sum(padding[0]), wd + sum(padding[1]))}")
+    return (n, o, oh, ow), x.dtype
+
+
+def _conv_vjp(g, out, x, w, **attrs):
+    return (conv_transpose2d_p_bind(g, w, x.shape[2:], attrs),
+            bind(conv2d_weight_grad_p, x, g, kernel_size=w.shape[2:], **attrs))
+
+
+def _transpose_infer(g, w, input_size, stride, padding, dilation, groups):
+    require(g, "f", "floating-point tensors")
+    _check_common(stride, padding, dilation, groups)
+    if g.ndim != 4 or w.ndim != 4:
+        raise ShapeError(f"expects x (N, C, H, W) and w (C, O/groups, KH, KW), got {g.shape} "
+                         f"and {w.shape}")
+    o, cg, kh, kw = w.shape
+    if g.shape[1] != o or o % groups:
+        raise ShapeError(f"weight {w.shape} expects {o} input channels (divisible by "
+                         f"groups={groups}), x {g.shape} has {g.shape[1]}")
+    expected = tuple(conv_output_size(s, k, st, p, d) for s, k, st, p, d in
+                     zip(input_size, (kh, kw), stride, padding, dilation))
+    if expected != tuple(g.shape[2:]):
+        raise ShapeError(f"an output size of {tuple(input_size)} does not fit an input of "
+                         f"spatial size {g.shape[2:]} with this kernel, stride and padding")
+    return (g.shape[0], cg * groups) + tuple(input_size), g.dtype
+
+
+def _transpose_vjp(gg, out, g, w, input_size, **attrs):
+    return (bind(conv2d_p, gg, w, **attrs),
+            bind(conv2d_weight_grad_p, gg, g, kernel_size=w.shape[2:], **attrs))
+
+
+def _weight_grad_infer(x, g, kernel_size, stride, padding, dilation, groups):
+    require(x, "f", "floating-point tensors")
+    n, c, h, wd = x.shape
+    o = g.shape[1]
+    if g.shape[0] != n or o % groups or c % groups:
+        raise ShapeError(f"x {x.shape} and output gradient {g.shape} do not pair up")
+    return (o, c // groups) + tuple(kernel_size), x.dtype
+
+
+def _weight_grad_vjp(gw, out, x, g, kernel_size, **attrs):
+    return (conv_transpose2d_p_bind(g, gw, x.shape[2:], attrs), bind(conv2d_p, x, gw, **attrs))
+
+
+def conv_transpose2d_p_bind(g, w, input_size, attrs):
+    return bind(conv_transpose2d_p, g, w, input_size=tuple(input_size), **attrs)
+
+
+conv2d_p = primitive("conv2d", _conv_infer, _conv_vjp, normalize=promotion.common_float)
+conv_transpose2d_p = primitive("conv_transpose2d", _transpose_infer, _transpose_vjp,
+                               normalize=promotion.common_float)
+conv2d_weight_grad_p = primitive("conv2d_weight_grad", _weight_grad_infer, _weight_grad_vjp,
+                                 normalize=promotion.common_float)
+
+
+# ---- public functions ----------------------------------------------------------------------
+
+def _padding(padding, kernel, dilation) -> tuple:
+    """int | pair | 'valid' | 'same' as ((top, bottom), (left, right))."""
+    if padding == "valid":
+        return ((0, 0), (0, 0))
+    if padding == "same":
+        # As PyTorch: the extra pixel of an even kernel goes to the bottom/right.
+        total = [d * (k - 1) for k, d in zip(kernel, dilation)]
+        return tuple((t // 2, t - t // 2) for t in total)
+    if isinstance(padding, str):
+        raise ArgumentError(f"padding must be an int, a pair, 'same' or 'valid', got {padding!r}")
+    ph, pw = _pair(padding, "padding")
+    if ph < 0 or pw < 0:
+        raise ArgumentError(f"padding must not be negative, got {padding!r}")
+    return ((ph, ph), (pw, pw))
+
+
+def _add_bias(y, bias):
+    if bias is None:
+        return y
+    from .shape import reshape
+    if bias.ndim != 1 or bias.shape[0] != y.shape[1]:
+        raise ShapeError(f"bias must have shape ({y.shape[1]},), got {bias.shape}")
+    return y + reshape(bias, (1, -1) + (1,) * (y.ndim - 2))
+
+
+@reports_as("conv2d")
+def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1):
+    """2-d convolution (cross-correlation) of x (N, C, H, W) with weight (O, C/groups, KH, KW).
+
+    padding is an int, a pair, 'valid' or 'same' (stride 1).
+
+    >>> x = rill.ones(1, 1, 4, 4)
+    >>> rill.nn.functional.conv2d(x, rill.ones(1, 1, 3, 3), padding=1)[0, 0]
+    tensor([[4., 6., 6., 4.],
+            [6., 9., 9., 6.],
+            [6., 9., 9., 6.],
+            [4., 6., 6., 4.]])
+    """
+    stride, dilation = _pair(stride, "stride"), _pair(dilation, "dilation")
+    if padding == "same" and stride != (1, 1):
+        raise ArgumentError("padding='same' needs stride 1 (as PyTorch)")
+    kernel = tuple(weight.shape[2:]) if weight.ndim == 4 else (1, 1)
+    y = bind(conv2d_p, x, weight, stride=stride, padding=_padding(padding, kernel, dilation),
+             dilation=dilation, groups=groups)
+    return _add_bias(y, bias)
+
+
+@reports_as("conv1d")
+def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1):
+    """1-d convolution of x (N, C, L) with weight (O, C/groups, K): conv2d with unit height."""
+    from .shape import expand_dims, squeeze
+    if x.ndim != 3 or weight.ndim != 3:
+        raise ShapeError(f"expects x (N, C, L) and w (O, C/groups, K), got {x.shape} and "
+                         f"{weight.shape}")
+    one = lambda v, name: (1, v) if isinstance(v, int) and not isinstance(v, bool) else (
+        (1,) + tuple(v) if isinstance(v, (tuple, list)) and len(v) == 1 else _pair(v, name))
+    pad = padding if isinstance(padding, str) else (0, one(padding, "padding")[1])
+    y = conv2d(expand_dims(x, 2), expand_dims(weight, 2), None, one(stride, "stride"), pad,
+               one(dilation, "dilation"), groups)
+    return _add_bias(squeeze(y, 2), bias)
+
+
+@reports_as("conv_transpose2d")
+def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
+                     dilation=1):
+    """Transposed convolution of x (N, C, H, W) with weight (C, O/groups, KH, KW): the
+    gradient of conv2d with respect to its input, as PyTorch's conv_transpose2d."""
+    stride, dilation = _pair(stride, "stride"), _pair(dilation, "dilation")
+    ph, pw = _pair(padding, "padding")
+    if ph < 0 or pw < 0:
+        raise ArgumentError(f"padding must not be negative, got {padding!r}")
+    oph, opw = _pair(output_padding, "output_padding")
+    if oph >= max(stride[0], dilation[0]) or opw >= max(stride[1], dilation[1]):
+        raise ArgumentError(f"output_padding {(oph, opw)} must be smaller than stride {stride} "
+                            f"or dilation {dilation}")
+    if x.ndim != 4 or weight.ndim != 4:
+        raise ShapeError(f"expects x (N, C, H, W) and w (C, O/groups, KH, KW), got {x.shape} "
+                         f"and {weight.shape}")
+    size = tuple((s - 1) * st - 2 * p + d * (k - 1) + op + 1 for s, st, p, d, k, op in
+                 zip(x.shape[2:], stride, (ph, pw), dilation, weight.shape[2:], (oph, opw)))
+    # output_padding uncovers rows the symmetric padding would crop: it is the forward
+    # conv's bottom/right padding made smaller by as much (negative pads crop).
+    y = bind(conv_transpose2d_p, x, weight, input_size=size, stride=stride,
+             padding=((ph, ph - oph), (pw, pw - opw)), dilation=dilation, groups=groups)
+    return _add_bias(y, bias)

@@ -1,0 +1,155 @@
+"""Pooling over NCHW images.
+
+max_pool2d is one primitive that returns the maxima and where they came from (flat indices
+into each H*W plane, as PyTorch's return_indices); its gradient routes g to those indices
+(max_pool2d_grad), whose own gradient is a gather, so every derivative order works. avg_pool2d is a depthwise
+convolution with a constant kernel, and adaptive_avg_pool2d two small matrix products:
+composites whose gradients come for free.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dtypes as dt
+from ..eager.bind import bind
+from ..errors import ArgumentError, ShapeError, reports_as
+from . import promotion
+from .conv import _pair, conv2d, conv_output_size
+from .primitive import primitive
+from .rules import require
+
+
+def _max_pool_infer(x, kernel_size, stride, padding, dilation):
+    require(x, "f", "floating-point tensors")
+    if x.ndim != 4:
+        raise ShapeError(f"expects x (N, C, H, W), got {x.shape}")
+    if min(kernel_size) < 1 or min(stride) < 1 or min(dilation) < 1:
+        raise ArgumentError(f"kernel_size {kernel_size}, stride {stride} and dilation "
+                            f"{dilation} must be positive")
+    if any(p < 0 or 2 * p > k for p, k in zip(padding, kernel_size)):
+        raise ArgumentError(f"padding {padding} must be between 0 and half the kernel size "
+                            f"{kernel_size}")
+    out = tuple(conv_output_size(s, k, st, (p, p), d) for s, k, st, p, d in
+                zip(x.shape[2:], kernel_size, stride, padding, dilation))
+    if min(out) < 1:
+        raise ShapeError(f"the window {kernel_size} does not fit the input {x.shape[2:]}")
+    shape = x.shape[:2] + out
+    return [(shape, x.dtype), (shape, dt.int64)]
+
+
+def _max_pool_vjp(g, outs, x, **attrs):
+    return (bind(max_pool2d_grad_p, g[0], outs[1], input_shape=x.shape, **attrs),)
+
+
+def _max_pool_grad_infer(g, indices, input_shape, **attrs):
+    return tuple(input_shape), g.dtype
+
+
+def _max_pool_grad_vjp(gg, out, g, indices, input_shape, **attrs):
+    """The gradient routes g to the winners, so its own gradient gathers from them."""
+    from .indexing import take_along_axis
+    from .shape import reshape
+    n, c = input_shape[:2]
+    picked = take_along_axis(reshape(gg, (n, c, -1)), reshape(indices, (n, c, -1)), axis=2)
+    return reshape(picked, g.shape), None
+
+
+max_pool2d_p = primitive("max_pool2d", _max_pool_infer, _max_pool_vjp,
+                         normalize=promotion.floating, multiple_results=True, save_output=True)
+max_pool2d_grad_p = primitive("max_pool2d_grad", _max_pool_grad_infer, _max_pool_grad_vjp)
+
+
+def _unbatched(fn):
+    """Accept (C, H, W) as well as (N, C, H, W), as PyTorch's pooling does."""
+    def run(x, *args, **kwargs):
+        from .shape import expand_dims, squeeze
+        x = promotion.lift((x,))[0]
+        if x.ndim == 3:
+            out = fn(expand_dims(x, 0), *args, **kwargs)
+            return tuple(squeeze(o, 0) for o in out) if isinstance(out, tuple) else squeeze(out, 0)
+        return fn(x, *args, **kwargs)
+    run.__name__, run.__doc__ = fn.__name__, fn.__doc__
+    return run
+
+
+@reports_as("max_pool2d")
+@_unbatched
+def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, return_indices=False):
+    """The maximum of each window; with return_indices, also its flat index in H*W.
+
+    >>> x = rill.arange(16.0).reshape(1, 1, 4, 4)
+    >>> rill.nn.functional.max_pool2d(x, 2)[0, 0]
+    tensor([[ 5.,  7.],
+            [13., 15.]])
+    """
+    kernel_size = _pair(kernel_size, "kernel_size")
+    stride = kernel_size if stride is None else _pair(stride, "stride")
+    out, indices = bind(max_pool2d_p, x, kernel_size=kernel_size, stride=stride,
+                        padding=_pair(padding, "padding"), dilation=_pair(dilation, "dilation"))
+    return (out, indices) if return_indices else out
+
+
+def _window_counts(size, kernel, stride, padding, out_size) -> np.ndarray:
+    """How many real (unpadded) pixels each window covers, along one axis."""
+    starts = np.arange(out_size) * stride - padding
+    return np.minimum(starts + kernel, size) - np.maximum(starts, 0)
+
+
+@reports_as("avg_pool2d")
+@_unbatched
+def avg_pool2d(x, kernel_size, stride=None, padding=0, count_include_pad: bool = True):
+    """The mean of each window (padding counts as zeros unless count_include_pad=False).
+
+    >>> x = rill.arange(16.0).reshape(1, 1, 4, 4)
+    >>> rill.nn.functional.avg_pool2d(x, 2)[0, 0]
+    tensor([[ 2.5000,  4.5000],
+            [10.5000, 12.5000]])
+    """
+    from .creation import full, tensor
+    kernel_size = _pair(kernel_size, "kernel_size")
+    stride = kernel_size if stride is None else _pair(stride, "stride")
+    padding = _pair(padding, "padding")
+    require(x, "f", "floating-point tensors")
+    if x.ndim != 4:
+        raise ShapeError(f"expects x (N, C, H, W), got {x.shape}")
+    if any(p < 0 or 2 * p > k for p, k in zip(padding, kernel_size)):
+        raise ArgumentError(f"padding {padding} must be between 0 and half the kernel size "
+                            f"{kernel_size}")
+    c = x.shape[1]
+    ones = full((c, 1) + kernel_size, 1.0, dtype=x.dtype, device=x.device)
+    sums = conv2d(x, ones, stride=stride, padding=padding, groups=c)
+    if count_include_pad or padding == (0, 0):
+        return sums * (1.0 / (kernel_size[0] * kernel_size[1]))
+    counts = np.outer(*(_window_counts(s, k, st, p, o) for s, k, st, p, o in
+                        zip(x.shape[2:], kernel_size, stride, padding, sums.shape[2:])))
+    return sums / tensor(counts, dtype=x.dtype, device=x.device)
+
+
+def _adaptive_matrix(size: int, out: int) -> np.ndarray:
+    """Row i averages input cells floor(i*size/out) .. ceil((i+1)*size/out) - 1."""
+    m = np.zeros((out, size))
+    for i in range(out):
+        start, stop = (i * size) // out, -((-(i + 1) * size) // out)
+        m[i, start:stop] = 1.0 / (stop - start)
+    return m
+
+
+@reports_as("adaptive_avg_pool2d")
+@_unbatched
+def adaptive_avg_pool2d(x, output_size):
+    """Average pooling to a fixed output size (windows as PyTorch chooses them).
+
+    >>> rill.nn.functional.adaptive_avg_pool2d(rill.ones(2, 3, 5, 7), 1).shape
+    (2, 3, 1, 1)
+    """
+    from .creation import tensor
+    from .linalg import matmul
+    require(x, "f", "floating-point tensors")
+    if x.ndim != 4:
+        raise ShapeError(f"expects x (N, C, H, W), got {x.shape}")
+    oh, ow = _pair(output_size, "output_size")
+    if oh < 1 or ow < 1:
+        raise ArgumentError(f"output_size must be positive, got {(oh, ow)}")
+    rows = tensor(_adaptive_matrix(x.shape[2], oh), dtype=x.dtype, device=x.device)
+    cols = tensor(_adaptive_matrix(x.shape[3], ow).T, dtype=x.dtype, device=x.device)
+    return matmul(matmul(rows, x), cols)
