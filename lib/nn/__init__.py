@@ -1,2 +1,16 @@
 """rill.nn: layers, losses and parameter initialization."""
 from .parameter import Parameter
+from . import functional, init
+from .module import Module
+from .containers import Sequential, ModuleList, ModuleDict
+from .linear import Linear, Identity, Flatten, Embedding
+from .activation import (ReLU, GELU, SiLU, Tanh, Sigmoid, LeakyReLU, ELU, Softplus, Softmax,
+                         LogSoftmax)
+from .dropout import Dropout
+from .conv import Conv1d, Conv2d, ConvTranspose2d
+from .pooling import MaxPool2d, AvgPool2d, AdaptiveAvgPool2d
+from .normalization import BatchNorm1d, BatchNorm2d, LayerNorm, GroupNorm
+from .recurrent import LSTMCell, GRUCell, LSTM, GRU
+from .attention import MultiheadAttention
+from .transformer import TransformerEncoderLayer
+from .losses import CrossEntropyLoss, NLLLoss, MSELoss, L1Loss, HuberLoss, BCEWithLogitsLoss

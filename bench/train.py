@@ -1,0 +1,189 @@
+"""Eager training-step time: rill against PyTorch eager, with a hand-written NumPy floor.
+
+Two models, each one full step (forward, cross-entropy, backward, SGD update):
+    mlp   784-512-512-10 with ReLU, batch 128                       (floor: NumPy by hand)
+    cnn   input 32x3x32x32; two [conv3x3 (32, 64 channels) + ReLU + maxpool2]; dense to 10
+All frameworks start from the same float32 weights and data. The cases run round-robin in
+one process, so machine noise falls on all alike; the table gives medians (ms per step) and
+the ratio of each median to PyTorch's.
+
+    python bench/train.py                   # both models, 30 repeats each
+    python bench/train.py --model cnn --repeats 50 --json train.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+import rill
+import rill.nn.functional as F
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+LR = 0.01
+
+
+def _weights(shapes, seed=0):
+    rng = np.random.default_rng(seed)
+    return [(rng.standard_normal(s) / np.sqrt(np.prod(s[1:]))).astype(np.float32) for s in shapes]
+
+
+def mlp_setup(batch=128):
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((batch, 784)).astype(np.float32)
+    y = rng.integers(0, 10, batch)
+    shapes = [(512, 784), (512,), (512, 512), (512,), (10, 512), (10,)]
+    return x, y, _weights(shapes)
+
+
+def cnn_setup(batch=32):
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((batch, 3, 32, 32)).astype(np.float32)
+    y = rng.integers(0, 10, batch)
+    shapes = [(32, 3, 3, 3), (32,), (64, 32, 3, 3), (64,), (10, 64 * 8 * 8), (10,)]
+    return x, y, _weights(shapes)
+
+
+# ---- rill ----------------------------------------------------------------------------------
+
+def rill_step(model: str):
+    setup = mlp_setup if model == "mlp" else cnn_setup
+    x, y, ws = setup()
+    x, y = rill.tensor(x), rill.tensor(y)
+    params = [rill.nn.Parameter(w) for w in ws]
+
+    def forward(p):
+        if model == "mlp":
+            h = F.relu(F.linear(x, p[0], p[1]))
+            h = F.relu(F.linear(h, p[2], p[3]))
+            return F.linear(h, p[4], p[5])
+        h = F.max_pool2d(F.relu(F.conv2d(x, p[0], p[1], padding=1)), 2)
+        h = F.max_pool2d(F.relu(F.conv2d(h, p[2], p[3], padding=1)), 2)
+        return F.linear(h.reshape(h.shape[0], -1), p[4], p[5])
+
+    def step():
+        loss = F.cross_entropy(forward(params), y)
+        loss.backward()
+        with rill.no_grad():
+            for p in params:
+                p -= LR * p.grad
+                p.grad = None
+        return loss
+    return step
+
+
+# ---- torch ---------------------------------------------------------------------------------
+
+def torch_step(model: str):
+    setup = mlp_setup if model == "mlp" else cnn_setup
+    x, y, ws = setup()
+    x, y = torch.tensor(x), torch.tensor(y)
+    params = [torch.tensor(w, requires_grad=True) for w in ws]
+    TF = torch.nn.functional
+
+    def forward(p):
+        if model == "mlp":
+            h = TF.relu(TF.linear(x, p[0], p[1]))
+            h = TF.relu(TF.linear(h, p[2], p[3]))
+            return TF.linear(h, p[4], p[5])
+        h = TF.max_pool2d(TF.relu(TF.conv2d(x, p[0], p[1], padding=1)), 2)
+        h = TF.max_pool2d(TF.relu(TF.conv2d(h, p[2], p[3], padding=1)), 2)
+        return TF.linear(h.reshape(h.shape[0], -1), p[4], p[5])
+
+    def step():
+        loss = TF.cross_entropy(forward(params), y)
+        loss.backward()
+        with torch.no_grad():
+            for p in params:
+                p -= LR * p.grad
+                p.grad = None
+        return loss
+    return step
+
+
+# ---- NumPy floor (MLP only) ----------------------------------------------------------------
+
+def numpy_mlp_step():
+    x, y, ws = mlp_setup()
+    w1, b1, w2, b2, w3, b3 = ws
+    onehot = np.eye(10, dtype=np.float32)[y]
+
+    def step():
+        nonlocal w1, b1, w2, b2, w3, b3
+        h1 = np.maximum(x @ w1.T + b1, 0)
+        h2 = np.maximum(h1 @ w2.T + b2, 0)
+        z = h2 @ w3.T + b3
+        z = z - z.max(1, keepdims=True)
+        p = np.exp(z)
+        p /= p.sum(1, keepdims=True)
+        dz = (p - onehot) / len(y)
+        dh2 = (dz @ w3) * (h2 > 0)
+        dh1 = (dh2 @ w2) * (h1 > 0)
+        grads = (dh1.T @ x, dh1.sum(0), dh2.T @ h1, dh2.sum(0), dz.T @ h2, dz.sum(0))
+        w1, b1, w2, b2, w3, b3 = (w - LR * g for w, g in zip((w1, b1, w2, b2, w3, b3), grads))
+    return step
+
+
+def cases(model: str) -> dict:
+    out = {"rill": rill_step(model)}
+    if torch is not None:
+        out["torch"] = torch_step(model)
+    if model == "mlp":
+        out["numpy (floor)"] = numpy_mlp_step()
+    return out
+
+
+def run(model: str, repeats: int) -> dict[str, list[float]]:
+    steps = cases(model)
+    for fn in steps.values():  # warm-up: caches, allocator, first-call imports
+        for _ in range(3):
+            fn()
+    samples = {label: [] for label in steps}
+    labels = list(steps)
+    for r in range(repeats):
+        for label in labels[r % len(labels):] + labels[:r % len(labels)]:
+            t = time.perf_counter()
+            steps[label]()
+            samples[label].append((time.perf_counter() - t) * 1e3)
+    return samples
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=("mlp", "cnn", "both"), default="both")
+    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--json", help="write samples and medians to this file")
+    args = parser.parse_args()
+    console = Console()
+    report = {"machine": {"platform": platform.platform(), "python": platform.python_version(),
+                          "numpy": np.__version__, "torch": getattr(torch, "__version__", None),
+                          "cpus": os.cpu_count()}, "models": {}}
+    for model in (("mlp", "cnn") if args.model == "both" else (args.model,)):
+        samples = run(model, args.repeats)
+        medians = {k: statistics.median(v) for k, v in samples.items()}
+        table = Table(title=f"{model}: ms per training step (median of {args.repeats})")
+        for col in ("case", "median ms", "min ms", "x torch"):
+            table.add_column(col, justify="right" if col != "case" else "left")
+        for label, vals in samples.items():
+            ratio = f"{medians[label] / medians['torch']:.2f}" if "torch" in medians else "-"
+            table.add_row(label, f"{medians[label]:.2f}", f"{min(vals):.2f}", ratio)
+        console.print(table)
+        report["models"][model] = {"samples_ms": samples, "median_ms": medians}
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,151 @@
+"""Convolutions: Conv1d, Conv2d and ConvTranspose2d, with PyTorch's weight layouts and
+default initialization (kaiming_uniform(a=sqrt(5)) weights, U(-1/sqrt(fan_in), ..) bias)."""
+from __future__ import annotations
+
+import math
+
+from ..errors import ArgumentError
+from ..ops.creation import empty
+from . import functional as F
+from . import init
+from .module import Module
+from .parameter import Parameter
+
+
+def _tuple(value, n: int, what: str) -> tuple:
+    if isinstance(value, int):
+        return (value,) * n
+    value = tuple(value)
+    if len(value) != n or not all(isinstance(v, int) for v in value):
+        raise ArgumentError(f"{what} must be an int or {n} ints, got {value}")
+    return value
+
+
+class _Conv(Module):
+    """Shared by the convolutions: checks, parameters, initialization, repr."""
+
+    spatial = 2
+    transposed = False
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride, padding, dilation,
+                 groups, bias, dtype, device, output_padding=0):
+        super().__init__()
+        name = type(self).__name__
+        if groups <= 0 or in_channels % groups or out_channels % groups:
+            raise ArgumentError(f"in_channels ({in_channels}) and out_channels "
+                                f"({out_channels}) must both be divisible by groups ({groups})",
+                                op=name)
+        n = self.spatial
+        self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
+        self.kernel_size = _tuple(kernel_size, n, "kernel_size")
+        self.stride = _tuple(stride, n, "stride")
+        self.dilation = _tuple(dilation, n, "dilation")
+        if isinstance(padding, str):
+            if padding not in ("same", "valid") or self.transposed:
+                raise ArgumentError(f"padding {padding!r} is not supported by {name}", op=name)
+            self.padding = padding
+        else:
+            self.padding = _tuple(padding, n, "padding")
+        self.output_padding = _tuple(output_padding, n, "output_padding")
+        shape = ((in_channels, out_channels // groups) if self.transposed else
+                 (out_channels, in_channels // groups)) + self.kernel_size
+        self.weight = Parameter(empty(*shape, dtype=dtype, device=device))
+        if bias:
+            self.bias = Parameter(empty(out_channels, dtype=dtype, device=device))
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            fan_in, _ = init.fan_in_and_fan_out(self.weight)
+            bound = 1 / math.sqrt(fan_in) if fan_in else 0.0
+            init.uniform_(self.bias, -bound, bound)
+
+    def _arg(self, value):
+        """Attributes go to the functional ops as ints when the layer is 1-d."""
+        return value[0] if self.spatial == 1 and isinstance(value, tuple) else value
+
+    def extra_repr(self) -> str:
+        text = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+                f"stride={self.stride}")
+        if self.padding != (0,) * self.spatial:
+            text += f", padding={self.padding!r}"
+        if self.output_padding != (0,) * self.spatial:
+            text += f", output_padding={self.output_padding}"
+        if self.dilation != (1,) * self.spatial:
+            text += f", dilation={self.dilation}"
+        if self.groups != 1:
+            text += f", groups={self.groups}"
+        if self.bias is None:
+            text += ", bias=False"
+        return text
+
+
+class Conv1d(_Conv):
+    """1-d convolution over (N, C_in, L) -> (N, C_out, L_out); weight (C_out, C_in/groups, k).
+
+    >>> import rill
+    >>> conv = rill.nn.Conv1d(2, 4, kernel_size=3, padding=1)
+    >>> conv.weight.shape, conv(rill.ones(1, 2, 10)).shape
+    ((4, 2, 3), (1, 4, 10))
+    """
+
+    spatial = 1
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0,
+                 dilation=1, groups: int = 1, bias: bool = True, dtype=None, device=None):
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation,
+                         groups, bias, dtype, device)
+
+    def forward(self, x):
+        return F.conv1d(x, self.weight, self.bias, stride=self._arg(self.stride),
+                        padding=self._arg(self.padding), dilation=self._arg(self.dilation),
+                        groups=self.groups)
+
+
+class Conv2d(_Conv):
+    """2-d convolution over (N, C_in, H, W); weight (C_out, C_in/groups, kh, kw).
+
+    `padding` is an int, a pair, 'valid' (none) or 'same' (output as large as the input).
+
+    >>> import rill
+    >>> conv = rill.nn.Conv2d(3, 8, kernel_size=3, stride=2, padding=1)
+    >>> conv(rill.ones(2, 3, 16, 16)).shape
+    (2, 8, 8, 8)
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0,
+                 dilation=1, groups: int = 1, bias: bool = True, dtype=None, device=None):
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation,
+                         groups, bias, dtype, device)
+
+    def forward(self, x):
+        return F.conv2d(x, self.weight, self.bias, stride=self.stride, padding=self.padding,
+                        dilation=self.dilation, groups=self.groups)
+
+
+class ConvTranspose2d(_Conv):
+    """The transpose (gradient) of Conv2d: upsamples (N, C_in, H, W) -> (N, C_out, H', W'),
+    H' = (H - 1) * stride - 2 * padding + dilation * (k - 1) + output_padding + 1.
+    Weight (C_in, C_out/groups, kh, kw).
+
+    >>> import rill
+    >>> up = rill.nn.ConvTranspose2d(8, 3, kernel_size=4, stride=2, padding=1)
+    >>> up(rill.ones(1, 8, 5, 5)).shape
+    (1, 3, 10, 10)
+    """
+
+    transposed = True
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0,
+                 output_padding=0, groups: int = 1, bias: bool = True, dilation=1, dtype=None,
+                 device=None):
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation,
+                         groups, bias, dtype, device, output_padding=output_padding)
+
+    def forward(self, x):
+        return F.conv_transpose2d(x, self.weight, self.bias, stride=self.stride,
+                                  padding=self.padding, output_padding=self.output_padding,
+                                  groups=self.groups, dilation=self.dilation)

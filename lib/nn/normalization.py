@@ -1,0 +1,172 @@
+"""Normalization layers: BatchNorm1d/2d (batch statistics, running averages for eval),
+LayerNorm (over trailing axes) and GroupNorm (over channel groups)."""
+from __future__ import annotations
+
+from .. import dtypes as dt
+from ..errors import ArgumentError, ShapeError
+from ..ops.creation import empty, ones, tensor, zeros
+from . import functional as F
+from . import init
+from .module import Module
+from .parameter import Parameter
+
+
+class _BatchNorm(Module):
+    """Shared by BatchNorm1d and BatchNorm2d; `input_ndims` says which ranks they take."""
+
+    input_ndims: tuple = ()
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1,
+                 affine: bool = True, track_running_stats: bool = True, dtype=None,
+                 device=None):
+        super().__init__()
+        self.num_features, self.eps, self.momentum = num_features, eps, momentum
+        self.affine, self.track_running_stats = affine, track_running_stats
+        if affine:
+            self.weight = Parameter(empty(num_features, dtype=dtype, device=device))
+            self.bias = Parameter(empty(num_features, dtype=dtype, device=device))
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+        if track_running_stats:
+            self.register_buffer("running_mean", zeros(num_features, dtype=dtype, device=device))
+            self.register_buffer("running_var", ones(num_features, dtype=dtype, device=device))
+            self.register_buffer("num_batches_tracked", tensor(0, dtype=dt.int64, device=device))
+        else:
+            self.register_buffer("running_mean", None)
+            self.register_buffer("running_var", None)
+            self.register_buffer("num_batches_tracked", None)
+        self.reset_parameters()
+
+    def reset_running_stats(self) -> None:
+        if self.track_running_stats:
+            init.zeros_(self.running_mean)
+            init.ones_(self.running_var)
+            init.zeros_(self.num_batches_tracked)
+
+    def reset_parameters(self) -> None:
+        self.reset_running_stats()
+        if self.affine:
+            init.ones_(self.weight)
+            init.zeros_(self.bias)
+
+    def forward(self, x):
+        name = type(self).__name__
+        if x.ndim not in self.input_ndims:
+            raise ShapeError(f"{name} expects input with {' or '.join(map(str, self.input_ndims))}"
+                             f" axes (N, C, ...), got shape {x.shape}", op=name)
+        if x.shape[1] != self.num_features:
+            raise ShapeError(f"{name}({self.num_features}) got {x.shape[1]} channels in "
+                             f"shape {x.shape}", op=name)
+        momentum = 0.0 if self.momentum is None else self.momentum
+        if self.training and self.track_running_stats:
+            from ..eager.context import no_grad
+            with no_grad():
+                self.num_batches_tracked += 1
+            if self.momentum is None:
+                # Cumulative moving average: every batch so far weighs the same.
+                momentum = 1.0 / int(self.num_batches_tracked)
+        # Without running statistics, batch statistics are used in eval mode too.
+        use_batch = self.training or self.running_mean is None
+        return F.batch_norm(x, self.running_mean if self.track_running_stats else None,
+                            self.running_var if self.track_running_stats else None,
+                            self.weight, self.bias, training=use_batch, momentum=momentum,
+                            eps=self.eps)
+
+    def extra_repr(self) -> str:
+        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, "
+                f"affine={self.affine}, track_running_stats={self.track_running_stats}")
+
+
+class BatchNorm1d(_BatchNorm):
+    """Normalizes each channel of (N, C) or (N, C, L) over the batch (and length).
+
+    Training mode uses the batch's statistics and updates `running_mean` and
+    `running_var` (unbiased variance) by `momentum`; eval mode uses the running ones.
+
+    >>> import rill
+    >>> bn = rill.nn.BatchNorm1d(3)
+    >>> y = bn(rill.randn(64, 3) * 5 + 2)
+    >>> bool((y.mean(axis=0).abs() < 1e-4).all()), list(bn.state_dict())
+    (True, ['weight', 'bias', 'running_mean', 'running_var', 'num_batches_tracked'])
+    """
+
+    input_ndims = (2, 3)
+
+
+class BatchNorm2d(_BatchNorm):
+    """Normalizes each channel of (N, C, H, W) over the batch and both spatial axes.
+
+    >>> import rill
+    >>> bn = rill.nn.BatchNorm2d(4).eval()
+    >>> bn(rill.ones(2, 4, 3, 3)).shape
+    (2, 4, 3, 3)
+    """
+
+    input_ndims = (4,)
+
+
+class LayerNorm(Module):
+    """Normalizes over the trailing `normalized_shape` axes of each sample, then scales
+    by `weight` and shifts by `bias` (both of that shape) when `elementwise_affine`.
+
+    >>> import rill
+    >>> ln = rill.nn.LayerNorm(4)
+    >>> y = ln(rill.tensor([[1.0, 2.0, 3.0, 4.0]]))
+    >>> round(float(y.mean()), 6), round(float(y.var()), 3)
+    (0.0, 1.0)
+    """
+
+    def __init__(self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True,
+                 bias: bool = True, dtype=None, device=None):
+        super().__init__()
+        shape = (normalized_shape,) if isinstance(normalized_shape, int) else \
+            tuple(normalized_shape)
+        self.normalized_shape, self.eps = shape, eps
+        self.elementwise_affine = elementwise_affine
+        if elementwise_affine:
+            self.weight = Parameter(ones(shape, dtype=dtype, device=device))
+            self.register_parameter(
+                "bias", Parameter(zeros(shape, dtype=dtype, device=device)) if bias else None)
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+
+    def forward(self, x):
+        return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return (f"{self.normalized_shape}, eps={self.eps}, "
+                f"elementwise_affine={self.elementwise_affine}")
+
+
+class GroupNorm(Module):
+    """Splits the C channels of (N, C, ...) into num_groups groups and normalizes each
+    group of each sample; per-channel `weight` and `bias` when `affine`.
+
+    >>> import rill
+    >>> gn = rill.nn.GroupNorm(2, 4)
+    >>> gn(rill.randn(3, 4, 5)).shape
+    (3, 4, 5)
+    """
+
+    def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5,
+                 affine: bool = True, dtype=None, device=None):
+        super().__init__()
+        if num_groups <= 0 or num_channels % num_groups:
+            raise ArgumentError(f"num_channels ({num_channels}) must be divisible by "
+                                f"num_groups ({num_groups})", op="GroupNorm")
+        self.num_groups, self.num_channels = num_groups, num_channels
+        self.eps, self.affine = eps, affine
+        if affine:
+            self.weight = Parameter(ones(num_channels, dtype=dtype, device=device))
+            self.bias = Parameter(zeros(num_channels, dtype=dtype, device=device))
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+
+    def forward(self, x):
+        return F.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}"

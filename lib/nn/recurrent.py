@@ -1,0 +1,278 @@
+"""Recurrent layers: LSTMCell and GRUCell (one step), LSTM and GRU (whole sequences,
+stacked layers, optionally bidirectional).
+
+Parameter names, shapes, gate order and initialization are PyTorch's (weight_ih_l0,
+weight_hh_l0, bias_ih_l0, bias_hh_l0, ..._reverse; LSTM gates i, f, g, o; GRU gates r, z, n;
+all U(-1/sqrt(hidden_size), 1/sqrt(hidden_size))), so state dicts carry over.
+"""
+from __future__ import annotations
+
+import math
+
+from ..errors import ArgumentError, ShapeError
+from ..ops.creation import empty, zeros
+from ..ops.elementwise import sigmoid, tanh
+from ..ops.shape import concat, expand_dims, reshape, split, squeeze, stack, swapaxes
+from . import functional as F
+from . import init
+from .module import Module
+from .parameter import Parameter
+
+
+def lstm_step(x_proj, h, c, w_hh, b_hh):
+    """One LSTM step from the input's projection x @ W_ih.T + b_ih; returns (h, c)."""
+    gates = x_proj + F.linear(h, w_hh, b_hh)
+    i, f, g, o = split(gates, 4, axis=-1)
+    c = sigmoid(f) * c + sigmoid(i) * tanh(g)
+    return sigmoid(o) * tanh(c), c
+
+
+def gru_step(x_proj, h, w_hh, b_hh):
+    """One GRU step from the input's projection x @ W_ih.T + b_ih; returns h."""
+    x_r, x_z, x_n = split(x_proj, 3, axis=-1)
+    h_r, h_z, h_n = split(F.linear(h, w_hh, b_hh), 3, axis=-1)
+    r = sigmoid(x_r + h_r)
+    z = sigmoid(x_z + h_z)
+    n = tanh(x_n + r * h_n)
+    return n + z * (h - n)  # = (1 - z) * n + z * h, one op fewer
+
+
+def _check_features(x, expected: int, name: str) -> None:
+    if x.shape[-1] != expected:
+        raise ShapeError(f"{name} expects {expected} input features, got shape {x.shape}",
+                         op=name)
+
+
+class _Recurrent(Module):
+    """Parameters and initialization shared by the cells and the sequence layers."""
+
+    gates = 1
+
+    def _add_weights(self, suffix: str, input_size: int, bias: bool, dtype, device) -> None:
+        rows = self.gates * self.hidden_size
+        self.register_parameter(f"weight_ih{suffix}", Parameter(
+            empty(rows, input_size, dtype=dtype, device=device)))
+        self.register_parameter(f"weight_hh{suffix}", Parameter(
+            empty(rows, self.hidden_size, dtype=dtype, device=device)))
+        for name in (f"bias_ih{suffix}", f"bias_hh{suffix}"):
+            self.register_parameter(name, Parameter(empty(rows, dtype=dtype, device=device))
+                                    if bias else None)
+
+    def reset_parameters(self) -> None:
+        bound = 1 / math.sqrt(self.hidden_size) if self.hidden_size else 0.0
+        for p in self.parameters():
+            init.uniform_(p, -bound, bound)
+
+
+class _Cell(_Recurrent):
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, dtype=None,
+                 device=None):
+        super().__init__()
+        self.input_size, self.hidden_size, self.bias = input_size, hidden_size, bias
+        self._add_weights("", input_size, bias, dtype, device)
+        self.reset_parameters()
+
+    def _zeros(self, x):
+        return zeros(*x.shape[:-1], self.hidden_size, dtype=x.dtype, device=x.device)
+
+    def extra_repr(self) -> str:
+        return f"{self.input_size}, {self.hidden_size}" + ("" if self.bias else ", bias=False")
+
+
+class LSTMCell(_Cell):
+    """One LSTM step: (x, (h, c)) -> (h', c'); x is (N, input_size) or (input_size,),
+    and the state defaults to zeros.
+
+    >>> import rill
+    >>> cell = rill.nn.LSTMCell(3, 5)
+    >>> h, c = cell(rill.ones(2, 3))
+    >>> h.shape, c.shape, cell.weight_ih.shape
+    ((2, 5), (2, 5), (20, 3))
+    """
+
+    gates = 4
+
+    def forward(self, x, hx=None):
+        _check_features(x, self.input_size, "LSTMCell")
+        h, c = (self._zeros(x), self._zeros(x)) if hx is None else hx
+        return lstm_step(F.linear(x, self.weight_ih, self.bias_ih), h, c, self.weight_hh,
+                         self.bias_hh)
+
+
+class GRUCell(_Cell):
+    """One GRU step: (x, h) -> h'; x is (N, input_size) or (input_size,), and h
+    defaults to zeros.
+
+    >>> import rill
+    >>> cell = rill.nn.GRUCell(3, 5)
+    >>> cell(rill.ones(2, 3)).shape, cell.weight_hh.shape
+    ((2, 5), (15, 5))
+    """
+
+    gates = 3
+
+    def forward(self, x, hx=None):
+        _check_features(x, self.input_size, "GRUCell")
+        h = self._zeros(x) if hx is None else hx
+        return gru_step(F.linear(x, self.weight_ih, self.bias_ih), h, self.weight_hh,
+                        self.bias_hh)
+
+
+class _Sequence(_Recurrent):
+    """Runs a step function over time, layer after layer, in one or both directions."""
+
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1,
+                 bias: bool = True, batch_first: bool = False, dropout: float = 0.0,
+                 bidirectional: bool = False, dtype=None, device=None):
+        super().__init__()
+        if num_layers < 1:
+            raise ArgumentError(f"num_layers must be at least 1, got {num_layers}",
+                                op=type(self).__name__)
+        if not 0.0 <= dropout <= 1.0:
+            raise ArgumentError(f"dropout must be in [0, 1], got {dropout}",
+                                op=type(self).__name__)
+        self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
+        self.bias, self.batch_first, self.dropout = bias, batch_first, dropout
+        self.bidirectional = bidirectional
+        self.directions = 2 if bidirectional else 1
+        for layer in range(num_layers):
+            for direction in range(self.directions):
+                self._add_weights(self._suffix(layer, direction),
+                                  input_size if layer == 0 else hidden_size * self.directions,
+                                  bias, dtype, device)
+        self.reset_parameters()
+
+    @staticmethod
+    def _suffix(layer: int, direction: int) -> str:
+        return f"_l{layer}" + ("_reverse" if direction else "")
+
+    def _weights(self, layer: int, direction: int):
+        s = self._suffix(layer, direction)
+        return (getattr(self, f"weight_ih{s}"), getattr(self, f"bias_ih{s}"),
+                getattr(self, f"weight_hh{s}"), getattr(self, f"bias_hh{s}"))
+
+    def _state_shape_check(self, state, batch: int, name: str):
+        expected = (self.num_layers * self.directions, batch, self.hidden_size)
+        if tuple(state.shape) != expected:
+            raise ShapeError(f"{type(self).__name__} expects the initial {name} of shape "
+                             f"{expected}, got {state.shape}", op=type(self).__name__)
+
+    def _run(self, x, states):
+        """x: (T, N, F); states: tuple of (L*D, N, H) tensors. Returns the last layer's
+        output (T, N, D*H) and the final states, stacked as the initial ones."""
+        from ..ops.indexing import getitem
+        steps = x.shape[0]
+        finals = [[] for _ in states]
+        for layer in range(self.num_layers):
+            outputs = []
+            for direction in range(self.directions):
+                w_ih, b_ih, w_hh, b_hh = self._weights(layer, direction)
+                index = layer * self.directions + direction
+                state = tuple(getitem(s, index) for s in states)
+                # One matmul projects every time step's input; only h @ W_hh is sequential.
+                proj = split(F.linear(x, w_ih, b_ih), steps, axis=0)
+                order = range(steps - 1, -1, -1) if direction else range(steps)
+                hs = [None] * steps
+                for t in order:
+                    state = self._step(reshape(proj[t], proj[t].shape[1:]), state, w_hh, b_hh)
+                    hs[t] = state[0]
+                outputs.append(stack(hs, axis=0))
+                for final, s in zip(finals, state):
+                    final.append(s)
+            x = outputs[0] if self.directions == 1 else concat(outputs, axis=-1)
+            if self.dropout and self.training and layer < self.num_layers - 1:
+                x = F.dropout(x, self.dropout, training=True)
+        return x, tuple(stack(f, axis=0) for f in finals)
+
+    def _sequence(self, x, hx, n_states: int):
+        """Shared forward: layout handling around `_run`."""
+        name = type(self).__name__
+        if x.ndim not in (2, 3):
+            raise ShapeError(f"{name} expects input of shape (T, N, F), (N, T, F) with "
+                             f"batch_first, or unbatched (T, F); got {x.shape}", op=name)
+        _check_features(x, self.input_size, name)
+        batched = x.ndim == 3
+        if not batched:
+            x = expand_dims(x, 1)
+        elif self.batch_first:
+            x = swapaxes(x, 0, 1)
+        if x.shape[0] == 0:
+            raise ShapeError(f"{name} got an empty sequence", op=name)
+        batch = x.shape[1]
+        if hx is None:
+            shape = (self.num_layers * self.directions, batch, self.hidden_size)
+            states = tuple(zeros(*shape, dtype=x.dtype, device=x.device)
+                           for _ in range(n_states))
+        else:
+            states = hx if n_states > 1 else (hx,)
+            if len(states) != n_states:
+                raise ArgumentError(f"{name} expects an initial state of {n_states} "
+                                    f"tensors, got {len(states)}", op=name)
+            if not batched:
+                states = tuple(expand_dims(s, 1) for s in states)
+            for s, what in zip(states, ("h_0", "c_0")):
+                self._state_shape_check(s, batch, what)
+        output, finals = self._run(x, states)
+        if not batched:
+            output, finals = squeeze(output, 1), tuple(squeeze(s, 1) for s in finals)
+        elif self.batch_first:
+            output = swapaxes(output, 0, 1)
+        return output, finals
+
+    def extra_repr(self) -> str:
+        text = f"{self.input_size}, {self.hidden_size}"
+        if self.num_layers != 1:
+            text += f", num_layers={self.num_layers}"
+        for name, default in (("bias", True), ("batch_first", False), ("dropout", 0.0),
+                              ("bidirectional", False)):
+            if getattr(self, name) != default:
+                text += f", {name}={getattr(self, name)}"
+        return text
+
+
+class LSTM(_Sequence):
+    """A multi-layer LSTM over a sequence, as `torch.nn.LSTM`.
+
+    Input (T, N, input_size), or (N, T, input_size) with `batch_first`, or unbatched
+    (T, input_size). `hx` = (h_0, c_0), each (num_layers * directions, N, hidden_size),
+    zeros when omitted. Returns (output, (h_n, c_n)); output holds the last layer's h at
+    every step (both directions concatenated when bidirectional). `dropout` applies to
+    the outputs of every layer but the last, in training mode.
+
+    >>> import rill
+    >>> lstm = rill.nn.LSTM(4, 8, num_layers=2, batch_first=True)
+    >>> out, (h, c) = lstm(rill.ones(3, 5, 4))
+    >>> out.shape, h.shape, c.shape
+    ((3, 5, 8), (2, 3, 8), (2, 3, 8))
+    """
+
+    gates = 4
+
+    def _step(self, x_proj, state, w_hh, b_hh):
+        return lstm_step(x_proj, state[0], state[1], w_hh, b_hh)
+
+    def forward(self, x, hx=None):
+        output, (h, c) = self._sequence(x, hx, 2)
+        return output, (h, c)
+
+
+class GRU(_Sequence):
+    """A multi-layer GRU over a sequence, as `torch.nn.GRU`.
+
+    Input and layout as LSTM's; `hx` is h_0 alone. Returns (output, h_n).
+
+    >>> import rill
+    >>> gru = rill.nn.GRU(4, 8, bidirectional=True)
+    >>> out, h = gru(rill.ones(5, 3, 4))
+    >>> out.shape, h.shape
+    ((5, 3, 16), (2, 3, 8))
+    """
+
+    gates = 3
+
+    def _step(self, x_proj, state, w_hh, b_hh):
+        return (gru_step(x_proj, state[0], w_hh, b_hh),)
+
+    def forward(self, x, hx=None):
+        output, (h,) = self._sequence(x, hx, 1)
+        return output, h

@@ -1,0 +1,60 @@
+"""Adadelta: steps scaled by running averages of squared gradients and squared steps."""
+from __future__ import annotations
+
+from ..ops.creation import zeros_like
+from ..ops.elementwise import sqrt
+from .optimizer import Optimizer, assign
+
+
+class Adadelta(Optimizer):
+    """Adadelta (Zeiler), with PyTorch's update rule and defaults.
+
+    Per step, with g the gradient (negated if `maximize`, plus weight_decay * p):
+    s = rho * s + (1 - rho) * g^2; delta = sqrt(d + eps) / sqrt(s + eps) * g;
+    d = rho * d + (1 - rho) * delta^2; p -= lr * delta.
+
+    >>> import rill
+    >>> w = rill.nn.Parameter(rill.tensor([1.0, -2.0]))
+    >>> opt = rill.optim.Adadelta([w], lr=1000.0, rho=0.0, eps=1e-6)
+    >>> (w * w).sum().backward()
+    >>> opt.step()
+    >>> [round(x, 4) for x in w.tolist()]
+    [0.0, -1.0]
+    """
+
+    def __init__(self, params, lr: float = 1.0, rho: float = 0.9, eps: float = 1e-6,
+                 weight_decay: float = 0.0, *, maximize: bool = False):
+        super().__init__(params, dict(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay,
+                                      maximize=maximize))
+
+    def check_group(self, group):
+        super().check_group(group)
+        self._require(group, "rho", lambda v: 0 <= v <= 1, "in [0, 1]")
+        self._require(group, "eps", lambda v: v >= 0, ">= 0")
+        self._require(group, "weight_decay", lambda v: v >= 0, ">= 0")
+
+    def update_group(self, group):
+        lr, rho, eps = group["lr"], group["rho"], group["eps"]
+        weight_decay, maximize = group["weight_decay"], group["maximize"]
+        for p in group["params"]:
+            g = p.grad
+            if g is None:
+                continue
+            self._dense_only(p, g)
+            state = self.state.get(p)
+            if state is None:
+                state = self.state[p] = {"step": 0, "square_avg": zeros_like(p),
+                                         "acc_delta": zeros_like(p)}
+            state["step"] += 1
+            if maximize:
+                g = -g
+            if weight_decay != 0:
+                g = g + p * weight_decay
+            square_avg, acc_delta = state["square_avg"], state["acc_delta"]
+            assign(square_avg, square_avg * rho + g * (1.0 - rho) * g)
+            delta = sqrt(acc_delta + eps) / sqrt(square_avg + eps) * g
+            assign(acc_delta, acc_delta * rho + delta * (1.0 - rho) * delta)
+            assign(p, p - delta * lr)
+
+
+AdaDelta = Adadelta

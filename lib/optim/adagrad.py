@@ -1,0 +1,77 @@
+"""Adagrad: per-coordinate learning rates from the sum of squared gradients."""
+from __future__ import annotations
+
+from ..errors import ArgumentError
+from ..ops.creation import full_like
+from ..ops.elementwise import sqrt
+from ..ops.indexing import index_add, index_set
+from ..sparse import SparseRows
+from .optimizer import Optimizer, assign
+
+
+class Adagrad(Optimizer):
+    """Adagrad (Duchi et al.), with PyTorch's update rule and defaults.
+
+    Per step t, with g the gradient (negated if `maximize`, plus weight_decay * p):
+    sum += g^2 and p -= lr / (1 + (t - 1) * lr_decay) * g / (sqrt(sum) + eps).
+
+    A sparse gradient (`SparseRows`) updates only the rows it touches, in p and in the sum
+    alike (weight decay would touch every row, so it is refused with sparse gradients).
+
+    >>> import rill
+    >>> w = rill.nn.Parameter(rill.tensor([1.0, -2.0]))
+    >>> opt = rill.optim.Adagrad([w], lr=0.5)
+    >>> (w * w).sum().backward()
+    >>> opt.step()
+    >>> w
+    Parameter containing:
+    tensor([ 0.5, -1.5], requires_grad=True)
+    """
+
+    def __init__(self, params, lr: float = 1e-2, lr_decay: float = 0.0,
+                 weight_decay: float = 0.0, initial_accumulator_value: float = 0.0,
+                 eps: float = 1e-10, *, maximize: bool = False):
+        super().__init__(params, dict(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
+                                      initial_accumulator_value=initial_accumulator_value,
+                                      eps=eps, maximize=maximize))
+
+    def check_group(self, group):
+        super().check_group(group)
+        for key in ("lr_decay", "weight_decay", "initial_accumulator_value", "eps"):
+            self._require(group, key, lambda v: v >= 0, ">= 0")
+
+    def update_group(self, group):
+        lr, lr_decay, eps = group["lr"], group["lr_decay"], group["eps"]
+        weight_decay, maximize = group["weight_decay"], group["maximize"]
+        for p in group["params"]:
+            g = p.grad
+            if g is None:
+                continue
+            state = self.state.get(p)
+            if state is None:
+                state = self.state[p] = {
+                    "step": 0, "sum": full_like(p, group["initial_accumulator_value"])}
+            step = state["step"] = state["step"] + 1
+            total = state["sum"]
+            clr = lr / (1 + (step - 1) * lr_decay)
+            if isinstance(g, SparseRows):
+                if weight_decay != 0:
+                    raise ArgumentError("weight_decay is not compatible with sparse gradients "
+                                        "(it would change every row); a parameter of shape "
+                                        f"{p.shape} has a SparseRows gradient", op=self._name)
+                g = g.coalesce()  # the update is not linear in g: one row per index
+                rows = -g.rows if maximize else g.rows
+                key = (g.indices,)
+                sum_rows = total[key] + rows * rows
+                assign(total, index_set(total, key, sum_rows))
+                assign(p, index_add(p, key, rows / (sqrt(sum_rows) + eps) * -clr))
+                continue
+            if maximize:
+                g = -g
+            if weight_decay != 0:
+                g = g + p * weight_decay
+            assign(total, total + g * g)
+            assign(p, p - g / (sqrt(total) + eps) * clr)
+
+
+AdaGrad = Adagrad

@@ -1,0 +1,95 @@
+"""Adam and AdamW: adaptive moment estimation, with L2 or decoupled weight decay."""
+from __future__ import annotations
+
+from ..ops.creation import zeros_like
+from ..ops.elementwise import maximum, sqrt
+from .optimizer import Optimizer, assign, lerp
+
+
+class Adam(Optimizer):
+    """Adam (Kingma & Ba), with PyTorch's update rule and defaults.
+
+    Per step t, with g the gradient (negated if `maximize`, plus weight_decay * p unless
+    the decay is decoupled): m = lerp(m, g, 1 - beta1), v = beta2 * v + (1 - beta2) * g^2,
+    and p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps); `amsgrad` uses
+    the running maximum of v instead of v. With `decoupled_weight_decay` (AdamW) the decay
+    is p *= 1 - lr * weight_decay before the step instead.
+
+    Sparse gradients are refused; rill.optim.SparseAdam is Adam for embedding tables.
+
+    >>> import rill
+    >>> w = rill.nn.Parameter(rill.tensor([1.0, -2.0]))
+    >>> opt = rill.optim.Adam([w], lr=0.1)
+    >>> (w * w).sum().backward()
+    >>> opt.step()
+    >>> [round(x, 4) for x in w.tolist()]
+    [0.9, -1.9]
+    """
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.0, amsgrad: bool = False, *, maximize: bool = False,
+                 decoupled_weight_decay: bool = False):
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
+                                      weight_decay=weight_decay, amsgrad=amsgrad,
+                                      maximize=maximize,
+                                      decoupled_weight_decay=decoupled_weight_decay))
+
+    def check_group(self, group):
+        super().check_group(group)
+        self._require(group, "eps", lambda v: v >= 0, ">= 0")
+        self._require(group, "weight_decay", lambda v: v >= 0, ">= 0")
+        self._check_betas(group)
+
+    def update_group(self, group):
+        lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
+        weight_decay, amsgrad, maximize = group["weight_decay"], group["amsgrad"], group["maximize"]
+        decoupled = group["decoupled_weight_decay"]
+        for p in group["params"]:
+            g = p.grad
+            if g is None:
+                continue
+            self._dense_only(p, g)
+            state = self.state.get(p)
+            if state is None:
+                state = self.state[p] = {"step": 0, "exp_avg": zeros_like(p),
+                                         "exp_avg_sq": zeros_like(p)}
+            step = state["step"] = state["step"] + 1
+            if maximize:
+                g = -g
+            if weight_decay != 0:
+                if decoupled:
+                    assign(p, p * (1.0 - lr * weight_decay))
+                else:
+                    g = g + p * weight_decay
+            m, v = state["exp_avg"], state["exp_avg_sq"]
+            assign(m, lerp(m, g, 1.0 - beta1))
+            assign(v, v * beta2 + g * (1.0 - beta2) * g)
+            if amsgrad:
+                v_max = state.get("max_exp_avg_sq")
+                if v_max is None:
+                    v_max = state["max_exp_avg_sq"] = zeros_like(p)
+                v = assign(v_max, maximum(v_max, v))
+            # The step count is a Python number, so the bias corrections are too: no ops.
+            bias_correction2_sqrt = (1.0 - beta2 ** step) ** 0.5
+            step_size = lr / (1.0 - beta1 ** step)
+            assign(p, p - m / (sqrt(v) / bias_correction2_sqrt + eps) * step_size)
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay (Loshchilov & Hutter): p *= 1 - lr * weight_decay
+    before each Adam step, instead of adding weight_decay * p to the gradient. As PyTorch's
+    AdamW, the default weight_decay is 1e-2.
+
+    >>> import rill
+    >>> w = rill.nn.Parameter(rill.tensor([1.0, -2.0]))
+    >>> opt = rill.optim.AdamW([w], lr=0.1, weight_decay=0.5)
+    >>> (w * w).sum().backward()
+    >>> opt.step()
+    >>> [round(x, 4) for x in w.tolist()]
+    [0.85, -1.8]
+    """
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 1e-2, amsgrad: bool = False, *, maximize: bool = False):
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                         amsgrad=amsgrad, maximize=maximize, decoupled_weight_decay=True)

@@ -1,0 +1,89 @@
+"""Gradient clipping: by the total norm of all gradients, or by value, as torch's.
+
+Both give each parameter a new `.grad` rather than writing into the old one: a gradient
+tensor may be held elsewhere too, and rill tensors have value semantics anyway. Sparse
+gradients (`SparseRows`) are clipped as the dense gradients they stand for.
+"""
+from __future__ import annotations
+
+from ..eager.context import no_grad
+from ..errors import GradientError
+from ..ops.creation import tensor
+from ..ops.elementwise import clip, isfinite, minimum
+from ..ops.reduce import norm
+from ..ops.shape import stack
+from ..sparse import SparseRows
+from ..tensor import Tensor
+
+
+def _with_grads(parameters):
+    params = [parameters] if isinstance(parameters, Tensor) else list(parameters)
+    return [p for p in params if p.grad is not None]
+
+
+def _values(g, ord):
+    """The entries a norm of the dense gradient sees."""
+    if not isinstance(g, SparseRows):
+        return g
+    if ord <= 0:  # the untouched (zero) rows decide these norms
+        return g.to_dense()
+    return g.coalesce().rows  # repeated indices add up first
+
+
+def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0,
+                    error_if_nonfinite: bool = False) -> Tensor:
+    """Scale all gradients together so that their total `norm_type`-norm is at most
+    `max_norm`; returns the total norm before clipping (a 0-d tensor).
+
+    The total norm is the norm of the per-gradient norms (for inf: the largest entry);
+    gradients are multiplied by min(1, max_norm / (total + 1e-6)). With
+    `error_if_nonfinite`, a nan or inf total raises GradientError instead.
+
+    >>> import rill
+    >>> w = rill.nn.Parameter(rill.zeros(2))
+    >>> w.grad = rill.tensor([3.0, 4.0])
+    >>> rill.optim.clip_grad_norm_([w], max_norm=1.0)
+    tensor(5.)
+    >>> [round(x, 4) for x in w.grad.tolist()]
+    [0.6, 0.8]
+    """
+    params = _with_grads(parameters)
+    max_norm, norm_type = float(max_norm), float(norm_type)
+    if not params:
+        return tensor(0.0)
+    with no_grad():
+        norms = [norm(_values(p.grad, norm_type), ord=norm_type) for p in params]
+        total = norm(stack(norms), ord=norm_type)
+        if error_if_nonfinite and not bool(isfinite(total)):
+            raise GradientError(f"the total {norm_type:g}-norm of the gradients is {float(total)}, "
+                                "so they cannot be clipped; pass error_if_nonfinite=False to "
+                                "scale them by it anyway", op="clip_grad_norm_")
+        scale = minimum(max_norm / (total + 1e-6), 1.0)
+        for p in params:
+            g = p.grad
+            if isinstance(g, SparseRows):
+                p.grad = SparseRows(g.indices, g.rows * scale, g.shape)
+            else:
+                p.grad = g * scale
+    return total
+
+
+def clip_grad_value_(parameters, clip_value: float) -> None:
+    """Clamp every gradient entry into [-clip_value, clip_value].
+
+    >>> import rill
+    >>> w = rill.nn.Parameter(rill.zeros(3))
+    >>> w.grad = rill.tensor([-3.0, 0.5, 2.0])
+    >>> rill.optim.clip_grad_value_([w], 1.0)
+    >>> w.grad
+    tensor([-1. ,  0.5,  1. ])
+    """
+    clip_value = float(clip_value)
+    with no_grad():
+        for p in _with_grads(parameters):
+            g = p.grad
+            if isinstance(g, SparseRows):
+                g = g.coalesce()  # clamp the sums of repeated indices, not their parts
+                p.grad = SparseRows(g.indices, clip(g.rows, -clip_value, clip_value), g.shape)
+            else:
+                p.grad = clip(g, -clip_value, clip_value)

@@ -1,0 +1,259 @@
+"""Optimizer: parameter groups, per-parameter state, step/zero_grad, state_dict.
+
+Updates are rill ops whose results are written back into the *same* tensor objects
+(`assign`, through `update_in_place`): the model's Parameters and the optimizer's slots keep
+their identity and take new buffers. So code holding a parameter sees it train, a snapshot
+taken with `detach()` keeps its old value, and a captured training step sees the optimizer's
+writes as assignments to state, like any other in-place op.
+"""
+from __future__ import annotations
+
+from ..eager.context import enable_grad, no_grad
+from ..errors import ArgumentError
+from ..ops.creation import zeros_like
+from ..ops.elementwise import cast
+from ..ops.methods import update_in_place
+from ..sparse import SparseRows
+from ..tensor import Tensor
+
+
+def _take_second(old, new):
+    return new
+
+
+def assign(t: Tensor, value: Tensor) -> Tensor:
+    """t takes value's buffer; the object t (and everyone holding it) stays the same."""
+    return update_in_place(t, _take_second, value)
+
+
+def lerp(start: Tensor, end: Tensor, weight: float) -> Tensor:
+    """start + weight * (end - start), rounded as torch's lerp rounds it (matching results)."""
+    if weight < 0.5:
+        return start + (end - start) * weight
+    return end - (end - start) * (1.0 - weight)
+
+
+class Optimizer:
+    """Base class of rill's optimizers: holds parameter groups and per-parameter state.
+
+    A subclass passes its hyperparameter defaults, checks a group's values in
+    `check_group`, and updates one group's parameters in `update_group` (called with grad
+    recording off). `params` is an iterable of tensors, or of dicts that each hold
+    `"params"` and any hyperparameters that differ from the defaults.
+
+    >>> import rill
+    >>> w = rill.nn.Parameter(rill.tensor([1.0, 2.0]))
+    >>> b = rill.nn.Parameter(rill.tensor([0.5]))
+    >>> opt = rill.optim.SGD([{"params": [w]}, {"params": [b], "lr": 0.5}], lr=0.1)
+    >>> [group["lr"] for group in opt.param_groups]
+    [0.1, 0.5]
+    >>> (w.sum() + b.sum()).backward()
+    >>> opt.step()
+    >>> w, b
+    (Parameter containing:
+    tensor([0.9, 1.9], requires_grad=True), Parameter containing:
+    tensor([0.], requires_grad=True))
+    """
+
+    def __init__(self, params, defaults: dict):
+        self.defaults = dict(defaults)
+        self.state: dict = {}  # parameter -> {slot name: tensor or number}
+        self.param_groups: list = []
+        if isinstance(params, (Tensor, dict)):
+            raise ArgumentError(f"params must be an iterable of tensors or of dicts, got a single "
+                                f"{type(params).__name__}; wrap it in a list", op=self._name)
+        try:
+            groups = list(params)
+        except TypeError:
+            raise ArgumentError(f"params must be an iterable of tensors or of dicts, got "
+                                f"{type(params).__name__}", op=self._name) from None
+        if not groups:
+            raise ArgumentError("the optimizer got an empty parameter list", op=self._name)
+        if not isinstance(groups[0], dict):
+            groups = [{"params": groups}]
+        for group in groups:
+            self.add_param_group(group)
+
+    @property
+    def _name(self) -> str:
+        return type(self).__name__
+
+    # ---- groups ----------------------------------------------------------------------------
+
+    def add_param_group(self, param_group: dict) -> None:
+        """Add a group of parameters, with hyperparameters that default to the optimizer's."""
+        if not isinstance(param_group, dict):
+            raise ArgumentError(f"a parameter group must be a dict, got "
+                                f"{type(param_group).__name__}", op=self._name)
+        if "params" not in param_group:
+            raise ArgumentError("a parameter group needs a 'params' entry", op=self._name)
+        params = param_group["params"]
+        if isinstance(params, Tensor):
+            params = [params]
+        elif isinstance(params, (set, frozenset)):
+            raise ArgumentError("a group's params must be an ordered sequence, not a set: the "
+                                "order is how state_dict() names parameters", op=self._name)
+        else:
+            params = list(params)
+        index = len(self.param_groups)
+        seen = {id(p): i for i, g in enumerate(self.param_groups) for p in g["params"]}
+        for k, p in enumerate(params):
+            if not isinstance(p, Tensor):
+                raise ArgumentError(f"parameter {k} of group {index} is a {type(p).__name__}, "
+                                    f"not a rill tensor", op=self._name)
+            if not p.dtype.is_floating:
+                raise ArgumentError(f"parameter {k} of group {index} is {p.dtype}; only floating "
+                                    f"tensors can be optimized", op=self._name)
+            if id(p) in seen:
+                where = "this group" if seen[id(p)] == index else f"group {seen[id(p)]}"
+                raise ArgumentError(f"parameter {k} of group {index} is given twice (it is "
+                                    f"already in {where})", op=self._name)
+            seen[id(p)] = index
+        group = {**self.defaults, **param_group, "params": params}
+        self.check_group(group)
+        self.param_groups.append(group)
+
+    def check_group(self, group: dict) -> None:
+        """Raise ArgumentError for a hyperparameter out of range (subclasses extend this)."""
+        self._require(group, "lr", lambda v: v >= 0, ">= 0")
+
+    def _require(self, group, key, ok, expected):
+        value = group[key]
+        if not ok(value):
+            raise ArgumentError(f"invalid {key} {value!r}: it must be {expected}", op=self._name)
+
+    def _check_betas(self, group):
+        betas = group["betas"]
+        if len(betas) != 2:
+            raise ArgumentError(f"betas must be a pair (beta1, beta2), got {betas!r}",
+                                op=self._name)
+        for i, beta in enumerate(betas):
+            if not 0.0 <= beta < 1.0:
+                raise ArgumentError(f"invalid beta{i + 1} {beta!r} in betas {tuple(betas)}: it "
+                                    f"must be in [0, 1)", op=self._name)
+
+    # ---- stepping --------------------------------------------------------------------------
+
+    def step(self, closure=None):
+        """Update every parameter that has a gradient; returns closure()'s loss if given.
+
+        `closure` re-evaluates the model and returns the loss (it runs with grad recording
+        on, before the update).
+        """
+        loss = None
+        if closure is not None:
+            with enable_grad():
+                loss = closure()
+        with no_grad():
+            for group in self.param_groups:
+                self.update_group(group)
+        return loss
+
+    def update_group(self, group: dict) -> None:
+        """Update the parameters of one group from their `.grad` (grad recording is off)."""
+        raise NotImplementedError
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Reset every parameter's gradient: to None (the default), or to zeros."""
+        for group in self.param_groups:
+            for p in group["params"]:
+                g = p.grad
+                if g is None:
+                    continue
+                if set_to_none:
+                    p.grad = None
+                elif isinstance(g, SparseRows):
+                    p.grad = SparseRows(g.indices[:0], g.rows[:0], g.shape)
+                else:
+                    p.grad = zeros_like(g)
+
+    def _dense_only(self, p, g):
+        if isinstance(g, SparseRows):
+            raise ArgumentError(f"{self._name} does not take sparse gradients (a parameter of "
+                                f"shape {p.shape} has a SparseRows gradient, e.g. from an "
+                                f"embedding lookup); use rill.optim.SparseAdam, Adagrad or SGD "
+                                f"for it, or make the gradient dense with grad.to_dense()",
+                                op=self._name)
+
+    # ---- state_dict ------------------------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        """{"state": {index: slots}, "param_groups": [group without tensors]}, as torch's.
+
+        Parameters are named by their position across the groups in order. Slots are
+        tensors and numbers; the tensors are snapshots (training on does not change them),
+        and the whole is a plain nest of dicts, lists, tuples, numbers and tensors that
+        `rill.save` writes.
+        """
+        index: dict = {}
+        groups = []
+        for group in self.param_groups:
+            packed = {k: v for k, v in group.items() if k != "params"}
+            packed["params"] = [index.setdefault(id(p), len(index)) for p in group["params"]]
+            groups.append(packed)
+        state = {}
+        for p, slots in self.state.items():
+            if id(p) in index:
+                state[index[id(p)]] = {k: v.detach() if isinstance(v, Tensor) else v
+                                       for k, v in slots.items()}
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Take the hyperparameters and slots of `state_dict` (from `state_dict()`).
+
+        The groups must match this optimizer's: as many groups, as many parameters in each,
+        and slots shaped like their parameters; otherwise ArgumentError says what differs.
+        """
+        if not isinstance(state_dict, dict) or "state" not in state_dict or \
+                "param_groups" not in state_dict:
+            raise ArgumentError("a state dict holds 'state' and 'param_groups' (as state_dict() "
+                                "returns it)", op=f"{self._name}.load_state_dict")
+        saved_groups = list(state_dict["param_groups"])
+        if len(saved_groups) != len(self.param_groups):
+            raise ArgumentError(f"the state dict has {len(saved_groups)} parameter groups, this "
+                                f"optimizer has {len(self.param_groups)}",
+                                op=f"{self._name}.load_state_dict")
+        by_index = {}
+        for i, (group, saved) in enumerate(zip(self.param_groups, saved_groups)):
+            if len(saved["params"]) != len(group["params"]):
+                raise ArgumentError(f"parameter group {i} has {len(saved['params'])} parameters "
+                                    f"in the state dict, {len(group['params'])} in this optimizer",
+                                    op=f"{self._name}.load_state_dict")
+            by_index.update(zip(saved["params"], group["params"]))
+        state = {}
+        for key, slots in state_dict["state"].items():
+            p = by_index.get(int(key))
+            if p is None:
+                raise ArgumentError(f"the state dict holds state for parameter {key}, which no "
+                                    f"parameter group lists", op=f"{self._name}.load_state_dict")
+            state[p] = {name: self._loaded_slot(p, key, name, v) for name, v in slots.items()}
+        groups = []
+        for group, saved in zip(self.param_groups, saved_groups):
+            loaded = {k: tuple(v) if isinstance(group.get(k), tuple) else v
+                      for k, v in saved.items() if k != "params"}
+            loaded["params"] = group["params"]
+            groups.append(loaded)
+        self.state = state
+        self.param_groups = groups
+
+    def _loaded_slot(self, p, key, name, value):
+        if not isinstance(value, Tensor):
+            return value
+        if value.ndim and value.shape != p.shape:
+            raise ArgumentError(f"slot {name!r} of parameter {key} has shape {value.shape} in the "
+                                f"state dict, but the parameter has shape {p.shape}",
+                                op=f"{self._name}.load_state_dict")
+        if value.device is not p.device:
+            value = value.to(p.device)
+        if value.dtype is not p.dtype and value.dtype.is_floating:
+            value = cast(value, p.dtype)
+        return value.detach()  # our own handle: updating it must not touch the caller's dict
+
+    def __repr__(self) -> str:
+        lines = [f"{self._name} ("]
+        for i, group in enumerate(self.param_groups):
+            lines.append(f"Parameter Group {i}")
+            for key in sorted(group):
+                if key != "params":
+                    lines.append(f"    {key}: {group[key]}")
+        return "\n".join(lines + [")"])

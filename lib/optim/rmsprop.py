@@ -1,0 +1,75 @@
+"""RMSprop: gradients scaled by a running average of their squares."""
+from __future__ import annotations
+
+from ..ops.creation import zeros_like
+from ..ops.elementwise import sqrt
+from .optimizer import Optimizer, assign, lerp
+
+
+class RMSprop(Optimizer):
+    """RMSprop (Hinton), with PyTorch's update rule and defaults.
+
+    Per step, with g the gradient (negated if `maximize`, plus weight_decay * p):
+    s = alpha * s + (1 - alpha) * g^2; avg = sqrt(s) + eps, or, if `centered`,
+    sqrt(s - a^2) + eps with a = lerp(a, g, 1 - alpha) the average gradient; then
+    p -= lr * g / avg, or with momentum buf = momentum * buf + g / avg and p -= lr * buf.
+
+    >>> import rill
+    >>> w = rill.nn.Parameter(rill.tensor([1.0, -2.0]))
+    >>> opt = rill.optim.RMSprop([w], lr=0.01, alpha=0.75)
+    >>> (w * w).sum().backward()
+    >>> opt.step()
+    >>> w
+    Parameter containing:
+    tensor([ 0.98, -1.98], requires_grad=True)
+    """
+
+    def __init__(self, params, lr: float = 1e-2, alpha: float = 0.99, eps: float = 1e-8,
+                 weight_decay: float = 0.0, momentum: float = 0.0, centered: bool = False, *,
+                 maximize: bool = False):
+        super().__init__(params, dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay,
+                                      momentum=momentum, centered=centered, maximize=maximize))
+
+    def check_group(self, group):
+        super().check_group(group)
+        for key in ("alpha", "eps", "weight_decay", "momentum"):
+            self._require(group, key, lambda v: v >= 0, ">= 0")
+
+    def update_group(self, group):
+        lr, alpha, eps = group["lr"], group["alpha"], group["eps"]
+        weight_decay, momentum, centered = group["weight_decay"], group["momentum"], group["centered"]
+        maximize = group["maximize"]
+        for p in group["params"]:
+            g = p.grad
+            if g is None:
+                continue
+            self._dense_only(p, g)
+            state = self.state.get(p)
+            if state is None:
+                state = self.state[p] = {"step": 0, "square_avg": zeros_like(p)}
+            state["step"] += 1
+            if maximize:
+                g = -g
+            if weight_decay != 0:
+                g = g + p * weight_decay
+            square_avg = state["square_avg"]
+            assign(square_avg, square_avg * alpha + g * (1.0 - alpha) * g)
+            if centered:
+                grad_avg = state.get("grad_avg")
+                if grad_avg is None:
+                    grad_avg = state["grad_avg"] = zeros_like(p)
+                assign(grad_avg, lerp(grad_avg, g, 1.0 - alpha))
+                avg = sqrt(square_avg - grad_avg * grad_avg) + eps
+            else:
+                avg = sqrt(square_avg) + eps
+            if momentum > 0:
+                buf = state.get("momentum_buffer")
+                if buf is None:
+                    buf = state["momentum_buffer"] = zeros_like(p)
+                assign(buf, buf * momentum + g / avg)
+                assign(p, p - buf * lr)
+            else:
+                assign(p, p - g / avg * lr)
+
+
+RMSProp = RMSprop

@@ -1,0 +1,78 @@
+"""SGD: stochastic gradient descent with momentum, Nesterov momentum and weight decay."""
+from __future__ import annotations
+
+from ..errors import ArgumentError
+from ..ops.indexing import index_add
+from ..sparse import SparseRows
+from .optimizer import Optimizer, assign
+
+
+class SGD(Optimizer):
+    """Stochastic gradient descent, with PyTorch's update rule and defaults.
+
+    Per step, with g the gradient (negated if `maximize`):
+    g += weight_decay * p; with momentum, buf = momentum * buf + (1 - dampening) * g
+    (buf = g at the first step) and g = g + momentum * buf if `nesterov` else buf;
+    then p -= lr * g.
+
+    A sparse gradient (`SparseRows`, from an embedding lookup) updates only the rows it
+    touches when there is no momentum and no weight decay. With either, every row moves
+    anyway, so the gradient is made dense: the result is PyTorch's for sparse gradients.
+
+    >>> import rill
+    >>> w = rill.nn.Parameter(rill.tensor([1.0, -2.0]))
+    >>> opt = rill.optim.SGD([w], lr=0.1, momentum=0.9)
+    >>> for _ in range(2):
+    ...     opt.zero_grad()
+    ...     (w * w).sum().backward()
+    ...     opt.step()
+    >>> w
+    Parameter containing:
+    tensor([ 0.46, -0.92], requires_grad=True)
+    """
+
+    def __init__(self, params, lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
+                 nesterov: bool = False, weight_decay: float = 0.0, *, maximize: bool = False):
+        super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening,
+                                      nesterov=nesterov, weight_decay=weight_decay,
+                                      maximize=maximize))
+
+    def check_group(self, group):
+        super().check_group(group)
+        self._require(group, "momentum", lambda v: v >= 0, ">= 0")
+        self._require(group, "weight_decay", lambda v: v >= 0, ">= 0")
+        if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
+            raise ArgumentError("Nesterov momentum needs momentum > 0 and dampening 0, got "
+                                f"momentum={group['momentum']}, dampening={group['dampening']}",
+                                op=self._name)
+
+    def update_group(self, group):
+        lr, momentum, weight_decay = group["lr"], group["momentum"], group["weight_decay"]
+        nesterov, maximize = group["nesterov"], group["maximize"]
+        keep = 1.0 - group["dampening"]
+        for p in group["params"]:
+            g = p.grad
+            if g is None:
+                continue
+            if isinstance(g, SparseRows):
+                if momentum == 0 and weight_decay == 0:
+                    # Linear in g, so repeated indices need no coalescing: index_add sums them.
+                    assign(p, index_add(p, (g.indices,), g.rows * (lr if maximize else -lr)))
+                    continue
+                g = g.to_dense()
+            if maximize:
+                g = -g
+            if weight_decay != 0:
+                g = g + p * weight_decay
+            if momentum != 0:
+                state = self.state.get(p)
+                if state is None:
+                    state = self.state[p] = {}
+                buf = state.get("momentum_buffer")
+                if buf is None:
+                    # A handle of our own: updating it in place must not change p.grad.
+                    buf = state["momentum_buffer"] = g.detach()
+                else:
+                    assign(buf, buf * momentum + (g * keep if keep != 1.0 else g))
+                g = g + buf * momentum if nesterov else buf
+            assign(p, p - g * lr)

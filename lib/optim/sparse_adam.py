@@ -1,0 +1,71 @@
+"""SparseAdam: lazy Adam for embedding tables, updating only the rows a gradient touches."""
+from __future__ import annotations
+
+import math
+
+from ..errors import ArgumentError
+from ..ops.creation import zeros_like
+from ..ops.elementwise import sqrt
+from ..ops.indexing import index_add, index_set
+from ..sparse import SparseRows
+from .optimizer import Optimizer, assign
+
+
+class SparseAdam(Optimizer):
+    """Adam on the rows a sparse gradient touches, as PyTorch's SparseAdam.
+
+    Gradients must be `SparseRows` (embedding lookups give them). The moments m and v of
+    the touched rows are updated as Adam's, and those rows of p move by
+    lr * sqrt(1 - beta2^t) / (1 - beta1^t) * m / (sqrt(v) + eps), t being the number of
+    steps this parameter has taken. Untouched rows of p, m and v are left exactly as they
+    were. Dense gradients are refused (use Adam).
+
+    >>> import rill
+    >>> table = rill.nn.Parameter(rill.zeros(4, 2))
+    >>> opt = rill.optim.SparseAdam([table], lr=0.1)
+    >>> table[rill.tensor([2])].sum().backward()
+    >>> opt.step()
+    >>> [[round(x, 4) for x in row] for row in table.tolist()]
+    [[0.0, 0.0], [0.0, 0.0], [-0.1, -0.1], [0.0, 0.0]]
+    """
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8, *,
+                 maximize: bool = False):
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, maximize=maximize))
+
+    def check_group(self, group):
+        self._require(group, "lr", lambda v: v > 0, "> 0")
+        self._require(group, "eps", lambda v: v > 0, "> 0")
+        self._check_betas(group)
+
+    def update_group(self, group):
+        lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
+        maximize = group["maximize"]
+        for p in group["params"]:
+            g = p.grad
+            if g is None:
+                continue
+            if not isinstance(g, SparseRows):
+                raise ArgumentError(f"SparseAdam takes sparse gradients only (SparseRows, from "
+                                    f"embedding lookups); a parameter of shape {p.shape} has a "
+                                    f"dense one: use rill.optim.Adam for it", op=self._name)
+            state = self.state.get(p)
+            if state is None:
+                state = self.state[p] = {"step": 0, "exp_avg": zeros_like(p),
+                                         "exp_avg_sq": zeros_like(p)}
+            step = state["step"] = state["step"] + 1
+            g = g.coalesce()  # the update is not linear in g: one row per index
+            rows = -g.rows if maximize else g.rows
+            if rows.shape[0] == 0:
+                continue
+            key = (g.indices,)
+            m, v = state["exp_avg"], state["exp_avg_sq"]
+            # old + (1 - beta) * (new - old): PyTorch's arithmetic, so the results agree.
+            m_old = m[key]
+            m_rows = (rows - m_old) * (1.0 - beta1) + m_old
+            assign(m, index_set(m, key, m_rows))
+            v_old = v[key]
+            v_rows = (rows * rows - v_old) * (1.0 - beta2) + v_old
+            assign(v, index_set(v, key, v_rows))
+            step_size = lr * math.sqrt(1.0 - beta2 ** step) / (1.0 - beta1 ** step)
+            assign(p, index_add(p, key, m_rows / (sqrt(v_rows) + eps) * -step_size))
