@@ -44,6 +44,7 @@ from .eager.grad import grad, value_and_grad
 from .eager.custom_vjp import custom_vjp
 
 from . import nn, optim, data, train
+from .serialization import save, load
 
 bool = bool_  # noqa: A001 - rill.bool, as torch.bool and jnp.bool
 __version__ = "0.1.0"

@@ -272,7 +272,7 @@ def _read_manifest(f, path, size):
         fault(f"not a rill file (it starts with {head[:8]!r}, a rill file with {MAGIC!r})")
     if len(head) < HEADER_SIZE:
         fault(f"truncated: {size} bytes, shorter than the {HEADER_SIZE}-byte header")
-    magic, version, length, manifest_crc = _HEAD.unpack(head[:_HEAD.size])
+    _, version, length, manifest_crc = _HEAD.unpack(head[:_HEAD.size])
     (head_crc,) = struct.unpack("<I", head[_HEAD.size:])
     if zlib.crc32(head[:_HEAD.size]) != head_crc:
         fault("the header is corrupted (its CRC-32 does not match)")

@@ -4,6 +4,7 @@ import subprocess
 import sys
 import threading
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -75,6 +76,26 @@ def test_save_and_restore_model_optimizer_and_plain_values(tmp_path):
     assert ckpt2.step == 7 and float(ckpt2.scale) == 2.0
     assert "model.layer.weight" in report.loaded and "optimizer.state.0.momentum" in report.loaded
     assert report.skipped == []
+
+
+def test_with_rill_nn_and_rill_optim(tmp_path):
+    def run(seed):
+        rill.manual_seed(seed)
+        model = rill.nn.Linear(3, 2)
+        return model, rill.optim.Adam(model.parameters(), lr=0.01)
+
+    model, opt = run(0)
+    model(rill.ones(4, 3)).square().mean().backward()
+    opt.step()
+    path = Checkpoint(model=model, optimizer=opt, step=1).save(tmp_path / "a.rill")
+
+    model2, opt2 = run(1)
+    weight = model2.weight  # restored in place: the Parameter object stays the same
+    ckpt = Checkpoint(model=model2, optimizer=opt2, step=0)
+    ckpt.restore(path)
+    assert model2.weight is weight and values(weight) == values(model.weight)
+    assert values(opt2.state[weight]["exp_avg"]) == values(opt.state[model.weight]["exp_avg"])
+    assert ckpt.step == 1
 
 
 def test_state_is_a_snapshot(tmp_path):
@@ -154,7 +175,7 @@ def test_include_and_exclude_select_names_by_dotted_prefix(tmp_path):
 
 
 def test_a_failing_load_state_dict_rolls_back_the_others(tmp_path):
-    path = Checkpoint(a=Model(seed=1), b=Model(seed=1)).save(tmp_path / "a.rill")
+    path = Checkpoint(a=Model(seed=1), step=5, b=Model(seed=1)).save(tmp_path / "a.rill")
     a, b = Model(seed=2), Model(seed=2)
     before = values(a.params["layer.weight"])
 
@@ -162,9 +183,18 @@ def test_a_failing_load_state_dict_rolls_back_the_others(tmp_path):
         raise RuntimeError("disk on fire")
 
     b.load_state_dict = broken
+    ckpt = Checkpoint(a=a, step=0, b=b)
     with pytest.raises(RuntimeError):
-        Checkpoint(a=a, b=b).restore(path)
-    assert values(a.params["layer.weight"]) == before
+        ckpt.restore(path)
+    assert values(a.params["layer.weight"]) == before and ckpt.step == 0
+
+
+def test_an_unset_value_takes_what_was_saved(tmp_path):
+    path = Checkpoint(best={"loss": 0.5, "w": rill.ones(2)}).save(tmp_path / "a.rill", step=3)
+    ckpt = Checkpoint(best=None)
+    report = ckpt.restore(path)
+    assert report.step == 3 and sorted(report.loaded) == ["best.loss", "best.w"]
+    assert ckpt.best["loss"] == 0.5 and values(ckpt.best["w"]) == [1.0, 1.0]
 
 
 def test_a_plain_file_is_not_a_checkpoint(tmp_path):
@@ -270,7 +300,7 @@ def test_unsavable_state_is_reported_on_the_callers_thread(tmp_path):
 
 
 def corrupt(path):
-    raw = bytearray(open(path, "rb").read())
+    raw = bytearray(Path(path).read_bytes())
     raw[-1] ^= 0xFF
     with open(path, "wb") as f:
         f.write(raw)

@@ -19,15 +19,14 @@ pytestmark = pytest.mark.timeout(10)
 Pair = collections.namedtuple("Pair", "a b")
 
 
-def values(ds):
-    """Every element of one pass, tensors and arrays as nested lists."""
-    def plain(x):
-        if isinstance(x, dict):
-            return {k: plain(v) for k, v in x.items()}
-        if isinstance(x, tuple):
-            return tuple(plain(v) for v in x)
-        return np.asarray(x).tolist()
-    return [plain(x) for x in ds]
+@pytest.fixture
+def baseline():
+    """threading.active_count() once threads left by earlier tests' pipelines have ended."""
+    deadline = time.monotonic() + 2
+    while (any(t.name.startswith("rill.data.") for t in threading.enumerate())
+           and time.monotonic() < deadline):
+        time.sleep(0.005)
+    return threading.active_count()
 
 
 def wait_for_thread_count(count, timeout=2.0):
@@ -279,14 +278,14 @@ def test_every_iter_is_a_fresh_independent_pass():
 
 def test_parallel_map_keeps_order_and_runs_concurrently():
     def slow(x):
-        time.sleep(0.05 if x % 2 else 0.02)  # finish out of order
+        time.sleep(0.03 if x % 2 else 0.06)  # so that they finish out of order
         return int(x) * 2
 
     ds = Dataset.from_arrays(np.arange(8))
     start = time.perf_counter()
     assert list(ds.map(slow, num_workers=4)) == [2 * i for i in range(8)]
     parallel = time.perf_counter() - start
-    sequential = 4 * 0.05 + 4 * 0.02
+    sequential = 4 * 0.06 + 4 * 0.03  # about 0.12 s on 4 workers
     assert parallel < 0.6 * sequential, f"{parallel:.3f} s for {sequential:.3f} s of work"
 
 
@@ -347,8 +346,7 @@ def test_generator_exception_behind_prefetch_and_parallel_map_is_wrapped_once():
     assert info.value.location.startswith("test_data.py:")  # the loop, not a thread
 
 
-def test_stopping_early_leaves_no_pipeline_threads():
-    baseline = threading.active_count()
+def test_stopping_early_leaves_no_pipeline_threads(baseline):
 
     def slow(x):
         time.sleep(0.01)
@@ -381,8 +379,7 @@ def test_stopping_early_leaves_no_pipeline_threads():
     assert wait_for_thread_count(baseline) == baseline
 
 
-def test_a_failing_pipeline_leaves_no_threads():
-    baseline = threading.active_count()
+def test_a_failing_pipeline_leaves_no_threads(baseline):
 
     def fail(x):
         raise RuntimeError("boom")
@@ -398,6 +395,16 @@ def test_pipeline_threads_are_daemons():
         lambda x: seen.append(threading.current_thread()) or x, num_workers=2).prefetch(1)
     list(ds)
     assert seen and all(t.daemon and t.name.startswith("rill.data.") for t in seen)
+
+
+def test_workers_run_in_the_loops_grad_mode():
+    modes = []
+    ds = Dataset.from_arrays(np.arange(4)).map(
+        lambda x: modes.append(rill.is_grad_enabled()) or x, num_workers=2).prefetch(1)
+    with rill.no_grad():
+        list(ds)
+    list(ds)
+    assert modes == [False] * 4 + [True] * 4
 
 
 # ---- Queue ---------------------------------------------------------------------------------
@@ -483,3 +490,4 @@ def test_queue_hands_items_between_threads_in_order():
     assert list(q) == list(range(100))
     thread.join(timeout=2)
     assert "error" not in outcome
+

@@ -90,9 +90,9 @@ def test_reassigning_and_deleting_attributes_updates_the_registries():
 def test_missing_attribute_error_names_the_module_and_suggests_names():
     net = Net()
     with pytest.raises(AttributeError, match=r"'Net' module has no attribute 'haed'.*'head'"):
-        net.haed
+        _ = net.haed
     with pytest.raises(AttributeError, match="'Linear' module has no attribute 'wieght'"):
-        net.head.wieght
+        _ = net.head.wieght
     assert {"block", "head", "drop"} <= set(dir(net))
     assert {"weight", "bias"} <= set(dir(net.head))
 
@@ -252,6 +252,19 @@ def test_forward_must_be_defined():
         nn.Module()(rill.ones(1))
 
 
+def test_deepcopy_and_pickle_give_independent_working_copies():
+    import copy
+    import pickle
+    net = Net().eval()
+    x = rill.ones(2, 3)
+    for clone in (copy.deepcopy(net), pickle.loads(pickle.dumps(net))):
+        assert clone.head.weight is not net.head.weight
+        np.testing.assert_array_equal(clone(x).numpy(), net(x).numpy())
+        with rill.no_grad():
+            clone.head.bias += 1.0
+        assert not np.array_equal(clone(x).numpy(), net(x).numpy())
+
+
 # ---- printing ------------------------------------------------------------------------------
 
 def test_repr_is_nested_with_parameter_counts():
@@ -279,7 +292,7 @@ def test_summary_renders_names_types_shapes_and_counts():
                   "32", f"{model.num_parameters():,}",
                   f"{model.num_parameters(trainable_only=True):,}"]:
         assert piece in text, piece
-    assert model.num_parameters() - model.num_parameters(trainable_only=True) == 16
+    assert model.num_parameters() - model.num_parameters(trainable_only=True) == 64
     table = model.summary(show=False)
     assert isinstance(table, Table) and "Output shape" not in [c.header for c in table.columns]
 
@@ -306,6 +319,10 @@ def test_sequential_indexing_slicing_and_editing():
     assert [n for n, _ in model.named_children()] == ["0", "1", "2", "3"]
     del model[3]
     assert len(model) == 3
+    del model[0]
+    model.append(nn.ReLU())
+    assert [n for n, _ in model.named_children()] == ["0", "1", "2"]
+    assert [type(m).__name__ for m in model] == ["Tanh", "Linear", "ReLU"]
     with pytest.raises(IndexError, match="out of range"):
         model[3]
     named = nn.Sequential({"enc": nn.Linear(2, 2), "act": nn.ReLU()})

@@ -12,6 +12,9 @@ import rill
 from rill.eager import interpreter
 
 from ops_table import OPS
+from ops_table_nn import NN_OPS
+
+OPS = OPS + NN_OPS
 
 CASES = [pytest.param(op, i, id=f"{op.name}-{i}") for op in OPS for i in range(len(op.shapes))]
 TOLERANCE = {"float32": (1e-5, 1e-5), "float16": (1e-2, 1e-2), "bfloat16": (2e-2, 2e-2)}

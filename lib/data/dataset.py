@@ -140,10 +140,11 @@ class Dataset:
     def map(self, fn, num_workers: int = 0) -> "Dataset":
         """fn applied to each element; a tuple element is unpacked into arguments.
 
-        With `num_workers > 0`, fn runs on that many background threads (NumPy and rill
-        kernels release the GIL), results still in input order; an exception there is
-        re-raised here as `rill.DataError` with the worker's traceback. With 0, fn runs in
-        the loop's own thread and its exceptions pass through unchanged.
+        With `num_workers > 0`, fn runs on that many background threads, results still in
+        input order; this pays off for work that releases the GIL (file and network reads,
+        NumPy on large arrays). An exception there is re-raised here as `rill.DataError`
+        with the worker's traceback. With 0, fn runs in the loop's own thread and its
+        exceptions pass through unchanged.
 
         >>> ds = rill.data.Dataset.from_arrays([1, 2], [3, 4]).map(lambda a, b: a + b)
         >>> [int(v) for v in ds]

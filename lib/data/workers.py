@@ -22,6 +22,7 @@ order and iteration never hangs on a dead thread.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 import threading
 import traceback
@@ -78,7 +79,10 @@ def worker_error(error: BaseException, where: str, op: str) -> DataError:
 
 
 def _start(target, *args, name: str) -> threading.Thread:
-    thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+    # A copy of the consumer's context per thread, so that workers run in the loop's modes
+    # (rill.no_grad() around the loop holds inside map functions too).
+    context = contextvars.copy_context()
+    thread = threading.Thread(target=context.run, args=(target, *args), name=name, daemon=True)
     thread.start()
     return thread
 

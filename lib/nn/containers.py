@@ -17,6 +17,12 @@ def _index(i: int, n: int, what: str) -> int:
     return i % n
 
 
+def _renumber(container: Module, modules) -> None:
+    container._modules.clear()
+    for i, m in enumerate(modules):
+        container.add_module(str(i), m)
+
+
 class Sequential(Module):
     """Modules applied one after another, each to the output of the one before.
 
@@ -64,6 +70,9 @@ class Sequential(Module):
         for name in (names[i] if isinstance(i, slice) else
                      [names[_index(i, len(names), "Sequential")]]):
             del self._modules[name]
+        if all(name.isdigit() for name in names):
+            # Positional names stay 0..n-1, so that append() cannot reuse a taken name.
+            _renumber(self, list(self._modules.values()))
 
     def append(self, module: Module) -> "Sequential":
         self.add_module(str(len(self)), module)
@@ -83,11 +92,6 @@ class ModuleList(Module):
         super().__init__()
         self.extend(modules)
 
-    def _renumber(self, modules) -> None:
-        self._modules.clear()
-        for i, m in enumerate(modules):
-            self.add_module(str(i), m)
-
     def __len__(self) -> int:
         return len(self._modules)
 
@@ -106,7 +110,7 @@ class ModuleList(Module):
     def __delitem__(self, i) -> None:
         items = list(self._modules.values())
         del items[i if isinstance(i, slice) else _index(i, len(items), "ModuleList")]
-        self._renumber(items)
+        _renumber(self, items)
 
     def __iadd__(self, modules) -> "ModuleList":
         return self.extend(modules)
@@ -123,7 +127,7 @@ class ModuleList(Module):
     def insert(self, index: int, module: Module) -> None:
         items = list(self._modules.values())
         items.insert(index, module)
-        self._renumber(items)
+        _renumber(self, items)
 
     def forward(self, *args, **kwargs):
         raise NotImplementedError("ModuleList has no forward(): iterate over it and call each "
@@ -153,8 +157,7 @@ class ModuleDict(Module):
         self.add_module(key, module)
 
     def __delitem__(self, key: str) -> None:
-        self[key]  # noqa: B018 - the same error as a failed lookup
-        del self._modules[key]
+        self.pop(key)
 
     def __contains__(self, key: str) -> bool:
         return key in self._modules

@@ -12,7 +12,7 @@ import itertools
 from collections import OrderedDict, namedtuple
 
 from .. import dtypes as _dt
-from ..errors import ArgumentError
+from ..errors import ArgumentError, Error
 from ..tensor import Tensor
 from .parameter import Parameter
 
@@ -106,26 +106,27 @@ class Module:
     def __setattr__(self, name: str, value) -> None:
         if isinstance(value, (Parameter, Module)):
             params, buffers, modules = self._registries()
+            home = params if isinstance(value, Parameter) else modules
             self.__dict__.pop(name, None)
             for registry in (params, buffers, modules):
-                registry.pop(name, None)
+                if registry is not home:  # the home keeps the name's place in the order
+                    registry.pop(name, None)
             self._non_persistent.discard(name)
-            (params if isinstance(value, Parameter) else modules)[name] = value
+            home[name] = value
             return
-        registries = self.__dict__.get("_parameters"), self.__dict__.get("_buffers"), \
-            self.__dict__.get("_modules")
-        params, buffers, modules = registries
-        if params is not None and name in params:
+        d = self.__dict__
+        params, buffers, modules = (d.get(r, {}) for r in ("_parameters", "_buffers", "_modules"))
+        if name in params:
             if value is not None:
                 raise ArgumentError(f"{type(self).__name__}.{name} is a parameter: assign a "
                                     f"rill.nn.Parameter or None, not {type(value).__name__}")
             params[name] = None
-        elif buffers is not None and name in buffers:
+        elif name in buffers:
             if value is not None and not isinstance(value, Tensor):
                 raise ArgumentError(f"{type(self).__name__}.{name} is a buffer: assign a "
                                     f"Tensor or None, not {type(value).__name__}")
             buffers[name] = value
-        elif modules is not None and name in modules:
+        elif name in modules:
             if value is not None:
                 raise ArgumentError(f"{type(self).__name__}.{name} is a submodule: assign a "
                                     f"Module or None, not {type(value).__name__}")
@@ -139,6 +140,8 @@ class Module:
         for registry in ("_parameters", "_buffers", "_modules"):
             if registry in d and name in d[registry]:
                 return d[registry][name]
+        if "_parameters" not in d:  # before __init__ ran, or while unpickling
+            raise AttributeError(f"'{type(self).__name__}' module has no attribute '{name}'")
         close = difflib.get_close_matches(name, self.__dir__(), n=3)
         hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
         raise AttributeError(f"'{type(self).__name__}' module has no attribute '{name}'{hint}")
@@ -307,7 +310,7 @@ class Module:
             if not isinstance(value, Tensor):
                 try:
                     value = as_tensor(value)
-                except Exception:
+                except (Error, TypeError, ValueError):
                     mismatched.append(f"{key}: expected a tensor, got {type(value).__name__}")
                     continue
             if tuple(value.shape) != tuple(target.shape):
@@ -400,7 +403,8 @@ class Module:
 
     def summary(self, example_input=None, show: bool = True, console=None):
         """A table of submodules: name, type, output shape (when `example_input` is given,
-        which is run through the model), parameter counts. Prints it (to a
+        which is run through the model; a tuple is passed as several arguments), parameter
+        counts. Prints it (to a
         `rich.console.Console`, a new one on stdout by default) unless `show=False`; returns
         the `rich.table.Table`.
 

@@ -39,7 +39,7 @@ def softmax(x, axis: int = -1):
     """exp(x) / sum(exp(x)) along `axis`, computed without overflow.
 
     >>> rill.nn.functional.softmax(rill.tensor([0.0, 0.0]))
-    tensor([0.5000, 0.5000])
+    tensor([0.5, 0.5])
     """
     return bind(softmax_p, x, axis=axis)
 
@@ -48,6 +48,6 @@ def log_softmax(x, axis: int = -1):
     """x - logsumexp(x) along `axis`.
 
     >>> rill.nn.functional.log_softmax(rill.tensor([0.0, 0.0])).exp()
-    tensor([0.5000, 0.5000])
+    tensor([0.5, 0.5])
     """
     return bind(log_softmax_p, x, axis=axis)

@@ -41,9 +41,13 @@ def _matmul_vjp(g, out, x, y):
         g2 = reshape(g2, g2.shape[:-1] + (1,) + g2.shape[-1:] if y.ndim > 1 else g2.shape + (1,))
     if y.ndim == 1:
         g2 = reshape(g2, g2.shape + (1,))
-    gx = sum_to_shape(matmul(g2, swapaxes(y2, -1, -2)), x2.shape)
-    gy = sum_to_shape(matmul(swapaxes(x2, -1, -2), g2), y2.shape)
-    return reshape(gx, x.shape), reshape(gy, y.shape)
+    # An input that needs no gradient (data, a frozen weight) skips its whole product.
+    gx = gy = None
+    if x.requires_grad:
+        gx = reshape(sum_to_shape(matmul(g2, swapaxes(y2, -1, -2)), x2.shape), x.shape)
+    if y.requires_grad:
+        gy = reshape(sum_to_shape(matmul(swapaxes(x2, -1, -2), g2), y2.shape), y.shape)
+    return gx, gy
 
 
 matmul_p = primitive("matmul", _matmul_infer, _matmul_vjp, normalize=promotion.common)

@@ -102,8 +102,8 @@ def avg_pool2d(x, kernel_size, stride=None, padding=0, count_include_pad: bool =
 
     >>> x = rill.arange(16.0).reshape(1, 1, 4, 4)
     >>> rill.nn.functional.avg_pool2d(x, 2)[0, 0]
-    tensor([[ 2.5000,  4.5000],
-            [10.5000, 12.5000]])
+    tensor([[ 2.5,  4.5],
+            [10.5, 12.5]])
     """
     from .creation import full, tensor
     kernel_size = _pair(kernel_size, "kernel_size")

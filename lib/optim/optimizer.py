@@ -33,6 +33,10 @@ def lerp(start: Tensor, end: Tensor, weight: float) -> Tensor:
     return end - (end - start) * (1.0 - weight)
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 class Optimizer:
     """Base class of rill's optimizers: holds parameter groups and per-parameter state.
 
@@ -210,14 +214,15 @@ class Optimizer:
                                 "returns it)", op=f"{self._name}.load_state_dict")
         saved_groups = list(state_dict["param_groups"])
         if len(saved_groups) != len(self.param_groups):
-            raise ArgumentError(f"the state dict has {len(saved_groups)} parameter groups, this "
-                                f"optimizer has {len(self.param_groups)}",
+            raise ArgumentError(f"the state dict has {_count(len(saved_groups), 'parameter group')}"
+                                f", this optimizer has {len(self.param_groups)}",
                                 op=f"{self._name}.load_state_dict")
         by_index = {}
         for i, (group, saved) in enumerate(zip(self.param_groups, saved_groups)):
             if len(saved["params"]) != len(group["params"]):
-                raise ArgumentError(f"parameter group {i} has {len(saved['params'])} parameters "
-                                    f"in the state dict, {len(group['params'])} in this optimizer",
+                raise ArgumentError(f"parameter group {i} has "
+                                    f"{_count(len(saved['params']), 'parameter')} in the state "
+                                    f"dict, {len(group['params'])} in this optimizer",
                                     op=f"{self._name}.load_state_dict")
             by_index.update(zip(saved["params"], group["params"]))
         state = {}

@@ -93,7 +93,7 @@ class Checkpoint:
         of another shape or dtype raises CheckpointError listing them all, and nothing is
         changed; without it, the names that match are loaded and the rest are reported.
         An empty dict or list in an object's current state (an optimizer's slots before its
-        first step) takes whatever the checkpoint holds there.
+        first step), and a None, take whatever the checkpoint holds there.
         """
         return self.apply(read(path), path, strict=strict, include=include, exclude=exclude)
 
@@ -117,7 +117,7 @@ class Checkpoint:
 
     def _load(self, merged, report):
         touched = {n.split(".", 1)[0] for n in report.loaded}
-        previous = {}
+        previous = {}  # name -> state before, to put back if a later object fails to load
         try:
             for name in merged:
                 if name not in touched:
@@ -127,14 +127,19 @@ class Checkpoint:
                     previous[name] = obj.state_dict()
                     obj.load_state_dict(merged[name])
                 else:
+                    previous[name] = obj
                     self._objects[name] = merged[name]
         except BaseException:
             # All or nothing: objects already loaded get their previous state back.
             for name, state in previous.items():
-                try:
-                    self._objects[name].load_state_dict(state)
-                except Exception:
-                    pass
+                obj = self._objects[name]
+                if hasattr(obj, "load_state_dict"):
+                    try:
+                        obj.load_state_dict(state)
+                    except Exception:
+                        pass
+                else:
+                    self._objects[name] = state
             raise
 
 
@@ -287,12 +292,12 @@ def _merge(current, saved, name, select, report):
             report.unexpected += _specs(saved[i], _join(name, i), select, report)
         out += list(current[len(saved):])
         return type(current)(out) if type(current) in (list, tuple) else type(current)(*out)
+    if current is None:  # an unset value takes whatever was saved
+        taken = _take(saved, name, select, report)
+        return current if taken is _SKIP else taken
     if not select(name):
         report.excluded.append(name)
         return current
-    if current is None and not _is_container(saved):
-        report.loaded.append(name)  # an unset value (None) takes whatever was saved
-        return saved
     if _is_container(current) or _is_container(saved) or \
             isinstance(current, Tensor) != isinstance(saved, Tensor) or \
             (isinstance(current, Tensor) and (current.shape != saved.shape or

@@ -2,8 +2,8 @@
 
 Files are `ckpt-<step>.rill`, written atomically (see rill.serialization), so a directory
 only ever holds complete checkpoints and the temp files of interrupted writes, whose names
-(`.ckpt-<step>.rill.<pid>.<random>.tmp`) never match; the manager ignores them and removes
-stale ones when it starts.
+(`.ckpt-<step>.rill.<pid>.<random>.tmp`) never match; the manager ignores them and, when it
+starts, removes those whose writing process is gone.
 
 With `background=True` the state is taken on the caller's thread (cheap: tensors are
 immutable, so holding references is a snapshot) and written by one writer thread while
@@ -23,7 +23,7 @@ from ..serialization import TEMP_SUFFIX
 from .checkpoint import Checkpoint, read
 
 _NAME = re.compile(r"^ckpt-(\d+)\.rill$")
-_TEMP = re.compile(r"^\.ckpt-\d+\.rill\..*" + re.escape(TEMP_SUFFIX) + "$")
+_TEMP = re.compile(r"^\.ckpt-\d+\.rill\.(\d+)\..*" + re.escape(TEMP_SUFFIX) + "$")
 
 
 class CheckpointManager:
@@ -94,7 +94,9 @@ class CheckpointManager:
 
     def _remove_stale_temp_files(self):
         for name in os.listdir(self.directory):
-            if _TEMP.match(name):
+            m = _TEMP.match(name)
+            # The writer's pid is in the name: a live writer's file is not stale.
+            if m and not _alive(int(m.group(1))):
                 try:
                     os.unlink(os.path.join(self.directory, name))
                 except OSError:
@@ -206,3 +208,17 @@ class CheckpointManager:
             self._last_step, self._last_time = restored, self._clock()
             return restored
         return None
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    if not hasattr(os, "getpgid"):  # not POSIX: os.kill(pid, 0) would not be a probe
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # it exists, under another user
+    return True

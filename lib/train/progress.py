@@ -171,7 +171,7 @@ def format_seconds(seconds: float) -> str:
 
 
 def _format_value(v) -> str:
-    if isinstance(v, bool) or isinstance(v, int):
+    if isinstance(v, int):  # bools too
         return str(v)
     if isinstance(v, float):
         return f"{v:.4g}"
@@ -195,8 +195,8 @@ def _is_live(file) -> bool:
 
 
 def _rich_bar(owner: Progress, file):
-    from rich.console import Console
     from rich import progress as rp
+    from rich.console import Console
     from rich.text import Text
 
     class RateColumn(rp.ProgressColumn):

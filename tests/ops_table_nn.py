@@ -1,0 +1,675 @@
+"""The op table's rows for rill.nn.functional: convolutions, pooling, softmax, normalization,
+losses, attention, linear, embedding, dropout.
+
+The NumPy float64 references below are deliberately naive, one output element (or one
+window, one row, one sample) at a time: direct convolution summing kernel taps over an
+explicitly zero-padded image, transposed convolution as a scatter, pooling window by window.
+They share nothing with rill's kernels (im2col GEMMs, strided tap passes), so agreement is
+evidence and not a tautology. Inputs stay small (<= ~200 elements each) because the
+finite-difference check evaluates the op twice per input element.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+import rill
+import rill.nn.functional as RF
+
+from ops_table import Op, distinct, ints
+
+TF = torch.nn.functional
+
+
+# ---- naive NumPy references ----------------------------------------------------------------
+
+def _two(v):
+    return (v, v) if isinstance(v, int) else tuple(v)
+
+
+def _conv_pads(padding, kernel, dilation):
+    """padding as ((top, bottom), (left, right)), by PyTorch's documented rules."""
+    if padding == "valid":
+        return ((0, 0),) * len(kernel)
+    if padding == "same":  # total d*(k-1); an odd total puts the extra pixel at the end
+        return tuple((d * (k - 1) // 2, d * (k - 1) - d * (k - 1) // 2)
+                     for k, d in zip(kernel, dilation))
+    return tuple((p, p) for p in ((padding,) * len(kernel) if isinstance(padding, int)
+                                  else padding))
+
+
+def _zero_pad(x, pads):
+    """x (N, C, *spatial) inside a zero frame of the given (before, after) pads."""
+    out = np.zeros(x.shape[:2] + tuple(s + a + b for s, (a, b) in zip(x.shape[2:], pads)))
+    out[(slice(None), slice(None)) + tuple(slice(a, a + s) for s, (a, _) in
+                                           zip(x.shape[2:], pads))] = x
+    return out
+
+
+def np_conv2d(x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
+    (sh, sw), (dh, dw) = _two(stride), _two(dilation)
+    n, c, _, _ = x.shape
+    o, cg, kh, kw = w.shape
+    xp = _zero_pad(x, _conv_pads(padding, (kh, kw), (dh, dw)))
+    oh = (xp.shape[2] - dh * (kh - 1) - 1) // sh + 1
+    ow = (xp.shape[3] - dw * (kw - 1) - 1) // sw + 1
+    og = o // groups
+    out = np.zeros((n, o, oh, ow))
+    for s, oc, i, j in np.ndindex(n, o, oh, ow):
+        first = (oc // og) * cg  # the first input channel of this output channel's group
+        acc = 0.0
+        for ci, ki, kj in np.ndindex(cg, kh, kw):
+            acc += xp[s, first + ci, i * sh + ki * dh, j * sw + kj * dw] * w[oc, ci, ki, kj]
+        out[s, oc, i, j] = acc + (0.0 if b is None else b[oc])
+    return out
+
+
+def np_conv1d(x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
+    n, c, _ = x.shape
+    o, cg, k = w.shape
+    (pads,) = _conv_pads(padding if isinstance(padding, str) else (padding,), (k,), (dilation,))
+    xp = _zero_pad(x, (pads,))
+    length = (xp.shape[2] - dilation * (k - 1) - 1) // stride + 1
+    og = o // groups
+    out = np.zeros((n, o, length))
+    for s, oc, i in np.ndindex(n, o, length):
+        first = (oc // og) * cg
+        out[s, oc, i] = sum(xp[s, first + ci, i * stride + ki * dilation] * w[oc, ci, ki]
+                            for ci, ki in np.ndindex(cg, k)) + (0.0 if b is None else b[oc])
+    return out
+
+
+def np_conv_transpose2d(x, w, b=None, stride=1, padding=0, output_padding=0, groups=1,
+                        dilation=1):
+    """Each input pixel scatters its kernel-weighted copy into the output; then crop."""
+    (sh, sw), (ph, pw), (oph, opw), (dh, dw) = map(_two, (stride, padding, output_padding,
+                                                          dilation))
+    n, c, h, wd = x.shape
+    _, og, kh, kw = w.shape
+    cg = c // groups
+    full = np.zeros((n, og * groups, (h - 1) * sh + dh * (kh - 1) + 1 + oph,
+                     (wd - 1) * sw + dw * (kw - 1) + 1 + opw))
+    for s, ci, i, j in np.ndindex(n, c, h, wd):
+        for oc, ki, kj in np.ndindex(og, kh, kw):
+            full[s, (ci // cg) * og + oc, i * sh + ki * dh, j * sw + kj * dw] += (
+                x[s, ci, i, j] * w[ci, oc, ki, kj])
+    out_h = (h - 1) * sh - 2 * ph + dh * (kh - 1) + oph + 1
+    out_w = (wd - 1) * sw - 2 * pw + dw * (kw - 1) + opw + 1
+    out = full[:, :, ph:ph + out_h, pw:pw + out_w]
+    return out if b is None else out + b[None, :, None, None]
+
+
+def _batched(fn):
+    """Let a reference take (C, H, W) as well as (N, C, H, W)."""
+    def run(x, *args, **kwargs):
+        if x.ndim == 3:
+            out = fn(x[None], *args, **kwargs)
+            return tuple(o[0] for o in out) if isinstance(out, tuple) else out[0]
+        return fn(x, *args, **kwargs)
+    return run
+
+
+def _windows(shape, kernel, stride, padding, dilation=(1, 1)):
+    """Yield ((i, j), [(row, col) of each tap, unpadded coordinates, row-major]) per output."""
+    (h, w), (kh, kw), (sh, sw), (ph, pw), (dh, dw) = shape, kernel, stride, padding, dilation
+    oh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+    ow = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    for i, j in np.ndindex(oh, ow):
+        yield (i, j), (oh, ow), [(i * sh - ph + ki * dh, j * sw - pw + kj * dw)
+                                 for ki, kj in np.ndindex(kh, kw)]
+
+
+@_batched
+def np_max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1):
+    """(maxima, flat index into H*W of the first maximum of each window)."""
+    k = _two(kernel_size)
+    st = k if stride is None else _two(stride)
+    n, c, h, w = x.shape
+    out = idx = None
+    for (i, j), (oh, ow), taps in _windows((h, w), k, st, _two(padding), _two(dilation)):
+        if out is None:
+            out, idx = np.zeros((n, c, oh, ow)), np.zeros((n, c, oh, ow), dtype=np.int64)
+        for s, ch in np.ndindex(n, c):
+            best, where = -np.inf, -1
+            for r, q in taps:
+                if 0 <= r < h and 0 <= q < w and x[s, ch, r, q] > best:
+                    best, where = x[s, ch, r, q], r * w + q
+            out[s, ch, i, j], idx[s, ch, i, j] = best, where
+    return out, idx
+
+
+@_batched
+def np_avg_pool2d(x, kernel_size, stride=None, padding=0, count_include_pad=True):
+    k = _two(kernel_size)
+    st = k if stride is None else _two(stride)
+    n, c, h, w = x.shape
+    out = None
+    for (i, j), (oh, ow), taps in _windows((h, w), k, st, _two(padding)):
+        if out is None:
+            out = np.zeros((n, c, oh, ow))
+        real = [(r, q) for r, q in taps if 0 <= r < h and 0 <= q < w]
+        divisor = len(taps) if count_include_pad else len(real)
+        for s, ch in np.ndindex(n, c):
+            out[s, ch, i, j] = sum(x[s, ch, r, q] for r, q in real) / divisor
+    return out
+
+
+@_batched
+def np_adaptive_avg_pool2d(x, output_size):
+    oh, ow = _two(output_size)
+    n, c, h, w = x.shape
+    out = np.zeros((n, c, oh, ow))
+    for i, j in np.ndindex(oh, ow):
+        r0, r1 = math.floor(i * h / oh), math.ceil((i + 1) * h / oh)
+        c0, c1 = math.floor(j * w / ow), math.ceil((j + 1) * w / ow)
+        out[:, :, i, j] = x[:, :, r0:r1, c0:c1].mean(axis=(2, 3))
+    return out
+
+
+def _rows(x, axis):
+    """Yield (index, 1-d view) of each row of x along axis; writes through to x."""
+    moved = np.moveaxis(x, axis, -1)
+    for idx in np.ndindex(moved.shape[:-1]):
+        yield moved[idx]
+
+
+def np_softmax(x, axis=-1):
+    if x.ndim == 0:
+        return np.ones(())
+    out = x.copy()
+    for row in _rows(out, axis):
+        if row.size:
+            e = np.exp(row - row.max())
+            row[:] = e / e.sum()
+    return out
+
+
+def np_log_softmax(x, axis=-1):
+    if x.ndim == 0:
+        return np.zeros(())
+    out = x.copy()
+    for row in _rows(out, axis):
+        if row.size:
+            shifted = row - row.max()
+            row[:] = shifted - math.log(np.exp(shifted).sum())
+    return out
+
+
+def np_batch_norm(x, running_mean=None, running_var=None, weight=None, bias=None,
+                  training=False, momentum=0.1, eps=1e-5):
+    """(y, new running mean, new running var), channel by channel."""
+    c = x.shape[1]
+    y = np.zeros_like(x)
+    new_mean = None if running_mean is None else running_mean.copy()
+    new_var = None if running_var is None else running_var.copy()
+    for ch in range(c):
+        values = x[:, ch]
+        if training:
+            mu, var = values.mean(), ((values - values.mean()) ** 2).mean()
+            if new_mean is not None:
+                unbiased = var * values.size / (values.size - 1)
+                new_mean[ch] = (1 - momentum) * running_mean[ch] + momentum * mu
+                new_var[ch] = (1 - momentum) * running_var[ch] + momentum * unbiased
+        else:
+            mu, var = running_mean[ch], running_var[ch]
+        y[:, ch] = (values - mu) / math.sqrt(var + eps)
+        if weight is not None:
+            y[:, ch] *= weight[ch]
+        if bias is not None:
+            y[:, ch] += bias[ch]
+    return y, new_mean, new_var
+
+
+def np_layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+    k = len(normalized_shape)
+    rows = x.reshape((-1,) + x.shape[x.ndim - k:])
+    out = np.zeros_like(rows)
+    for r in range(rows.shape[0]):
+        v = rows[r]
+        out[r] = (v - v.mean()) / math.sqrt(((v - v.mean()) ** 2).mean() + eps)
+        if weight is not None:
+            out[r] = out[r] * weight
+        if bias is not None:
+            out[r] = out[r] + bias
+    return out.reshape(x.shape)
+
+
+def np_group_norm(x, num_groups, weight=None, bias=None, eps=1e-5):
+    n, c = x.shape[:2]
+    per = c // num_groups
+    out = np.zeros_like(x)
+    for s, g in np.ndindex(n, num_groups):
+        v = x[s, g * per:(g + 1) * per]
+        out[s, g * per:(g + 1) * per] = (v - v.mean()) / math.sqrt(v.var() + eps)
+    for ch in range(c):
+        if weight is not None:
+            out[:, ch] *= weight[ch]
+        if bias is not None:
+            out[:, ch] += bias[ch]
+    return out
+
+
+def _reduce(per_sample, reduction):
+    return {"mean": np.mean, "sum": np.sum, "none": lambda v: v}[reduction](per_sample)
+
+
+def _samples(x):
+    """(N, C, d...) -> (N*d..., C) rows, and the sample shape; (C,) is one sample."""
+    if x.ndim == 1:
+        return x[None], ()
+    moved = np.moveaxis(x, 1, -1)
+    return moved.reshape(-1, x.shape[1]), moved.shape[:-1]
+
+
+def np_nll_loss(lp, target, weight=None, ignore_index=-100, reduction="mean"):
+    rows, sample_shape = _samples(lp)
+    c = rows.shape[1]
+    w = np.ones(c) if weight is None else weight
+    t = np.asarray(target).reshape(-1)
+    loss, total = np.zeros(len(t)), 0.0
+    for s, cls in enumerate(t):
+        if cls != ignore_index:
+            loss[s] = -w[cls] * rows[s, cls]
+            total += w[cls]
+    if reduction == "mean":
+        return loss.sum() / total
+    return _reduce(loss.reshape(sample_shape), reduction)
+
+
+def np_cross_entropy(logits, target, weight=None, ignore_index=-100, reduction="mean",
+                     label_smoothing=0.0):
+    """PyTorch's semantics: the smoothing term is the (weighted) mean over classes of -log p,
+    counted for the same samples and normalized like the nll term."""
+    lp = np_log_softmax(logits, axis=1 if logits.ndim > 1 else 0)
+    rows, sample_shape = _samples(lp)
+    c = rows.shape[1]
+    w = np.ones(c) if weight is None else weight
+    eps = label_smoothing
+    if np.asarray(target).dtype.kind == "f":  # class probabilities
+        probs, _ = _samples(target)
+        probs = probs * (1 - eps) + eps / c
+        loss = np.array([-(rows[s] * w * probs[s]).sum() for s in range(len(rows))])
+        return _reduce(loss.reshape(sample_shape), reduction)
+    t = np.asarray(target).reshape(-1)
+    loss, total = np.zeros(len(t)), 0.0
+    for s, cls in enumerate(t):
+        if cls != ignore_index:
+            loss[s] = (1 - eps) * -w[cls] * rows[s, cls] + eps / c * -(w * rows[s]).sum()
+            total += w[cls]
+    if reduction == "mean":
+        return loss.sum() / total
+    return _reduce(loss.reshape(sample_shape), reduction)
+
+
+def np_huber(x, y, reduction="mean", delta=1.0):
+    d = np.abs(x - y)
+    out = np.zeros_like(d)
+    for idx in np.ndindex(d.shape):
+        out[idx] = 0.5 * d[idx] ** 2 if d[idx] < delta else delta * (d[idx] - 0.5 * delta)
+    return _reduce(out, reduction)
+
+
+def np_bce_logits(x, y, weight=None, pos_weight=None, reduction="mean"):
+    p = 1 / (1 + np.exp(-x))
+    pw = 1.0 if pos_weight is None else pos_weight
+    loss = -(pw * y * np.log(p) + (1 - y) * np.log(1 - p))
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss, reduction)
+
+
+def np_sdpa(q, k, v, attn_mask=None, is_causal=False, scale=None):
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    lq, sk = q.shape[-2], k.shape[-2]
+    mask = np.zeros((lq, sk)) if attn_mask is None else attn_mask
+    if is_causal:
+        mask = np.array([[j <= i for j in range(sk)] for i in range(lq)])
+    out = np.zeros(q.shape[:-1] + (v.shape[-1],))
+    for b in np.ndindex(q.shape[:-2]):
+        m = mask[b[len(b) - (mask.ndim - 2):]] if mask.ndim > 2 else mask
+        scores = q[b] @ k[b].T * scale
+        scores = np.where(m, scores, -np.inf) if m.dtype == bool else scores + m
+        out[b] = np_softmax(scores, -1) @ v[b]
+    return out
+
+
+# ---- input makers --------------------------------------------------------------------------
+
+def fixed(values, dtype=np.int64):
+    """A fixed input (class labels with an ignored entry, a mask with a True in each row)."""
+    return lambda rng: np.array(values, dtype=dtype)
+
+
+def uniform(shape, low, high):
+    return lambda rng: rng.uniform(low, high, size=shape)
+
+
+def probabilities(shape, axis=1):
+    """Rows of class probabilities (positive, summing to one along axis)."""
+    def make(rng):
+        e = np.exp(rng.uniform(-1, 1, size=shape))
+        return e / e.sum(axis=axis, keepdims=True)
+    return make
+
+
+def hard_labels(shape):
+    """0/1 float targets."""
+    return lambda rng: (rng.random(shape) > 0.5).astype(np.float64)
+
+
+def shifted(shape, offset):
+    """Values far from zero: softmax must shift by the max (exp(1000) overflows)."""
+    return lambda rng: rng.uniform(-2, 2, size=shape) + offset
+
+
+# ---- rows ----------------------------------------------------------------------------------
+
+def conv2d_row(name, shapes, **kw):
+    return Op(name, lambda x, w, b=None: RF.conv2d(x, w, b, **kw),
+              lambda x, w, b=None: np_conv2d(x, w, b, **kw),
+              lambda x, w, b=None: TF.conv2d(x, w, b, **kw), shapes)
+
+
+def conv1d_row(name, shapes, **kw):
+    return Op(name, lambda x, w, b=None: RF.conv1d(x, w, b, **kw),
+              lambda x, w, b=None: np_conv1d(x, w, b, **kw),
+              lambda x, w, b=None: TF.conv1d(x, w, b, **kw), shapes)
+
+
+def conv_t_row(name, shapes, **kw):
+    return Op(name, lambda x, w, b=None: RF.conv_transpose2d(x, w, b, **kw),
+              lambda x, w, b=None: np_conv_transpose2d(x, w, b, **kw),
+              lambda x, w, b=None: TF.conv_transpose2d(x, w, b, **kw), shapes)
+
+
+def max_pool_row(name, shapes, **kw):
+    return Op(name, lambda x: RF.max_pool2d(x, **kw), lambda x: np_max_pool2d(x, **kw)[0],
+              lambda x: TF.max_pool2d(x, **kw), [(distinct(s),) for s in shapes])
+
+
+def avg_pool_row(name, shapes, **kw):
+    return Op(name, lambda x: RF.avg_pool2d(x, **kw), lambda x: np_avg_pool2d(x, **kw),
+              lambda x: TF.avg_pool2d(x, **kw), [(s,) for s in shapes])
+
+
+def softmax_rows(axis, shapes, suffix, **extra):
+    return [Op(f"{name}{suffix}", (lambda f: lambda x: f(x, axis=axis))(rf),
+               (lambda f: lambda x: f(x, axis))(ref), (lambda f: lambda x: f(x, axis))(tf),
+               shapes, **extra)
+            for name, rf, ref, tf in (("softmax", RF.softmax, np_softmax, torch.softmax),
+                                      ("log_softmax", RF.log_softmax, np_log_softmax,
+                                       torch.log_softmax))]
+
+
+def _fresh_stats(x):
+    """New running statistics for each call: training batch_norm updates them in place."""
+    c = x.shape[1]
+    return rill.zeros(c, dtype=x.dtype), rill.ones(c, dtype=x.dtype)
+
+
+def _torch_fresh_stats(x):
+    c = x.shape[1]
+    return torch.zeros(c, dtype=x.dtype), torch.ones(c, dtype=x.dtype)
+
+
+def _bn_train(x, w=None, b=None):
+    return RF.batch_norm(x, *_fresh_stats(x), w, b, training=True)
+
+
+def _bn_train_torch(x, w=None, b=None):
+    return TF.batch_norm(x, *_torch_fresh_stats(x), w, b, training=True)
+
+
+def _bn_updated(x, rm, rv, w, b):
+    """y and the running statistics after one training step (same tensors, updated)."""
+    y = RF.batch_norm(x, rm, rv, w, b, training=True, momentum=0.3)
+    return y, rm, rv
+
+
+def _bn_updated_torch(x, rm, rv, w, b):
+    rm, rv = rm.detach().clone(), rv.detach().clone()
+    y = TF.batch_norm(x, rm, rv, w, b, training=True, momentum=0.3)
+    return y, rm, rv
+
+
+def loss_row(name, rfn, ref, tfn, shapes, **kw):
+    return Op(name, rfn, ref, tfn, shapes, **kw)
+
+
+CE_LABELS = fixed([0, -1, 3, 2, -1, 4])  # two entries ignored with ignore_index=-1
+CLASS_WEIGHT = fixed([1.0, 2.0, 0.5, 1.5, 0.7], np.float64)
+BOOL_MASK = fixed([[True, False, True, False, False],
+                   [False, True, True, True, False],
+                   [True, True, False, False, True]], bool)
+
+NN_OPS = [
+    # ---- convolutions ----------------------------------------------------------------------
+    conv2d_row("conv2d", [((2, 3, 4, 5), (4, 3, 3, 3), (4,)), ((1, 2, 3, 3), (3, 2, 3, 3)),
+                          ((1, 2, 4, 4), (2, 2, 1, 1))]),
+    conv2d_row("conv2d_stride_pad", [((1, 2, 6, 5), (3, 2, 3, 3), (3,)),
+                                     ((2, 1, 5, 5), (2, 1, 2, 2))], stride=2, padding=1),
+    conv2d_row("conv2d_tuples", [((1, 2, 6, 5), (2, 2, 2, 3), (2,))],
+               stride=(2, 1), padding=(1, 2)),
+    conv2d_row("conv2d_same_even_kernel", [((1, 2, 5, 6), (2, 2, 2, 4), (2,)),
+                                           ((1, 1, 4, 4), (2, 1, 3, 3))],
+               padding="same", dilation=(2, 1)),
+    conv2d_row("conv2d_valid", [((1, 2, 5, 5), (3, 2, 3, 2))], padding="valid"),
+    conv2d_row("conv2d_dilation", [((1, 2, 6, 6), (2, 2, 3, 3), (2,))], dilation=2, padding=2),
+    conv2d_row("conv2d_groups", [((1, 4, 4, 4), (6, 2, 3, 3), (6,))], groups=2, padding=1),
+    conv2d_row("conv2d_depthwise", [((2, 3, 4, 4), (6, 1, 3, 3), (6,)),
+                                    ((1, 3, 5, 5), (3, 1, 2, 2))], groups=3, stride=(1, 2)),
+    conv1d_row("conv1d", [((2, 3, 7), (4, 3, 3), (4,)), ((1, 2, 5), (3, 2, 1))]),
+    conv1d_row("conv1d_stride_pad_dilation", [((2, 2, 9), (3, 2, 3), (3,))],
+               stride=2, padding=1, dilation=2),
+    conv1d_row("conv1d_groups_same", [((1, 4, 6), (4, 2, 4), (4,))], groups=2, padding="same"),
+    conv_t_row("conv_transpose2d", [((2, 3, 3, 3), (3, 2, 3, 3), (2,)),
+                                    ((1, 2, 2, 3), (2, 3, 2, 2))]),
+    conv_t_row("conv_transpose2d_stride_pad_outpad", [((1, 2, 3, 3), (2, 3, 3, 3), (3,))],
+               stride=2, padding=1, output_padding=1),
+    conv_t_row("conv_transpose2d_tuples", [((1, 2, 3, 2), (2, 2, 3, 4), (2,))],
+               stride=(2, 3), padding=(1, 0), output_padding=(1, 2)),
+    conv_t_row("conv_transpose2d_groups_dilation", [((1, 4, 3, 3), (4, 2, 2, 2), (4,))],
+               groups=2, dilation=2, padding=1),
+    conv_t_row("conv_transpose2d_outpad_by_dilation", [((1, 2, 3, 3), (2, 2, 2, 2))],
+               dilation=2, output_padding=1),
+    # ---- pooling ---------------------------------------------------------------------------
+    max_pool_row("max_pool2d", [(2, 2, 4, 4), (3, 4, 5)], kernel_size=2),
+    max_pool_row("max_pool2d_stride_pad", [(1, 2, 5, 5), (2, 1, 6, 4)], kernel_size=3,
+                 stride=2, padding=1),
+    max_pool_row("max_pool2d_overlapping_dilated", [(1, 2, 5, 6)], kernel_size=(2, 3),
+                 stride=(1, 2), padding=1, dilation=(2, 1)),
+    # Taps in the padding alias the flat index of real pixels (w=4: tap (0, 2) and tap
+    # (1, 0) are both offset -1); the gradient must still reach only the real winner.
+    max_pool_row("max_pool2d_aliasing_taps", [(1, 2, 4, 4)], kernel_size=(2, 3), stride=1,
+                 padding=1, dilation=(1, 2)),
+    Op("max_pool2d_indices", lambda x: RF.max_pool2d(x, 3, 2, 1, return_indices=True),
+       lambda x: np_max_pool2d(x, 3, 2, 1),
+       lambda x: TF.max_pool2d(x, 3, 2, 1, return_indices=True), [(distinct((2, 2, 5, 4)),),
+                                                                   (distinct((2, 5, 5)),)]),
+    avg_pool_row("avg_pool2d", [(2, 2, 4, 4), (3, 4, 5)], kernel_size=2),
+    *[avg_pool_row(f"avg_pool2d_pad_{'incl' if incl else 'excl'}", [(1, 2, 5, 5), (2, 1, 4, 6)],
+                   kernel_size=3, stride=2, padding=1, count_include_pad=incl)
+      for incl in (True, False)],
+    avg_pool_row("avg_pool2d_rect_excl", [(1, 2, 4, 5)], kernel_size=(2, 3), stride=(1, 2),
+                 padding=1, count_include_pad=False),
+    *[Op(f"adaptive_avg_pool2d_{i}", (lambda o: lambda x: RF.adaptive_avg_pool2d(x, o))(out),
+         (lambda o: lambda x: np_adaptive_avg_pool2d(x, o))(out),
+         (lambda o: lambda x: TF.adaptive_avg_pool2d(x, o))(out), [(s,) for s in shapes])
+      for i, (out, shapes) in enumerate((((3, 4), [(1, 2, 5, 7), (2, 7, 6)]),
+                                         (1, [(2, 3, 4, 4)]),
+                                         ((4, 5), [(1, 2, 3, 4)]),  # larger than the input
+                                         (2, [(2, 2, 5, 3)])))],
+    # ---- softmax ---------------------------------------------------------------------------
+    *softmax_rows(-1, [((3, 4),), ((),), ((0, 3),), ((2, 0),), ((2, 1, 5),)], ""),
+    *softmax_rows(0, [((3, 4),), ((5,),), ((),), ((0, 2),)], "_axis0"),
+    *softmax_rows(1, [((2, 3, 4),), ((2, 1, 3),)], "_axis1"),
+    *softmax_rows(-1, [(shifted((3, 4), 1000.0),), (shifted((2, 5), -1000.0),)], "_large",
+                  dtypes=("float32",)),
+    # ---- normalization ---------------------------------------------------------------------
+    Op("batch_norm_train", _bn_train, lambda x, w=None, b=None: np_batch_norm(x, None, None,
+                                                                              w, b, True)[0],
+       _bn_train_torch, [((4, 3), (3,), (3,)), ((2, 3, 2, 2), (3,), (3,)), ((3, 2, 4),)]),
+    Op("batch_norm_train_no_stats", lambda x: RF.batch_norm(x, training=True),
+       lambda x: np_batch_norm(x, training=True)[0],
+       lambda x: TF.batch_norm(x, None, None, training=True), [((5, 2),), ((2, 3, 3),)]),
+    # The running statistics after one step (momentum 0.3, unbiased variance): forward only,
+    # since the update happens outside the tape.
+    Op("batch_norm_running_update", _bn_updated,
+       lambda x, rm, rv, w, b: np_batch_norm(x, rm, rv, w, b, True, 0.3),
+       _bn_updated_torch, [((4, 3, 2), (3,), uniform((3,), 0.5, 2.0), (3,), (3,))],
+       grad=False),
+    Op("batch_norm_eval",
+       lambda x, rm, rv, w=None, b=None: RF.batch_norm(x, rm, rv, w, b, training=False),
+       lambda x, rm, rv, w=None, b=None: np_batch_norm(x, rm, rv, w, b)[0],
+       lambda x, rm, rv, w=None, b=None: TF.batch_norm(x, rm, rv, w, b, training=False),
+       [((4, 3), (3,), uniform((3,), 0.5, 2.0), (3,), (3,)),
+        ((2, 3, 2, 2), (3,), uniform((3,), 0.5, 2.0))], nondiff_inputs=(1, 2)),
+    # PyTorch does not differentiate the running statistics; finite differences do.
+    Op("batch_norm_eval_stats_grad",
+       lambda x, rm, rv: RF.batch_norm(x, rm, rv, training=False),
+       lambda x, rm, rv: np_batch_norm(x, rm, rv)[0], None,
+       [((4, 3), (3,), uniform((3,), 0.5, 2.0))]),
+    *[Op(f"layer_norm_{i}", (lambda s: lambda x, w=None, b=None: RF.layer_norm(x, s, w, b))(ns),
+         (lambda s: lambda x, w=None, b=None: np_layer_norm(x, _tuple(s), w, b))(ns),
+         (lambda s: lambda x, w=None, b=None: TF.layer_norm(x, _tuple(s), w, b))(ns), shapes)
+      for i, (ns, shapes) in enumerate(((4, [((3, 4), (4,), (4,)), ((2, 3, 4),)]),
+                                        ((3, 4), [((2, 3, 4), (3, 4), (3, 4))]),
+                                        ((5,), [((5,), (5,), (5,))])))],
+    *[Op(f"group_norm_{g}", (lambda g: lambda x, w=None, b=None: RF.group_norm(x, g, w, b))(g),
+         (lambda g: lambda x, w=None, b=None: np_group_norm(x, g, w, b))(g),
+         (lambda g: lambda x, w=None, b=None: TF.group_norm(x, g, w, b))(g), shapes)
+      for g, shapes in ((2, [((2, 4, 3), (4,), (4,)), ((2, 6, 2, 2),)]),
+                        (1, [((2, 3, 2, 2), (3,), (3,))]),
+                        (3, [((2, 3, 5), (3,), (3,))]))],  # one channel per group
+    # ---- losses ----------------------------------------------------------------------------
+    *[Op(f"nll_loss_{red}", (lambda r: lambda x, t: RF.nll_loss(x, t, reduction=r))(red),
+         (lambda r: lambda x, t: np_nll_loss(x, t, reduction=r))(red),
+         (lambda r: lambda x, t: TF.nll_loss(x, t, reduction=r))(red),
+         [((5, 4), ints((5,), 0, 4)), ((2, 3, 4), ints((2, 4), 0, 3)),
+          ((4,), ints((), 0, 4))])
+      for red in ("mean", "sum", "none")],
+    Op("nll_loss_weight_ignore",
+       lambda x, t, w: RF.nll_loss(x, t, w, ignore_index=-1),
+       lambda x, t, w: np_nll_loss(x, t, w, ignore_index=-1),
+       lambda x, t, w: TF.nll_loss(x, t, w, ignore_index=-1),
+       [((6, 5), CE_LABELS, CLASS_WEIGHT)], nondiff_inputs=(2,)),
+    # PyTorch has no gradient for the class weights; rill's composite does.
+    Op("nll_loss_weight_grad", lambda x, t, w: RF.nll_loss(x, t, w, ignore_index=-1),
+       lambda x, t, w: np_nll_loss(x, t, w, ignore_index=-1), None,
+       [((6, 5), CE_LABELS, CLASS_WEIGHT)]),
+    *[Op(f"cross_entropy_{red}", (lambda r: lambda x, t: RF.cross_entropy(x, t, reduction=r))(red),
+         (lambda r: lambda x, t: np_cross_entropy(x, t, reduction=r))(red),
+         (lambda r: lambda x, t: TF.cross_entropy(x, t, reduction=r))(red),
+         [((5, 4), ints((5,), 0, 4)), ((2, 3, 4), ints((2, 4), 0, 3)),
+          ((2, 3, 2, 2), ints((2, 2, 2), 0, 3)), ((4,), ints((), 0, 4))])
+      for red in ("mean", "sum", "none")],
+    *[Op(f"cross_entropy_ignore_{red}",
+         (lambda r: lambda x, t: RF.cross_entropy(x, t, ignore_index=-1, reduction=r))(red),
+         (lambda r: lambda x, t: np_cross_entropy(x, t, ignore_index=-1, reduction=r))(red),
+         (lambda r: lambda x, t: TF.cross_entropy(x, t, ignore_index=-1, reduction=r))(red),
+         [((6, 5), CE_LABELS)])
+      for red in ("mean", "none")],
+    Op("cross_entropy_weight", lambda x, t, w: RF.cross_entropy(x, t, w, ignore_index=-1),
+       lambda x, t, w: np_cross_entropy(x, t, w, ignore_index=-1),
+       lambda x, t, w: TF.cross_entropy(x, t, w, ignore_index=-1),
+       [((6, 5), CE_LABELS, CLASS_WEIGHT)], nondiff_inputs=(2,)),
+    *[Op(f"cross_entropy_smoothing_{red}{'_weight' if wt else ''}",
+         (lambda r: lambda x, t, w=None: RF.cross_entropy(
+             x, t, w, ignore_index=-1, reduction=r, label_smoothing=0.2))(red),
+         (lambda r: lambda x, t, w=None: np_cross_entropy(
+             x, t, w, ignore_index=-1, reduction=r, label_smoothing=0.2))(red),
+         (lambda r: lambda x, t, w=None: TF.cross_entropy(
+             x, t, w, ignore_index=-1, reduction=r, label_smoothing=0.2))(red),
+         [((6, 5), CE_LABELS, CLASS_WEIGHT) if wt else ((6, 5), CE_LABELS)],
+         nondiff_inputs=(2,))
+      for red in ("mean", "sum", "none") for wt in (False, True)],
+    Op("cross_entropy_smoothing_nd", lambda x, t: RF.cross_entropy(x, t, label_smoothing=0.1),
+       lambda x, t: np_cross_entropy(x, t, label_smoothing=0.1),
+       lambda x, t: TF.cross_entropy(x, t, label_smoothing=0.1),
+       [((2, 3, 4), ints((2, 4), 0, 3)), ((5,), ints((), 0, 5))]),
+    Op("cross_entropy_smoothing_one", lambda x, t: RF.cross_entropy(x, t, label_smoothing=1.0),
+       lambda x, t: np_cross_entropy(x, t, label_smoothing=1.0),
+       lambda x, t: TF.cross_entropy(x, t, label_smoothing=1.0), [((4, 3), ints((4,), 0, 3))]),
+    *[Op(f"cross_entropy_probs_{red}",
+         (lambda r: lambda x, p: RF.cross_entropy(x, p, reduction=r))(red),
+         (lambda r: lambda x, p: np_cross_entropy(x, p, reduction=r))(red),
+         (lambda r: lambda x, p: TF.cross_entropy(x, p, reduction=r))(red),
+         [((4, 5), probabilities((4, 5))), ((2, 3, 4), probabilities((2, 3, 4))),
+          ((5,), probabilities((5,), 0))])
+      for red in ("mean", "sum", "none")],
+    Op("cross_entropy_probs_weight_smoothing",
+       lambda x, p, w: RF.cross_entropy(x, p, w, label_smoothing=0.3),
+       lambda x, p, w: np_cross_entropy(x, p, w, label_smoothing=0.3),
+       lambda x, p, w: TF.cross_entropy(x, p, w, label_smoothing=0.3),
+       [((4, 5), probabilities((4, 5)), CLASS_WEIGHT)], nondiff_inputs=(2,)),
+    *[Op(f"mse_loss_{red}", (lambda r: lambda x, y: RF.mse_loss(x, y, r))(red),
+         (lambda r: lambda x, y: _reduce((x - y) ** 2, r))(red),
+         (lambda r: lambda x, y: TF.mse_loss(x, y, reduction=r))(red),
+         [((3, 4), (3, 4)), ((), ()), ((2, 1, 3), (2, 1, 3))])
+      for red in ("mean", "sum", "none")],
+    *[Op(f"l1_loss_{red}", (lambda r: lambda x, y: RF.l1_loss(x, y, r))(red),
+         (lambda r: lambda x, y: _reduce(np.abs(x - y), r))(red),
+         (lambda r: lambda x, y: TF.l1_loss(x, y, reduction=r))(red),
+         [((3, 4), (3, 4)), ((), ())])
+      for red in ("mean", "sum", "none")],
+    *[Op(f"huber_loss_{red}_{delta}", (lambda r, d: lambda x, y: RF.huber_loss(x, y, r, d))(
+        red, delta),
+         (lambda r, d: lambda x, y: np_huber(x, y, r, d))(red, delta),
+         (lambda r, d: lambda x, y: TF.huber_loss(x, y, reduction=r, delta=d))(red, delta),
+         [((3, 4), (3, 4)), ((), ())])
+      for red, delta in (("mean", 1.0), ("sum", 0.5), ("none", 2.0))],
+    *[Op(f"bce_with_logits_{red}",
+         (lambda r: lambda x, y, w=None, pw=None: RF.binary_cross_entropy_with_logits(
+             x, y, w, pw, reduction=r))(red),
+         (lambda r: lambda x, y, w=None, pw=None: np_bce_logits(x, y, w, pw, r))(red),
+         (lambda r: lambda x, y, w=None, pw=None: TF.binary_cross_entropy_with_logits(
+             x, y, w, pos_weight=pw, reduction=r))(red),
+         [((3, 4), uniform((3, 4), 0.0, 1.0)),
+          ((3, 4), uniform((3, 4), 0.0, 1.0), uniform((4,), 0.5, 2.0), uniform((4,), 0.5, 3.0)),
+          ((2, 3), hard_labels((2, 3)), (3,), uniform((3,), 0.5, 3.0))], (-4.0, 4.0),
+         nondiff_inputs=(2, 3))  # PyTorch does not differentiate weight, pos_weight
+      for red in ("mean", "sum", "none")],
+    Op("bce_with_logits_weight_grad",
+       lambda x, y, w, pw: RF.binary_cross_entropy_with_logits(x, y, w, pw),
+       lambda x, y, w, pw: np_bce_logits(x, y, w, pw), None,
+       [((3, 4), uniform((3, 4), 0.0, 1.0), uniform((4,), 0.5, 2.0), uniform((4,), 0.5, 3.0))],
+       (-4.0, 4.0)),
+    # ---- attention, linear, embedding, dropout ---------------------------------------------
+    Op("sdpa", RF.scaled_dot_product_attention, np_sdpa, TF.scaled_dot_product_attention,
+       [((2, 3, 4), (2, 5, 4), (2, 5, 3)), ((1, 2, 3, 2), (1, 2, 4, 2), (1, 2, 4, 2))]),
+    Op("sdpa_bool_mask", RF.scaled_dot_product_attention, np_sdpa,
+       TF.scaled_dot_product_attention,
+       [((2, 3, 4), (2, 5, 4), (2, 5, 3), BOOL_MASK)]),
+    Op("sdpa_float_mask", RF.scaled_dot_product_attention, np_sdpa,
+       TF.scaled_dot_product_attention,
+       [((2, 3, 4), (2, 5, 4), (2, 5, 3), (3, 5)), ((2, 3, 4), (2, 5, 4), (2, 5, 3), (2, 3, 5))]),
+    Op("sdpa_causal",
+       lambda q, k, v: RF.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.7),
+       lambda q, k, v: np_sdpa(q, k, v, is_causal=True, scale=0.7),
+       lambda q, k, v: TF.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.7),
+       [((2, 4, 3), (2, 4, 3), (2, 4, 2)), ((1, 3, 2), (1, 5, 2), (1, 5, 2))]),
+    Op("linear", RF.linear, lambda x, w, b=None: x @ w.T + (0.0 if b is None else b), TF.linear,
+       [((3, 4), (5, 4), (5,)), ((2, 3, 4), (2, 4)), ((4,), (3, 4), (3,))]),
+    Op("embedding", RF.embedding, lambda i, w: w[i], TF.embedding,
+       [(ints((2, 3), 0, 5), (5, 4)), (ints((), 0, 5), (5, 4))]),
+    # padding_idx rows are looked up but, by design, get no gradient: finite differences
+    # would see one, so these rows are forward only; test_nn_functional.py checks their
+    # gradient against PyTorch's.
+    *[Op(f"embedding_padding_idx{suffix}",
+         (lambda p: lambda i, w: RF.embedding(i, w, padding_idx=p))(pad), lambda i, w: w[i],
+         (lambda p: lambda i, w: TF.embedding(i, w, padding_idx=p))(pad), shapes, grad=False)
+      for suffix, pad, shapes in (("", 1, [(fixed([[1, 0, 3], [1, 4, 1]]), (5, 4))]),
+                                  ("_negative", -1, [(fixed([4, 2, 4, 0]), (5, 3))]))],
+    Op("dropout_p0", lambda x: RF.dropout(x, 0.0), lambda x: x, lambda x: TF.dropout(x, 0.0),
+       [((3, 4),), ((),)]),
+    Op("dropout_eval", lambda x: RF.dropout(x, 0.5, training=False), lambda x: x,
+       lambda x: TF.dropout(x, 0.5, training=False), [((3, 4),)]),
+    Op("dropout_p1", lambda x: RF.dropout(x, 1.0), np.zeros_like, lambda x: TF.dropout(x, 1.0),
+       [((3, 4),)]),
+]
+
+
+def _tuple(s):
+    return (s,) if isinstance(s, int) else tuple(s)
