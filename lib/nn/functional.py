@@ -19,7 +19,7 @@ from ..ops.creation import ones
 from ..ops.elementwise import (abs, elu, exp, gelu, leaky_relu, log, logical_not,  # noqa: F401
                                relu, rsqrt, sigmoid, silu, softplus, square, tanh, where)
 from ..ops.indexing import take, take_along_axis
-from ..ops.linalg import matmul
+from ..ops.linalg import linear, matmul
 from ..ops.methods import update_in_place
 from ..ops.pooling import adaptive_avg_pool2d, avg_pool2d, max_pool2d
 from ..ops.random import rand
@@ -30,16 +30,6 @@ _REDUCTIONS = ("mean", "sum", "none")
 
 
 # ---- dense layers ---------------------------------------------------------------------------
-
-def linear(x, weight, bias=None):
-    """x @ weight.T + bias, with weight of shape (out_features, in_features).
-
-    >>> rill.nn.functional.linear(rill.ones(2, 3), rill.ones(4, 3)).shape
-    (2, 4)
-    """
-    y = matmul(x, swapaxes(weight, -1, -2))
-    return y if bias is None else y + bias
-
 
 @reports_as("embedding")
 def embedding(indices, weight, padding_idx: int | None = None):

@@ -332,7 +332,8 @@ class Module:
                 target = own[key]
                 if value.device != target.device:
                     value = to_device(value, target.device)
-                update_in_place(target, lambda old, v: v, value)
+                # detach: a loaded value must not bring its own tape or requires_grad along.
+                update_in_place(target, lambda old, v: v, value.detach())
         return LoadResult(missing, unexpected)
 
     # ---- modes and conversions -------------------------------------------------------------

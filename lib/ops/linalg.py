@@ -220,3 +220,38 @@ def einsum(equation: str, *operands):
         raise ArgumentError("einsum needs at least one operand", op="einsum")
     inputs, output = parse_einsum(equation, [t.shape for t in tensors])
     return bind(einsum_p, *tensors, inputs=inputs, output=output)
+
+
+# ---- linear --------------------------------------------------------------------------------
+
+
+def _linear_infer(x, w):
+    require(x, "f", "floating-point tensors")
+    if x.ndim < 1 or w.ndim != 2 or x.shape[-1] != w.shape[1]:
+        raise ShapeError(f"expects x (..., in) and weight (out, in); got {x.shape} and "
+                         f"{w.shape}")
+    return x.shape[:-1] + (w.shape[0],), x.dtype
+
+
+def _linear_vjp(g, out, x, w):
+    from .shape import reshape, swapaxes
+    gx = matmul(g, w) if x.requires_grad else None
+    gw = None
+    if w.requires_grad:
+        # g^T x, flattened over the batch axes: the weight's gradient comes out in the
+        # weight's own (out, in) layout, so the optimizer's update reads it contiguously.
+        gw = matmul(swapaxes(reshape(g, (-1, w.shape[0])), 0, 1), reshape(x, (-1, w.shape[1])))
+    return gx, gw
+
+
+linear_p = primitive("linear", _linear_infer, _linear_vjp, normalize=promotion.common_float)
+
+
+def linear(x, weight, bias=None):
+    """x @ weight.T + bias, with weight of shape (out_features, in_features).
+
+    >>> rill.nn.functional.linear(rill.ones(2, 3), rill.ones(4, 3)).shape
+    (2, 4)
+    """
+    y = bind(linear_p, x, weight)
+    return y if bias is None else y + bias

@@ -27,7 +27,8 @@ def assign(t: Tensor, value: Tensor) -> Tensor:
 
 
 def lerp(start: Tensor, end: Tensor, weight: float) -> Tensor:
-    """start + weight * (end - start), rounded as torch's lerp rounds it (matching results)."""
+    """start + weight * (end - start), in the form torch's lerp picks for this weight
+    (the one that keeps the result exact at weight 0 or 1)."""
     if weight < 0.5:
         return start + (end - start) * weight
     return end - (end - start) * (1.0 - weight)
