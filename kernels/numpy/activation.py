@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from rill.errors import ArgumentError
 from rill.ops.primitive import register_kernels
 
 
@@ -28,4 +29,23 @@ def log_softmax(x, axis):
         return z - np.log(np.sum(np.exp(z), axis=axis if x.ndim else None, keepdims=True))
 
 
-register_kernels("cpu", {"softmax": softmax, "log_softmax": log_softmax})
+
+
+def softmax_cross_entropy(logits, target, ignore_index, label_smoothing):
+    n, c = logits.shape
+    valid = target != ignore_index
+    safe = np.where(valid, target, 0)
+    bad = (safe < 0) | (safe >= c)
+    if bad.any():
+        # As nll_loss's check: a bad label is an argument error, whichever path found it.
+        raise ArgumentError(f"target holds class {int(target[bad][0])}, outside [0, {c}) "
+                            f"(and not ignore_index={ignore_index})", op="cross_entropy")
+    lp = log_softmax(logits, 1)
+    loss = -lp[np.arange(n), safe]
+    if label_smoothing:
+        loss = (1.0 - label_smoothing) * loss - label_smoothing * lp.mean(axis=1)
+    return np.where(valid, loss, 0).astype(logits.dtype, copy=False)
+
+
+register_kernels("cpu", {"softmax": softmax, "log_softmax": log_softmax,
+                         "softmax_cross_entropy": softmax_cross_entropy})

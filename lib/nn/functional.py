@@ -13,7 +13,7 @@ from .. import ops as _ops  # noqa: F401  (declares the primitives)
 from ..eager.context import no_grad
 from ..errors import ArgumentError, DTypeError, ShapeError, reports_as
 from ..ops import promotion
-from ..ops.activation import log_softmax, softmax
+from ..ops.activation import log_softmax, softmax, softmax_cross_entropy
 from ..ops.conv import conv1d, conv2d, conv_transpose2d
 from ..ops.creation import ones
 from ..ops.elementwise import (abs, elu, exp, gelu, leaky_relu, log, logical_not,  # noqa: F401
@@ -247,8 +247,8 @@ def cross_entropy(logits, target, weight=None, ignore_index: int = -100,
         raise ShapeError("logits need a class axis", op="cross_entropy")
     class_axis = 1 if logits.ndim > 1 else 0
     c = logits.shape[class_axis]
-    lp = log_softmax(logits, axis=class_axis)
     if target.dtype.kind == "f":  # class probabilities
+        lp = log_softmax(logits, axis=class_axis)
         if tuple(target.shape) != tuple(logits.shape):
             raise ShapeError(f"probability targets {target.shape} must match logits "
                              f"{logits.shape}", op="cross_entropy")
@@ -257,6 +257,23 @@ def cross_entropy(logits, target, weight=None, ignore_index: int = -100,
         weighted = lp if weight is None else lp * reshape(weight, (c,) + (1,) * (
             logits.ndim - class_axis - 1))
         return _reduce(-sum(weighted * target, axis=class_axis), reduction, "cross_entropy")
+    expected = (() if logits.ndim == 1 else (logits.shape[0],) + tuple(logits.shape[2:]))
+    if tuple(target.shape) != expected:
+        raise ShapeError(f"target {target.shape} does not match logits {logits.shape} "
+                         "(expected the logits' shape without the class axis 1)",
+                         op="cross_entropy")
+    if weight is None:
+        # The common case, fused: one kernel forward, one rule back, no (N, C) temporaries
+        # kept on the tape.
+        rows = softmax_cross_entropy(_classes_last(logits).reshape(-1, c) if logits.ndim > 1
+                                     else reshape(logits, (1, c)), reshape(target, (-1,)),
+                                     ignore_index, label_smoothing)
+        if reduction == "none":
+            return reshape(rows, target.shape)
+        if reduction == "sum":
+            return sum(rows)
+        return sum(rows) / sum(target != ignore_index)
+    lp = log_softmax(logits, axis=class_axis)
     loss = nll_loss(lp, target, weight, ignore_index, reduction)
     if not label_smoothing:
         return loss

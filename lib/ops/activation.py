@@ -51,3 +51,42 @@ def log_softmax(x, axis: int = -1):
     tensor([0.5, 0.5])
     """
     return bind(log_softmax_p, x, axis=axis)
+
+
+# ---- softmax cross-entropy over class indices -----------------------------------------------
+
+def _xent_infer(logits, target, ignore_index, label_smoothing):
+    if logits.ndim != 2 or target.ndim != 1 or target.shape[0] != logits.shape[0]:
+        from ..errors import ShapeError
+        raise ShapeError(f"expects logits (N, C) and target (N,), got {logits.shape} and "
+                         f"{target.shape}")
+    if target.dtype.kind not in "iu":
+        from ..errors import DTypeError
+        raise DTypeError(f"target must hold class indices (integers), got {target.dtype}")
+    return (logits.shape[0],), logits.dtype
+
+
+def _xent_vjp(g, out, logits, target, ignore_index, label_smoothing):
+    """d loss_i / d logits_i = softmax_i - (1 - eps) onehot(t_i) - eps / C, 0 if ignored."""
+    from .elementwise import where
+    from .indexing import one_hot
+    from .shape import expand_dims
+    c = logits.shape[1]
+    valid = target != ignore_index
+    hot = one_hot(where(valid, target, 0), c, dtype=logits.dtype) * (1.0 - label_smoothing)
+    grad = softmax(logits, axis=1) - hot
+    if label_smoothing:
+        grad = grad - label_smoothing / c
+    return where(expand_dims(valid, 1), grad * expand_dims(g, 1), 0.0), None
+
+
+softmax_cross_entropy_p = primitive("softmax_cross_entropy", _xent_infer, _xent_vjp,
+                                    normalize=promotion.lift)
+
+
+def softmax_cross_entropy(logits, target, ignore_index: int = -100,
+                          label_smoothing: float = 0.0):
+    """Per-row loss -log softmax(logits)[target] (label-smoothed), 0 where target is
+    ignore_index: one fused pass forward and back (cross_entropy's common case)."""
+    return bind(softmax_cross_entropy_p, logits, target, ignore_index=int(ignore_index),
+                label_smoothing=float(label_smoothing))
