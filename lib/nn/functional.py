@@ -50,6 +50,9 @@ def embedding(indices, weight, padding_idx: int | None = None):
                          op="embedding")
     out = take(weight, indices, axis=0)
     if padding_idx is not None:
+        if not -weight.shape[0] <= padding_idx < weight.shape[0]:
+            raise ArgumentError(f"padding_idx {padding_idx} is outside the {weight.shape[0]} "
+                                "rows of the table", op="embedding")
         keep = expand_dims(indices != (padding_idx % weight.shape[0]), -1)
         out = where(keep, out, out.detach())
     return out

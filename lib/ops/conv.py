@@ -37,6 +37,18 @@ def _check_common(stride, padding, dilation, groups):
         raise ArgumentError(f"groups must be a positive int, got {groups!r}")
 
 
+def _floating_inputs(args):
+    """Convolutions take floating-point images and weights only (as PyTorch): an integer
+    image is a bug (unnormalized pixels), not something to promote quietly."""
+    from ..errors import DTypeError
+    args = promotion.lift(args)
+    for a in args:
+        if a.dtype.kind != "f":
+            given = " and ".join(str(b.dtype) for b in args)
+            raise DTypeError(f"expects floating-point inputs, got {given}")
+    return promotion.common(args)
+
+
 def _conv_infer(x, w, stride, padding, dilation, groups):
     require(x, "f", "floating-point tensors")
     _check_common(stride, padding, dilation, groups)
@@ -69,6 +81,8 @@ def _conv_vjp(g, out, x, w, **attrs):
 
 def _transpose_infer(g, w, input_size, stride, padding, dilation, groups):
     require(g, "f", "floating-point tensors")
+    if min(input_size) < 1:
+        raise ShapeError(f"the output size {tuple(input_size)} must be positive")
     _check_common(stride, padding, dilation, groups)
     if g.ndim != 4 or w.ndim != 4:
         raise ShapeError(f"expects x (N, C, H, W) and w (C, O/groups, KH, KW), got {g.shape} "
@@ -109,11 +123,11 @@ def conv_transpose2d_p_bind(g, w, input_size, attrs):
     return bind(conv_transpose2d_p, g, w, input_size=tuple(input_size), **attrs)
 
 
-conv2d_p = primitive("conv2d", _conv_infer, _conv_vjp, normalize=promotion.common_float)
+conv2d_p = primitive("conv2d", _conv_infer, _conv_vjp, normalize=_floating_inputs)
 conv_transpose2d_p = primitive("conv_transpose2d", _transpose_infer, _transpose_vjp,
-                               normalize=promotion.common_float)
+                               normalize=_floating_inputs)
 conv2d_weight_grad_p = primitive("conv2d_weight_grad", _weight_grad_infer, _weight_grad_vjp,
-                                 normalize=promotion.common_float)
+                                 normalize=_floating_inputs)
 
 
 # ---- public functions ----------------------------------------------------------------------
@@ -198,6 +212,9 @@ def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0
                          f"and {weight.shape}")
     size = tuple((s - 1) * st - 2 * p + d * (k - 1) + op + 1 for s, st, p, d, k, op in
                  zip(x.shape[2:], stride, (ph, pw), dilation, weight.shape[2:], (oph, opw)))
+    if min(size) < 1:
+        raise ShapeError(f"the output size {size} is too small: input {x.shape[2:]}, stride "
+                         f"{stride}, padding {(ph, pw)}, kernel {weight.shape[2:]}")
     # output_padding uncovers rows the symmetric padding would crop: it is the forward
     # conv's bottom/right padding made smaller by as much (negative pads crop).
     y = bind(conv_transpose2d_p, x, weight, input_size=size, stride=stride,

@@ -247,6 +247,7 @@ def _linear_vjp(g, out, x, w):
 linear_p = primitive("linear", _linear_infer, _linear_vjp, normalize=promotion.common_float)
 
 
+@reports_as("linear")
 def linear(x, weight, bias=None):
     """x @ weight.T + bias, with weight of shape (out_features, in_features).
 
