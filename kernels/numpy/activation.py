@@ -47,5 +47,17 @@ def softmax_cross_entropy(logits, target, ignore_index, label_smoothing):
     return np.where(valid, loss, 0).astype(logits.dtype, copy=False)
 
 
+def softmax_cross_entropy_grad(logits, target, g, ignore_index, label_smoothing):
+    n, c = logits.shape
+    valid = target != ignore_index
+    grad = softmax(logits, 1)
+    if label_smoothing:
+        grad -= label_smoothing / c
+    grad[np.arange(n), np.where(valid, target, 0)] -= 1.0 - label_smoothing
+    grad *= (g * valid)[:, None]
+    return grad.astype(logits.dtype, copy=False)
+
+
 register_kernels("cpu", {"softmax": softmax, "log_softmax": log_softmax,
-                         "softmax_cross_entropy": softmax_cross_entropy})
+                         "softmax_cross_entropy": softmax_cross_entropy,
+                         "softmax_cross_entropy_grad": softmax_cross_entropy_grad})

@@ -268,11 +268,15 @@ def cross_entropy(logits, target, weight=None, ignore_index: int = -100,
     if weight is None:
         # The common case, fused: one kernel forward, one rule back, no (N, C) temporaries
         # kept on the tape.
-        rows = softmax_cross_entropy(_classes_last(logits).reshape(-1, c) if logits.ndim > 1
-                                     else reshape(logits, (1, c)), reshape(target, (-1,)),
-                                     ignore_index, label_smoothing)
+        if logits.ndim == 2:
+            rows = softmax_cross_entropy(logits, target, ignore_index, label_smoothing)
+        else:
+            flat = reshape(_classes_last(logits), (-1, c)) if logits.ndim > 1 else \
+                reshape(logits, (1, c))
+            rows = softmax_cross_entropy(flat, reshape(target, (-1,)), ignore_index,
+                                         label_smoothing)
         if reduction == "none":
-            return reshape(rows, target.shape)
+            return rows if logits.ndim == 2 else reshape(rows, target.shape)
         if reduction == "sum":
             return sum(rows)
         return sum(rows) / sum(target != ignore_index)

@@ -67,21 +67,36 @@ def _xent_infer(logits, target, ignore_index, label_smoothing):
 
 
 def _xent_vjp(g, out, logits, target, ignore_index, label_smoothing):
-    """d loss_i / d logits_i = softmax_i - (1 - eps) onehot(t_i) - eps / C, 0 if ignored."""
-    from .elementwise import where
-    from .indexing import one_hot
+    return bind(softmax_cross_entropy_grad_p, logits, target, g, ignore_index=ignore_index,
+                label_smoothing=label_smoothing), None
+
+
+def _xent_grad_infer(logits, target, g, ignore_index, label_smoothing):
+    return logits.shape, logits.dtype
+
+
+def _xent_grad_vjp(h, out, logits, target, g, ignore_index, label_smoothing):
+    """The gradient is a[i] * (softmax_i - const) with a = g * valid; its own derivative in
+    the logits is softmax's Jacobian scaled by a, and in g the unit-g gradient."""
+    from .creation import ones_like
+    from .reduce import sum as sum_
     from .shape import expand_dims
-    c = logits.shape[1]
-    valid = target != ignore_index
-    hot = one_hot(where(valid, target, 0), c, dtype=logits.dtype) * (1.0 - label_smoothing)
-    grad = softmax(logits, axis=1) - hot
-    if label_smoothing:
-        grad = grad - label_smoothing / c
-    return where(expand_dims(valid, 1), grad * expand_dims(g, 1), 0.0), None
+    attrs = dict(ignore_index=ignore_index, label_smoothing=label_smoothing)
+    unit = bind(softmax_cross_entropy_grad_p, logits, target, ones_like(g), **attrs)
+    glogits = None
+    if logits.requires_grad:
+        s = softmax(logits, axis=1)
+        a = expand_dims(g * (target != ignore_index), 1)
+        glogits = a * s * (h - sum_(h * s, axis=1, keepdims=True))
+    gg = sum_(h * unit, axis=1) if g.requires_grad else None
+    return glogits, None, gg
 
 
 softmax_cross_entropy_p = primitive("softmax_cross_entropy", _xent_infer, _xent_vjp,
                                     normalize=promotion.lift)
+# d loss_i / d logits_i = g_i (softmax_i - (1 - eps) onehot(t_i) - eps / C), 0 if ignored.
+softmax_cross_entropy_grad_p = primitive("softmax_cross_entropy_grad", _xent_grad_infer,
+                                         _xent_grad_vjp, normalize=promotion.lift)
 
 
 def softmax_cross_entropy(logits, target, ignore_index: int = -100,

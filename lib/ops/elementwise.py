@@ -326,20 +326,27 @@ def logical_not(x):
 # ---- binary primitives ---------------------------------------------------------------------
 
 
+# Binary rules compute a cotangent only for an input that requires grad: a constant operand
+# (a mask, a count, a learning rate) costs nothing in the backward pass.
+
 def _add_vjp(g, out, x, y):
-    return sum_to_shape(g, x.shape), sum_to_shape(g, y.shape)
+    return (sum_to_shape(g, x.shape) if x.requires_grad else None,
+            sum_to_shape(g, y.shape) if y.requires_grad else None)
 
 
 def _sub_vjp(g, out, x, y):
-    return sum_to_shape(g, x.shape), sum_to_shape(-g, y.shape)
+    return (sum_to_shape(g, x.shape) if x.requires_grad else None,
+            sum_to_shape(-g, y.shape) if y.requires_grad else None)
 
 
 def _mul_vjp(g, out, x, y):
-    return sum_to_shape(g * y, x.shape), sum_to_shape(g * x, y.shape)
+    return (sum_to_shape(g * y, x.shape) if x.requires_grad else None,
+            sum_to_shape(g * x, y.shape) if y.requires_grad else None)
 
 
 def _div_vjp(g, out, x, y):
-    return sum_to_shape(g / y, x.shape), sum_to_shape(-g * x / (y * y), y.shape)
+    return (sum_to_shape(g / y, x.shape) if x.requires_grad else None,
+            sum_to_shape(-g * x / (y * y), y.shape) if y.requires_grad else None)
 
 
 def _zero2(g, out, x, y):
@@ -351,9 +358,12 @@ def _rem_vjp(g, out, x, y):
 
 
 def _pow_vjp(g, out, x, y):
-    gx = where(y == 0, 0.0, g * y * power(x, y - 1))
-    gy = where(x == 0, 0.0, g * out * log(where(x == 0, 1.0, x)))
-    return sum_to_shape(gx, x.shape), sum_to_shape(gy, y.shape)
+    gx = gy = None
+    if x.requires_grad:
+        gx = sum_to_shape(where(y == 0, 0.0, g * y * power(x, y - 1)), x.shape)
+    if y.requires_grad:
+        gy = sum_to_shape(where(x == 0, 0.0, g * out * log(where(x == 0, 1.0, x))), y.shape)
+    return gx, gy
 
 
 def _extremum_vjp(g, out, x, y, wins):

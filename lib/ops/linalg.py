@@ -240,7 +240,9 @@ def _linear_vjp(g, out, x, w):
     if w.requires_grad:
         # g^T x, flattened over the batch axes: the weight's gradient comes out in the
         # weight's own (out, in) layout, so the optimizer's update reads it contiguously.
-        gw = matmul(swapaxes(reshape(g, (-1, w.shape[0])), 0, 1), reshape(x, (-1, w.shape[1])))
+        if x.ndim != 2:
+            g, x = reshape(g, (-1, w.shape[0])), reshape(x, (-1, w.shape[1]))
+        gw = matmul(swapaxes(g, 0, 1), x)
     return gx, gw
 
 

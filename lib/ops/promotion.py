@@ -91,7 +91,7 @@ def common(args):
     """All inputs to their promoted dtype (add, maximum, equal, concat, ...)."""
     if len(args) == 2:
         x, y = args
-        if type(x) is Tensor and type(y) is Tensor and x.dtype is y.dtype:
+        if isinstance(x, Tensor) and isinstance(y, Tensor) and x.dtype is y.dtype:
             return args
     return _promote(args, False)
 
@@ -100,7 +100,8 @@ def common_float(args):
     """Promoted, then to a float dtype (divide, arctan2, power of floats ...)."""
     if len(args) == 2:
         x, y = args
-        if type(x) is Tensor and type(y) is Tensor and x.dtype is y.dtype and x.dtype.kind == "f":
+        if isinstance(x, Tensor) and isinstance(y, Tensor) and x.dtype is y.dtype and \
+                x.dtype.kind == "f":
             return args
     return _promote(args, True)
 
@@ -108,14 +109,17 @@ def common_float(args):
 def floating(args):
     """One input, made floating (exp, sin, sqrt, ...): int tensors compute in float32."""
     (x,) = args
-    if type(x) is Tensor and x.dtype.kind == "f":
+    if isinstance(x, Tensor) and x.dtype.kind == "f":
         return args
     return _promote(args, True)
 
 
 def bool_then_common(args):
     """where(cond, x, y): cond to bool, x and y promoted together."""
-    (c, *_) = args
+    c, x, y = args
+    if isinstance(c, Tensor) and c.dtype is dt.bool_ and isinstance(x, Tensor) and \
+            isinstance(y, Tensor) and x.dtype is y.dtype:
+        return args
     c = lift((c,))[0]
     if c.dtype is not dt.bool_:
         c = cast(c, dt.bool_)
