@@ -1,6 +1,7 @@
 """Eager training-step time: rill against PyTorch eager, with a hand-written NumPy floor.
 
-Two models, each one full step (forward, cross-entropy, backward, SGD update):
+Two models, each one full step as a user writes it (nn modules, cross-entropy, backward,
+optimizer.step() of SGD):
     mlp   784-512-512-10 with ReLU, batch 128                       (floor: NumPy by hand)
     cnn   input 32x3x32x32; two [conv3x3 (32, 64 channels) + ReLU + maxpool2]; dense to 10
 All frameworks start from the same float32 weights and data. The cases run round-robin in
@@ -55,59 +56,52 @@ def cnn_setup(batch=32):
     return x, y, _weights(shapes)
 
 
-# ---- rill ----------------------------------------------------------------------------------
+# ---- models: the same layers in both frameworks, loaded with the same weights -------------
+
+def _layers(nn, model: str):
+    if model == "mlp":
+        return nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                             nn.Linear(512, 10))
+    return nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Flatten(), nn.Linear(64 * 8 * 8, 10))
+
+
+def _state(model: str, ws) -> dict:
+    names = ["0.weight", "0.bias", "2.weight", "2.bias", "4.weight", "4.bias"] if model == "mlp" \
+        else ["0.weight", "0.bias", "3.weight", "3.bias", "7.weight", "7.bias"]
+    return dict(zip(names, ws))
+
 
 def rill_step(model: str):
-    setup = mlp_setup if model == "mlp" else cnn_setup
-    x, y, ws = setup()
+    """One step as a rill user writes it: nn modules, cross_entropy, rill.optim.SGD."""
+    x, y, ws = (mlp_setup if model == "mlp" else cnn_setup)()
     x, y = rill.tensor(x), rill.tensor(y)
-    params = [rill.nn.Parameter(w) for w in ws]
-
-    def forward(p):
-        if model == "mlp":
-            h = F.relu(F.linear(x, p[0], p[1]))
-            h = F.relu(F.linear(h, p[2], p[3]))
-            return F.linear(h, p[4], p[5])
-        h = F.max_pool2d(F.relu(F.conv2d(x, p[0], p[1], padding=1)), 2)
-        h = F.max_pool2d(F.relu(F.conv2d(h, p[2], p[3], padding=1)), 2)
-        return F.linear(h.reshape(h.shape[0], -1), p[4], p[5])
+    net = _layers(rill.nn, model)
+    net.load_state_dict({k: rill.tensor(v) for k, v in _state(model, ws).items()})
+    opt = rill.optim.SGD(net.parameters(), lr=LR)
 
     def step():
-        loss = F.cross_entropy(forward(params), y)
+        opt.zero_grad()
+        loss = F.cross_entropy(net(x), y)
         loss.backward()
-        with rill.no_grad():
-            for p in params:
-                p -= LR * p.grad
-                p.grad = None
+        opt.step()
         return loss
     return step
 
 
-# ---- torch ---------------------------------------------------------------------------------
-
 def torch_step(model: str):
-    setup = mlp_setup if model == "mlp" else cnn_setup
-    x, y, ws = setup()
+    x, y, ws = (mlp_setup if model == "mlp" else cnn_setup)()
     x, y = torch.tensor(x), torch.tensor(y)
-    params = [torch.tensor(w, requires_grad=True) for w in ws]
-    TF = torch.nn.functional
-
-    def forward(p):
-        if model == "mlp":
-            h = TF.relu(TF.linear(x, p[0], p[1]))
-            h = TF.relu(TF.linear(h, p[2], p[3]))
-            return TF.linear(h, p[4], p[5])
-        h = TF.max_pool2d(TF.relu(TF.conv2d(x, p[0], p[1], padding=1)), 2)
-        h = TF.max_pool2d(TF.relu(TF.conv2d(h, p[2], p[3], padding=1)), 2)
-        return TF.linear(h.reshape(h.shape[0], -1), p[4], p[5])
+    net = _layers(torch.nn, model)
+    net.load_state_dict({k: torch.tensor(v) for k, v in _state(model, ws).items()})
+    opt = torch.optim.SGD(net.parameters(), lr=LR)
 
     def step():
-        loss = TF.cross_entropy(forward(params), y)
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(net(x), y)
         loss.backward()
-        with torch.no_grad():
-            for p in params:
-                p -= LR * p.grad
-                p.grad = None
+        opt.step()
         return loss
     return step
 
@@ -146,6 +140,9 @@ def cases(model: str) -> dict:
 
 def run(model: str, repeats: int) -> dict[str, list[float]]:
     steps = cases(model)
+    first = {label: float(fn()) for label, fn in steps.items() if label != "numpy (floor)"}
+    if "torch" in first and abs(first["rill"] - first["torch"]) > 1e-4 * abs(first["torch"]):
+        raise SystemExit(f"{model}: rill and torch disagree on the first loss: {first}")
     for fn in steps.values():  # warm-up: caches, allocator, first-call imports
         for _ in range(3):
             fn()
