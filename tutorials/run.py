@@ -18,6 +18,7 @@ import os
 import pathlib
 import sys
 import time
+import traceback
 
 os.environ.setdefault("MPLBACKEND", "Agg")  # before anything imports matplotlib
 # The tutorials multiply small matrices, for which one BLAS thread is as fast as several,
@@ -48,10 +49,13 @@ def run_cell(label: str, source: str, namespace: dict) -> None:
     linecache.cache[label] = (len(source), None, source.splitlines(True), label)
     tree = ast.parse(source, filename=label)
     last = None
-    if tree.body and isinstance(tree.body[-1], ast.Expr) and \
-            not source.rstrip().endswith(";"):
-        last = ast.Expression(tree.body.pop().value)
-    exec(compile(tree, label, "exec"), namespace)
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        node = tree.body[-1]
+        line = source.splitlines()[node.end_lineno - 1].encode()  # offsets count bytes
+        after = line[node.end_col_offset:].decode()
+        if not after.lstrip().startswith(";"):  # `f();` shows nothing, as in Jupyter
+            last = ast.Expression(tree.body.pop().value)
+    exec(compile(tree, label, "exec"), namespace)  # noqa: S102 - running cells is the point
     if last is not None:
         value = eval(compile(last, label, "eval"), namespace)
         if value is not None:
@@ -79,6 +83,12 @@ def install_show(stem: str) -> None:
     plt.show = show
 
 
+def print_traceback(etype, value, tb):
+    """sys.excepthook in Python: unlike the built-in one, it quotes the cells' lines (from
+    linecache). rill's import wraps it with its own hook, which hides rill's frames."""
+    traceback.print_exception(etype, value, tb)
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
@@ -89,13 +99,14 @@ def main(argv=None) -> int:
     cells = list(code_cells(notebook, path.name))
     if any("matplotlib" in source for _, source in cells):
         install_show(path.stem)
+    sys.excepthook = print_traceback
     namespace = {"__name__": "__main__", "__file__": str(path.resolve())}
     sys.argv = [str(path)]
     start = time.perf_counter()
     for label, source in cells:
         try:
             run_cell(label, source, namespace)
-        except BaseException as error:  # noqa: B036 - report any failure, then stop
+        except BaseException as error:  # noqa: BLE001 - report any failure, then stop
             sys.stdout.flush()
             tb = error.__traceback__
             # Drop this file's frames: the traceback starts in the cell.

@@ -250,6 +250,9 @@ def cross_entropy(logits, target, weight=None, ignore_index: int = -100,
         raise ShapeError("logits need a class axis", op="cross_entropy")
     class_axis = 1 if logits.ndim > 1 else 0
     c = logits.shape[class_axis]
+    if weight is not None and tuple(weight.shape) != (c,):
+        raise ShapeError(f"weight must have one entry per class, shape ({c},), got "
+                         f"{weight.shape}", op="cross_entropy")
     if target.dtype.kind == "f":  # class probabilities
         lp = log_softmax(logits, axis=class_axis)
         if tuple(target.shape) != tuple(logits.shape):
