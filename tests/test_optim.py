@@ -368,13 +368,22 @@ def test_sparse_adam_is_lazy_where_adam_is_not():
 
 
 @pytest.mark.parametrize("name", ["Adam", "AdamW", "RMSprop", "Adadelta"])
-def test_dense_only_optimizers_refuse_sparse_gradients(name):
-    w = rill.nn.Parameter(rill.ones(4, 2))
-    opt = getattr(rill.optim, name)([w])
-    w[rill.tensor([1, 2])].sum().backward()
-    with pytest.raises(rill.ArgumentError, match="SparseAdam"):
-        opt.step()
-    np.testing.assert_array_equal(w.numpy(), np.ones((4, 2)))
+def test_dense_state_optimizers_apply_a_sparse_gradient_as_its_dense_form(name):
+    idx = rill.tensor([1, 2, 1])
+    updated = []
+    for sparse in (True, False):
+        w = rill.nn.Parameter(rill.ones(4, 2))
+        opt = getattr(rill.optim, name)([w], lr=0.1)
+        for _ in range(3):
+            opt.zero_grad()
+            (w[idx] * rill.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])).sum().backward()
+            if not sparse:
+                w.grad = w.grad.to_dense()
+            assert isinstance(w.grad, rill.SparseRows) == sparse
+            opt.step()
+        updated.append(w.numpy().copy())
+    np.testing.assert_array_equal(updated[0], updated[1])
+    assert not np.array_equal(updated[0], np.ones((4, 2)))
 
 
 def test_sparse_adam_refuses_dense_gradients():

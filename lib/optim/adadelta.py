@@ -40,7 +40,7 @@ class Adadelta(Optimizer):
             g = p.grad
             if g is None:
                 continue
-            self._dense_only(p, g)
+            g = self._dense(g)
             state = self.state.get(p)
             if state is None:
                 state = self.state[p] = {"step": 0, "square_avg": zeros_like(p),

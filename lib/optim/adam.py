@@ -15,7 +15,8 @@ class Adam(Optimizer):
     the running maximum of v instead of v. With `decoupled_weight_decay` (AdamW) the decay
     is p *= 1 - lr * weight_decay before the step instead.
 
-    Sparse gradients are refused; rill.optim.SparseAdam is Adam for embedding tables.
+    A sparse gradient is applied as the dense one it stands for (every row's moments
+    decay); rill.optim.SparseAdam is the lazy variant that touches only the looked-up rows.
 
     >>> import rill
     >>> w = rill.nn.Parameter(rill.tensor([1.0, -2.0]))
@@ -48,7 +49,7 @@ class Adam(Optimizer):
             g = p.grad
             if g is None:
                 continue
-            self._dense_only(p, g)
+            g = self._dense(g)
             state = self.state.get(p)
             if state is None:
                 state = self.state[p] = {"step": 0, "exp_avg": zeros_like(p),

@@ -172,13 +172,12 @@ class Optimizer:
                 else:
                     p.grad = zeros_like(g)
 
-    def _dense_only(self, p, g):
-        if isinstance(g, SparseRows):
-            raise ArgumentError(f"{self._name} does not take sparse gradients (a parameter of "
-                                f"shape {p.shape} has a SparseRows gradient, e.g. from an "
-                                f"embedding lookup); use rill.optim.SparseAdam, Adagrad or SGD "
-                                f"for it, or make the gradient dense with grad.to_dense()",
-                                op=self._name)
+    @staticmethod
+    def _dense(g):
+        """A sparse gradient (an embedding lookup's SparseRows) as the dense one it stands
+        for: optimizers whose state moves every row (Adam's moments decay everywhere) give
+        exactly the dense result. SparseAdam, Adagrad and plain SGD keep it sparse."""
+        return g.to_dense() if isinstance(g, SparseRows) else g
 
     # ---- state_dict ------------------------------------------------------------------------
 
