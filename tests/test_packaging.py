@@ -32,3 +32,13 @@ def test_ci_runs_the_readme_test_command_verbatim():
 def test_kernels_package_is_importable_as_rill_kernels():
     import rill.kernels.numpy.special as special
     assert hasattr(special, "erf")
+
+
+def test_readme_demo_command_names_files_that_exist():
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("## Quick start")
+    demo = readme[start:].split("```")[1].strip().splitlines()[0]
+    paths = [word for word in demo.split() if word.startswith("tutorials/")]
+    assert paths, demo
+    for path in paths:
+        assert (ROOT / path).is_file(), path
