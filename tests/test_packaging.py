@@ -42,3 +42,13 @@ def test_readme_demo_command_names_files_that_exist():
     assert paths, demo
     for path in paths:
         assert (ROOT / path).is_file(), path
+
+
+def test_readme_python_examples_run(tmp_path, monkeypatch, capsys):
+    import re
+    monkeypatch.chdir(tmp_path)  # the example saves a file
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    assert blocks
+    for block in blocks:
+        exec(compile(block, "README.md", "exec"), {})
+    assert (tmp_path / "model.rill").is_file()
