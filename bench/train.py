@@ -4,11 +4,11 @@ Two models, each one full step as a user writes it (nn modules, cross-entropy, b
 optimizer.step() of SGD):
     mlp   784-512-512-10 with ReLU, batch 128                       (floor: NumPy by hand)
     cnn   input 32x3x32x32; two [conv3x3 (32, 64 channels) + ReLU + maxpool2]; dense to 10
-All frameworks start from the same float32 weights and data. The cases run round-robin in
-one process, so machine noise falls on all alike; the table gives medians (ms per step) and
-the ratio of each median to PyTorch's.
+All frameworks start from the same float32 weights and data. The cases run in rotating
+blocks of consecutive steps in one process, so machine noise falls on all alike; the table
+gives medians (ms per step) and the ratio of each median to PyTorch's.
 
-    python bench/train.py                   # both models, 30 repeats each
+    python bench/train.py                   # both models, 40 timed steps each
     python bench/train.py --model cnn --repeats 50 --json train.json
 """
 from __future__ import annotations
@@ -138,7 +138,7 @@ def cases(model: str) -> dict:
     return out
 
 
-def run(model: str, repeats: int) -> dict[str, list[float]]:
+def run(model: str, repeats: int, block: int) -> dict[str, list[float]]:
     steps = cases(model)
     first = {label: float(fn()) for label, fn in steps.items() if label != "numpy (floor)"}
     if "torch" in first and abs(first["rill"] - first["torch"]) > 1e-4 * abs(first["torch"]):
@@ -148,18 +148,25 @@ def run(model: str, repeats: int) -> dict[str, list[float]]:
             fn()
     samples = {label: [] for label in steps}
     labels = list(steps)
-    for r in range(repeats):
+    # Blocks of consecutive steps per case, rotated: noise falls on all cases alike, and
+    # the first step of a block (thread pools of the other framework still spinning, its
+    # buffers in cache) is dropped rather than charged to this case.
+    for r in range(-(-repeats // block)):
         for label in labels[r % len(labels):] + labels[:r % len(labels)]:
-            t = time.perf_counter()
             steps[label]()
-            samples[label].append((time.perf_counter() - t) * 1e3)
+            for _ in range(block):
+                t = time.perf_counter()
+                steps[label]()
+                samples[label].append((time.perf_counter() - t) * 1e3)
     return samples
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=("mlp", "cnn", "both"), default="both")
-    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--repeats", type=int, default=40, help="timed steps per case")
+    parser.add_argument("--block", type=int, default=5,
+                        help="consecutive steps per case before rotating to the next")
     parser.add_argument("--json", help="write samples and medians to this file")
     args = parser.parse_args()
     console = Console()
@@ -167,7 +174,7 @@ def main() -> None:
                           "numpy": np.__version__, "torch": getattr(torch, "__version__", None),
                           "cpus": os.cpu_count()}, "models": {}}
     for model in (("mlp", "cnn") if args.model == "both" else (args.model,)):
-        samples = run(model, args.repeats)
+        samples = run(model, args.repeats, args.block)
         medians = {k: statistics.median(v) for k, v in samples.items()}
         table = Table(title=f"{model}: ms per training step (median of {args.repeats})")
         for col in ("case", "median ms", "min ms", "x torch"):

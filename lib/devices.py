@@ -11,6 +11,7 @@ import importlib.util
 
 import numpy as np
 
+from . import cpu_memory  # noqa: F401  (tunes the CPU allocator once, at import)
 from .errors import DeviceError
 
 

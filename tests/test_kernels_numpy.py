@@ -19,7 +19,8 @@ def test_branch_free_where_equals_numpy(dtype):
         x[::7, ::3] = np.nan
         x[1::5] = np.inf
         y[::4] = -0.0
-    for xs, ys in ((x, y), (x.T.copy().T, y), (x[:, ::-1], np.asarray(y[0]))):
+    for xs, ys in ((x, y), (x.T.copy().T, y), (x[:, ::-1], np.asarray(y[0])),
+                   (x, np.zeros((), dtype))):  # the where(c, x, 0) shortcut
         got, want = _where(c, xs, ys), np.where(c, xs, ys)
         assert got.dtype == want.dtype and got.shape == want.shape
         assert np.array_equal(got.view(np.uint8), want.view(np.uint8))  # bit for bit

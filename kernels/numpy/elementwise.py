@@ -103,7 +103,11 @@ def _where(condition, x, y):
         return np.where(condition, x, y)
     bits = _UNSIGNED[x.dtype.itemsize]
     mask = np.negative(condition.astype(bits))  # 0 -> 0, 1 -> all ones (unsigned wrap)
-    out = (np.asarray(x).view(bits) & mask) | (np.asarray(y).view(bits) & ~mask)
+    xb, yb = np.asarray(x).view(bits), np.asarray(y).view(bits)
+    if yb.ndim == 0 and yb == 0:  # where(c, x, 0): relu's gradient, masking
+        out = xb & mask
+    else:
+        out = (xb & mask) | (yb & ~mask)
     return out.view(x.dtype)
 
 
