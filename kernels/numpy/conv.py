@@ -71,18 +71,20 @@ def conv_transpose2d(g, w, input_size, stride, padding, dilation, groups):
     cols = cols.reshape(c, kh, kw, n, oh, ow)
     (pt, pb), (pl, pr) = padding
     h, wd = input_size
-    # Room for every scattered pixel and for the crop below (pads may be negative).
+    # Room for every scattered pixel and for the crop below (pads may be negative). The image
+    # is accumulated channel-major, the order cols comes in, so each tap's add streams
+    # through both; the result is returned as an (N, C, H, W) view of it.
     full = [(o_ - 1) * st + d * (k - 1) + 1 for o_, st, d, k in
             zip((oh, ow), stride, dilation, (kh, kw))]
-    out = np.zeros((n, c, max(h + pt + pb, full[0], pt + h), max(wd + pl + pr, full[1], pl + wd)),
+    out = np.zeros((c, n, max(h + pt + pb, full[0], pt + h), max(wd + pl + pr, full[1], pl + wd)),
                    dtype=cols.dtype)
     for i in range(kh):
         top = i * dilation[0]
         for j in range(kw):
             left = j * dilation[1]
             out[:, :, top:top + (oh - 1) * stride[0] + 1:stride[0],
-                left:left + (ow - 1) * stride[1] + 1:stride[1]] += cols[:, i, j].transpose(1, 0, 2, 3)
-    return out[:, :, pt:pt + h, pl:pl + wd].astype(g.dtype, copy=False)
+                left:left + (ow - 1) * stride[1] + 1:stride[1]] += cols[:, i, j]
+    return out[:, :, pt:pt + h, pl:pl + wd].transpose(1, 0, 2, 3).astype(g.dtype, copy=False)
 
 
 def conv2d_weight_grad(x, g, kernel_size, stride, padding, dilation, groups):

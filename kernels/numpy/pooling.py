@@ -37,7 +37,11 @@ def max_pool2d(x, kernel_size, stride, padding, dilation):
     for (rows, cols), offset in _geometry(h, w, kernel_size, stride, padding, dilation):
         tap = xp[:, :, rows, cols]
         if best is None:
-            best, index = tap.copy(), np.full(tap.shape, offset, dtype=np.int64)
+            # Keep the input's memory order (convolutions hand over channel-major images):
+            # a reordering copy would cost more than the pooling.
+            best = tap.copy(order="K")
+            index = np.empty_like(best, dtype=np.int64)
+            index.fill(offset)
             continue
         # Strictly greater keeps the first maximum; a NaN (tap != tap) wins over any number
         # and, once held, is never beaten (np.maximum propagates it), as in PyTorch.
@@ -54,7 +58,10 @@ def max_pool2d(x, kernel_size, stride, padding, dilation):
 def max_pool2d_grad(g, indices, input_shape, kernel_size, stride, padding, dilation):
     n, c, h, w = input_shape
     ph, pw = padding
-    out = np.zeros((n, c, h + 2 * ph, w + 2 * pw), dtype=g.dtype)
+    if g.strides[0] < g.strides[1]:  # channel-major, as a convolution's gradient comes
+        out = np.zeros((c, n, h + 2 * ph, w + 2 * pw), dtype=g.dtype).transpose(1, 0, 2, 3)
+    else:
+        out = np.zeros((n, c, h + 2 * ph, w + 2 * pw), dtype=g.dtype)
     relative = indices - _base(h, w, g.shape[2], g.shape[3], stride)
     for (rows, cols), offset in _geometry(h, w, kernel_size, stride, padding, dilation):
         out[:, :, rows, cols] += g * (relative == offset)
