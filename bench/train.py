@@ -4,17 +4,20 @@ Two models, each one full step as a user writes it (nn modules, cross-entropy, b
 optimizer.step() of SGD):
     mlp   784-512-512-10 with ReLU, batch 128                       (floor: NumPy by hand)
     cnn   input 32x3x32x32; two [conv3x3 (32, 64 channels) + ReLU + maxpool2]; dense to 10
-All frameworks start from the same float32 weights and data. The cases run in rotating
-blocks of consecutive steps in one process, so machine noise falls on all alike; the table
-gives medians (ms per step) and the ratio of each median to PyTorch's.
+All frameworks start from the same float32 weights and data (the first losses of rill and
+torch are checked equal). Each case runs in its own process, so neither framework's thread
+pool spins beside the other's; blocks of consecutive steps rotate between the processes, so
+machine noise falls on all alike. The table gives medians (ms per step) and the ratio of
+each median to PyTorch's.
 
-    python bench/train.py                   # both models, 40 timed steps each
+    python bench/train.py                   # both models, 60 timed steps each
     python bench/train.py --model cnn --repeats 50 --json train.json
 """
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing as mp
 import os
 import platform
 import statistics
@@ -33,6 +36,9 @@ except ImportError:
     torch = None
 
 LR = 0.01
+# A pause between blocks: BLAS and OpenMP worker threads keep spinning for a while after
+# their last task, and would otherwise steal the cores from the next process's block.
+SETTLE_S = 0.2
 
 
 def _weights(shapes, seed=0):
@@ -129,43 +135,64 @@ def numpy_mlp_step():
     return step
 
 
-def cases(model: str) -> dict:
-    out = {"rill": rill_step(model)}
-    if torch is not None:
-        out["torch"] = torch_step(model)
-    if model == "mlp":
-        out["numpy (floor)"] = numpy_mlp_step()
-    return out
+CASES = {"rill": rill_step, "torch": torch_step, "numpy (floor)": lambda model: numpy_mlp_step()}
+
+
+def labels_for(model: str) -> list[str]:
+    out = ["rill"] + (["torch"] if torch is not None else [])
+    return out + (["numpy (floor)"] if model == "mlp" else [])
+
+
+def worker(label: str, model: str, conn) -> None:
+    """One case in its own process: no thread pool of another framework spins beside it.
+    Answers "first loss" once, then each block request with that many step times (ms)."""
+    step = CASES[label](model)
+    conn.send(None if label == "numpy (floor)" else float(step()))
+    for _ in range(3):  # warm-up: caches, allocator, first-call imports
+        step()
+    while (n := conn.recv()) is not None:
+        step()  # the block's first step re-warms caches; not charged
+        times = []
+        for _ in range(n):
+            t = time.perf_counter()
+            step()
+            times.append((time.perf_counter() - t) * 1e3)
+        conn.send(times)
 
 
 def run(model: str, repeats: int, block: int) -> dict[str, list[float]]:
-    steps = cases(model)
-    first = {label: float(fn()) for label, fn in steps.items() if label != "numpy (floor)"}
+    """Each case in its own process; blocks of consecutive steps rotate between them, so
+    machine noise falls on all cases alike while no two ever run at once."""
+    ctx = mp.get_context("spawn")
+    labels = labels_for(model)
+    procs, conns = [], {}
+    for label in labels:
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=worker, args=(label, model, child), daemon=True)
+        proc.start()
+        procs.append(proc)
+        conns[label] = parent
+    first = {label: conns[label].recv() for label in labels}
     if "torch" in first and abs(first["rill"] - first["torch"]) > 1e-4 * abs(first["torch"]):
         raise SystemExit(f"{model}: rill and torch disagree on the first loss: {first}")
-    for fn in steps.values():  # warm-up: caches, allocator, first-call imports
-        for _ in range(3):
-            fn()
-    samples = {label: [] for label in steps}
-    labels = list(steps)
-    # Blocks of consecutive steps per case, rotated: noise falls on all cases alike, and
-    # the first step of a block (thread pools of the other framework still spinning, its
-    # buffers in cache) is dropped rather than charged to this case.
+    samples = {label: [] for label in labels}
     for r in range(-(-repeats // block)):
         for label in labels[r % len(labels):] + labels[:r % len(labels)]:
-            steps[label]()
-            for _ in range(block):
-                t = time.perf_counter()
-                steps[label]()
-                samples[label].append((time.perf_counter() - t) * 1e3)
+            conns[label].send(block)
+            samples[label].extend(conns[label].recv())
+            time.sleep(SETTLE_S)
+    for label in labels:
+        conns[label].send(None)
+    for proc in procs:
+        proc.join(timeout=10)
     return samples
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=("mlp", "cnn", "both"), default="both")
-    parser.add_argument("--repeats", type=int, default=40, help="timed steps per case")
-    parser.add_argument("--block", type=int, default=5,
+    parser.add_argument("--repeats", type=int, default=60, help="timed steps per case")
+    parser.add_argument("--block", type=int, default=20,
                         help="consecutive steps per case before rotating to the next")
     parser.add_argument("--json", help="write samples and medians to this file")
     args = parser.parse_args()
