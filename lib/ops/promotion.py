@@ -21,8 +21,26 @@ def _device_of(args):
     return cpu
 
 
+_CONSTANTS: dict = {}
+
+
 def constant(value, dtype: dt.DType, device) -> Tensor:
-    """A weak Python scalar as a 0-d tensor of `dtype` (a constant, not an op)."""
+    """A weak Python scalar as a 0-d tensor of `dtype` (a constant, not an op).
+
+    Constants are cached: `lr * grad` in every step of a training loop reuses one tensor
+    (safe, since buffers are never written and constants never reach the user).
+    """
+    key = (type(value), value, dtype, device)
+    hit = _CONSTANTS.get(key)
+    if hit is not None:
+        return hit
+    if len(_CONSTANTS) >= 4096:
+        _CONSTANTS.clear()
+    _CONSTANTS[key] = made = _make_constant(value, dtype, device)
+    return made
+
+
+def _make_constant(value, dtype: dt.DType, device) -> Tensor:
     try:
         array = np.array(value, dtype=dtype.storage)
     except OverflowError:
