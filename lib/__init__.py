@@ -29,7 +29,7 @@ from .ops.elementwise import (
     silu, softplus, erf, floor, ceil, round, trunc, isnan, isinf, isfinite, logical_not,
     add, subtract, multiply, divide, floor_divide, remainder, power, maximum, minimum, arctan2,
     equal, not_equal, less, less_equal, greater, greater_equal, logical_and, logical_or,
-    logical_xor, bitwise_and, bitwise_or, bitwise_xor, where, clip, cast)
+    logical_xor, bitwise_and, bitwise_or, bitwise_xor, where, clip, cast, scaled_add)
 from .ops.reduce import (sum, mean, prod, max, min, argmax, argmin, var, std, logsumexp, all,
                          any, cumsum, cumprod, norm)
 from .ops.shape import (reshape, transpose, permute_dims, swapaxes, moveaxis, squeeze,

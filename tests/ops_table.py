@@ -138,6 +138,10 @@ OPS = [
     unary("logical_not", np.logical_not, torch.logical_not, grad=False),
     # ---- binary ----------------------------------------------------------------------------
     binary("add", np.add, torch.add),
+    Op("scaled_add", lambda x, y: rill.scaled_add(x, y, 0.5, -2.0), lambda x, y: 0.5 * x - 2 * y,
+       lambda x, y: 0.5 * x - 2 * y, list(BINARY_SHAPES)),
+    Op("scaled_add_alpha1", lambda x, y: rill.scaled_add(x, y, 1.0, -0.25),
+       lambda x, y: x - 0.25 * y, lambda x, y: x - 0.25 * y, [((3, 4), (3, 4)), ((3, 4), (4,))]),
     binary("subtract", np.subtract, torch.sub),
     binary("multiply", np.multiply, torch.mul),
     binary("divide", np.divide, torch.div, POS),

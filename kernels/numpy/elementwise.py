@@ -111,6 +111,16 @@ def _where(condition, x, y):
     return out.view(x.dtype)
 
 
+def _scaled_add(x, y, alpha, beta):
+    # One new buffer: scale into it, then accumulate the other operand in place.
+    if alpha == 1.0 and x.shape == y.shape:
+        out = np.multiply(y, np.asarray(beta, dtype=x.dtype))
+        out += x
+        return out
+    return (np.multiply(x, np.asarray(alpha, dtype=x.dtype)) +
+            np.multiply(y, np.asarray(beta, dtype=x.dtype)))
+
+
 KERNELS = {
     "neg": np.negative, "abs": np.abs, "sign": np.sign, "square": np.square, "relu": _relu,
     "floor": _keep_ints(np.floor), "ceil": _keep_ints(np.ceil), "round": _keep_ints(np.round),
@@ -130,7 +140,7 @@ KERNELS = {
     "less_equal": np.less_equal, "greater": np.greater, "greater_equal": np.greater_equal,
     "logical_and": np.logical_and, "logical_or": np.logical_or, "logical_xor": np.logical_xor,
     "bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor,
-    "where": _where, "clip": _clip,
+    "where": _where, "clip": _clip, "scaled_add": _scaled_add,
     "cast": lambda x, dtype: to_storage(x, dtype),
 }
 

@@ -577,3 +577,29 @@ def cast(x, dtype):
 def zeros_like(x, dtype=None):
     from .creation import zeros_like as _zl
     return _zl(x, dtype=dtype)
+
+
+# ---- scaled_add: the update of every optimizer, in one op -----------------------------------
+
+def _scaled_add_infer(x, y, alpha, beta):
+    require(x, "f", "floating-point tensors")
+    return _binary_same(x, y)
+
+
+def _scaled_add_vjp(g, out, x, y, alpha, beta):
+    return (sum_to_shape(g * alpha, x.shape) if x.requires_grad else None,
+            sum_to_shape(g * beta, y.shape) if y.requires_grad else None)
+
+
+P["scaled_add"] = primitive("scaled_add", _scaled_add_infer, _scaled_add_vjp,
+                            normalize=promotion.common_float)
+
+
+def scaled_add(x, y, alpha: float = 1.0, beta: float = 1.0):
+    """alpha * x + beta * y in one op (one pass, one new buffer): SGD's p - lr * g,
+    momentum's m * buf + g, weight decay's g + wd * p.
+
+    >>> rill.scaled_add(rill.tensor([1.0, 2.0]), rill.tensor([10.0, 20.0]), 1.0, -0.1)
+    tensor([0., 0.])
+    """
+    return bind(P["scaled_add"], x, y, alpha=float(alpha), beta=float(beta))

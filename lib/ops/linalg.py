@@ -225,27 +225,33 @@ def einsum(equation: str, *operands):
 # ---- linear --------------------------------------------------------------------------------
 
 
-def _linear_infer(x, w):
+def _linear_infer(x, w, *bias):
     require(x, "f", "floating-point tensors")
     if x.ndim < 1 or w.ndim != 2 or x.shape[-1] != w.shape[1]:
         raise ShapeError(f"expects x (..., in) and weight (out, in); got {x.shape} and "
                          f"{w.shape}")
+    if bias and tuple(bias[0].shape) != (w.shape[0],):
+        raise ShapeError(f"bias must have shape ({w.shape[0]},), got {bias[0].shape}")
     return x.shape[:-1] + (w.shape[0],), x.dtype
 
 
-def _linear_vjp(g, out, x, w):
+def _linear_vjp(g, out, x, w, *bias):
+    from .reduce import sum as sum_
     from .shape import reshape, swapaxes
     gx = matmul(g, w) if x.requires_grad else None
-    gw = None
+    gw = gb = None
+    g2, x2 = (g, x) if x.ndim == 2 else (reshape(g, (-1, w.shape[0])),
+                                          reshape(x, (-1, w.shape[1])))
     if w.requires_grad:
         # g^T x, flattened over the batch axes: the weight's gradient comes out in the
         # weight's own (out, in) layout, so the optimizer's update reads it contiguously.
-        if x.ndim != 2:
-            g, x = reshape(g, (-1, w.shape[0])), reshape(x, (-1, w.shape[1]))
-        gw = matmul(swapaxes(g, 0, 1), x)
-    return gx, gw
+        gw = matmul(swapaxes(g2, 0, 1), x2)
+    if bias and bias[0].requires_grad:
+        gb = sum_(g2, axis=0)
+    return (gx, gw, gb) if bias else (gx, gw)
 
 
+# x @ w.T (+ bias): one primitive, so the bias costs no op, buffer or tape node of its own.
 linear_p = primitive("linear", _linear_infer, _linear_vjp, normalize=promotion.common_float)
 
 
@@ -256,5 +262,6 @@ def linear(x, weight, bias=None):
     >>> rill.nn.functional.linear(rill.ones(2, 3), rill.ones(4, 3)).shape
     (2, 4)
     """
-    y = bind(linear_p, x, weight)
-    return y if bias is None else y + bias
+    if bias is None:
+        return bind(linear_p, x, weight)
+    return bind(linear_p, x, weight, bias)

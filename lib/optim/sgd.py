@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ..errors import ArgumentError
+from ..ops.elementwise import scaled_add
 from ..ops.indexing import index_add
 from ..sparse import SparseRows
 from .optimizer import Optimizer, assign
@@ -63,7 +64,7 @@ class SGD(Optimizer):
             if maximize:
                 g = -g
             if weight_decay != 0:
-                g = g + p * weight_decay
+                g = scaled_add(g, p, 1.0, weight_decay)
             if momentum != 0:
                 state = self.state.get(p)
                 if state is None:
@@ -73,6 +74,6 @@ class SGD(Optimizer):
                     # A handle of our own: updating it in place must not change p.grad.
                     buf = state["momentum_buffer"] = g.detach()
                 else:
-                    assign(buf, buf * momentum + (g * keep if keep != 1.0 else g))
-                g = g + buf * momentum if nesterov else buf
-            assign(p, p - g * lr)
+                    assign(buf, scaled_add(buf, g, momentum, keep))
+                g = scaled_add(g, buf, 1.0, momentum) if nesterov else buf
+            assign(p, scaled_add(p, g, 1.0, -lr))  # one op, one buffer per parameter
