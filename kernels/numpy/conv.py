@@ -51,15 +51,17 @@ def _by_group(g, groups):
         groups, o // groups, n * oh * ow)
 
 
-def conv2d(x, w, stride, padding, dilation, groups):
+def conv2d(x, w, *bias, stride, padding, dilation, groups):
     n = x.shape[0]
     o, _, kh, kw = w.shape
     oh, ow = ((s + p[0] + p[1] - d * (k - 1) - 1) // st + 1 for s, p, d, k, st in
               zip(x.shape[2:], padding, dilation, (kh, kw), stride))
     cols = _cols(x, (kh, kw), (oh, ow), stride, padding, dilation, groups)
     wm = w.reshape(groups, o // groups, -1).astype(cols.dtype, copy=False)
-    y = np.matmul(wm, cols).reshape(o, n, oh, ow).transpose(1, 0, 2, 3)
-    return y.astype(x.dtype, copy=False)
+    y = np.matmul(wm, cols).reshape(o, n * oh * ow)
+    if bias:
+        y += bias[0].astype(y.dtype, copy=False)[:, None]
+    return y.reshape(o, n, oh, ow).transpose(1, 0, 2, 3).astype(x.dtype, copy=False)
 
 
 def conv_transpose2d(g, w, input_size, stride, padding, dilation, groups):

@@ -49,7 +49,7 @@ def _floating_inputs(args):
     return promotion.common(args)
 
 
-def _conv_infer(x, w, stride, padding, dilation, groups):
+def _conv_infer(x, w, *bias, stride, padding, dilation, groups):
     require(x, "f", "floating-point tensors")
     _check_common(stride, padding, dilation, groups)
     if x.ndim != 4 or w.ndim != 4:
@@ -67,16 +67,22 @@ def _conv_infer(x, w, stride, padding, dilation, groups):
     if oh < 1 or ow < 1:
         raise ShapeError(f"the kernel {(kh, kw)} (dilation {dilation}) does not fit the padded "
                          f"input {(h + sum(padding[0]), wd + sum(padding[1]))}")
+    if bias and tuple(bias[0].shape) != (o,):
+        raise ShapeError(f"bias must have shape ({o},), got {bias[0].shape}")
     return (n, o, oh, ow), x.dtype
 
 
 # Each rule skips the products for inputs that need no gradient (the images fed to the first
 # layer, frozen weights): for a first conv layer that is a third of its backward work.
 
-def _conv_vjp(g, out, x, w, **attrs):
-    return (conv_transpose2d_p_bind(g, w, x.shape[2:], attrs) if x.requires_grad else None,
-            bind(conv2d_weight_grad_p, x, g, kernel_size=w.shape[2:], **attrs)
-            if w.requires_grad else None)
+def _conv_vjp(g, out, x, w, *bias, **attrs):
+    from .reduce import sum as sum_
+    gx = conv_transpose2d_p_bind(g, w, x.shape[2:], attrs) if x.requires_grad else None
+    gw = bind(conv2d_weight_grad_p, x, g, kernel_size=w.shape[2:], **attrs) \
+        if w.requires_grad else None
+    if not bias:
+        return gx, gw
+    return gx, gw, sum_(g, axis=(0, 2, 3)) if bias[0].requires_grad else None
 
 
 def _transpose_infer(g, w, input_size, stride, padding, dilation, groups):
@@ -174,9 +180,9 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 
     if padding == "same" and stride != (1, 1):
         raise ArgumentError("padding='same' needs stride 1 (as PyTorch)")
     kernel = tuple(weight.shape[2:]) if weight.ndim == 4 else (1, 1)
-    y = bind(conv2d_p, x, weight, stride=stride, padding=_padding(padding, kernel, dilation),
-             dilation=dilation, groups=groups)
-    return _add_bias(y, bias)
+    # The bias rides in the same primitive: added into the fresh product, no op of its own.
+    return bind(conv2d_p, x, weight, *(() if bias is None else (bias,)), stride=stride,
+                padding=_padding(padding, kernel, dilation), dilation=dilation, groups=groups)
 
 
 @reports_as("conv1d")
@@ -189,9 +195,9 @@ def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 
     one = lambda v, name: (1, v) if isinstance(v, int) and not isinstance(v, bool) else (
         (1,) + tuple(v) if isinstance(v, (tuple, list)) and len(v) == 1 else _pair(v, name))
     pad = padding if isinstance(padding, str) else (0, one(padding, "padding")[1])
-    y = conv2d(expand_dims(x, 2), expand_dims(weight, 2), None, one(stride, "stride"), pad,
+    y = conv2d(expand_dims(x, 2), expand_dims(weight, 2), bias, one(stride, "stride"), pad,
                one(dilation, "dilation"), groups)
-    return _add_bias(squeeze(y, 2), bias)
+    return squeeze(y, 2)
 
 
 @reports_as("conv_transpose2d")
