@@ -48,3 +48,14 @@ def test_max_pool_kernels_on_a_large_batch_match_a_loop():
         assert np.array_equal(out[n, c, i, j], best, equal_nan=True)
         expected_gx[n, c][where] += g[n, c, i, j]
     np.testing.assert_allclose(gx, expected_gx, rtol=1e-6)
+
+
+def test_max_pool_with_more_than_127_taps_finds_the_maximum():
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((2, 3, 13, 12)).astype(np.float32)
+    out, idx = max_pool2d(x, (12, 12), (1, 1), (0, 0), (1, 1))
+    for n, c, i in np.ndindex(2, 3, 2):
+        window = x[n, c, i:i + 12, :]
+        assert out[n, c, i, 0] == window.max()
+        r, s = np.unravel_index(np.argmax(window), window.shape)
+        assert idx[n, c, i, 0] == (i + r) * 12 + s
