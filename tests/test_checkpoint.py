@@ -214,13 +214,25 @@ def test_manager_keeps_the_newest_n(tmp_path):
     ckpt = Checkpoint(step=0)
     manager = CheckpointManager(ckpt, tmp_path, max_to_keep=3)
     assert manager.latest is None and manager.restore_latest() is None
-    for step in (5, 10, 100, 20, 30):
+    for step in (5, 10, 20, 30, 100):
         ckpt.step = step
         manager.save(step)
     assert names(manager) == ["ckpt-20.rill", "ckpt-30.rill", "ckpt-100.rill"]  # by step
     assert manager.latest == os.path.join(str(tmp_path), "ckpt-100.rill")
     ckpt.step = -1
     assert manager.restore_latest() == 100 and ckpt.step == 100
+
+
+def test_a_step_older_than_the_newest_file_is_refused(tmp_path):
+    # A run restarted from scratch in the same directory would otherwise have its new
+    # checkpoints pruned at once (they sort before the old run's).
+    ckpt = Checkpoint(step=0)
+    CheckpointManager(ckpt, tmp_path, max_to_keep=1).save(100)
+    manager = CheckpointManager(ckpt, tmp_path, max_to_keep=1)
+    with pytest.raises(rill.CheckpointError, match="ckpt-100.*restore_latest"):
+        manager.save(20)
+    assert names(manager) == ["ckpt-100.rill"]
+    assert manager.save(100).endswith("ckpt-100.rill")  # the same step again: replaced
 
 
 def test_every_n_steps(tmp_path):
@@ -377,3 +389,22 @@ def test_a_crash_mid_write_leaves_the_previous_checkpoint(tmp_path):
     assert names(manager) == ["ckpt-1.rill"]
     ckpt.w = rill.ones(10000)
     assert manager.restore_latest() == 1 and values(ckpt.w) == [0.0] * 10000
+
+
+def test_a_background_write_failing_at_exit_is_reported(tmp_path):
+    import subprocess
+    import sys
+    code = (
+        "import rill, time\n"
+        "import rill.train.checkpoint as C\n"
+        "from rill.train import Checkpoint, CheckpointManager\n"
+        f"m = CheckpointManager(Checkpoint(step=0), {str(tmp_path)!r}, background=True)\n"
+        "def fail(*a, **k):\n"
+        "    time.sleep(0.2)\n"
+        "    raise OSError('disk full')\n"
+        "C.Checkpoint.write = staticmethod(fail)\n"
+        "m.save(1)\n")  # the script ends with the write still in flight
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert "background checkpoint write failed" in proc.stderr
+    assert "disk full" in proc.stderr

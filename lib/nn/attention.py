@@ -99,7 +99,7 @@ class MultiheadAttention(Module):
         n, length = x.shape[0], x.shape[1]
         return swapaxes(reshape(x, (n, length, self.num_heads, self.head_dim)), 1, 2)
 
-    def _mask(self, attn_mask, key_padding_mask, is_causal, n, length, source, dtype):
+    def _mask(self, attn_mask, key_padding_mask, is_causal, n, length, source, dtype, device):
         """One additive mask broadcastable to (N, heads, L, S), or None."""
         mask = additive_mask(attn_mask, dtype, "attn_mask")
         if mask is not None:
@@ -112,7 +112,7 @@ class MultiheadAttention(Module):
                                  f"({n * self.num_heads}, {length}, {source}), got "
                                  f"{mask.shape}", op="MultiheadAttention")
         if is_causal:
-            causal = triu(full((length, source), float("-inf"), dtype=dtype), k=1)
+            causal = triu(full((length, source), float("-inf"), dtype=dtype, device=device), k=1)
             mask = causal if mask is None else mask + causal
         padding = additive_mask(key_padding_mask, dtype, "key_padding_mask")
         if padding is not None:
@@ -148,7 +148,8 @@ class MultiheadAttention(Module):
                              f"{key.shape[-1]}, {value.shape[-1]}", op="MultiheadAttention")
         n, length, source = query.shape[0], query.shape[1], key.shape[1]
         q, k, v = (self._heads(t) for t in self._project(query, key, value))
-        mask = self._mask(attn_mask, key_padding_mask, is_causal, n, length, source, q.dtype)
+        mask = self._mask(attn_mask, key_padding_mask, is_causal, n, length, source, q.dtype,
+                          q.device)
         dropout_p = self.dropout if self.training else 0.0
         if need_weights:
             scores = matmul(q * (1.0 / math.sqrt(self.head_dim)), swapaxes(k, -1, -2))

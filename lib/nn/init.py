@@ -112,6 +112,8 @@ def ones_(t: Tensor) -> Tensor:
 def xavier_uniform_(t: Tensor, gain: float = 1.0, generator=None) -> Tensor:
     """Glorot: U(-a, a) with a = gain * sqrt(6 / (fan_in + fan_out))."""
     fan_in, fan_out = fan_in_and_fan_out(t)
+    if fan_in + fan_out == 0:
+        return t
     bound = gain * math.sqrt(6.0 / (fan_in + fan_out))
     return uniform_(t, -bound, bound, generator)
 
@@ -119,12 +121,16 @@ def xavier_uniform_(t: Tensor, gain: float = 1.0, generator=None) -> Tensor:
 def xavier_normal_(t: Tensor, gain: float = 1.0, generator=None) -> Tensor:
     """Glorot: N(0, std^2) with std = gain * sqrt(2 / (fan_in + fan_out))."""
     fan_in, fan_out = fan_in_and_fan_out(t)
+    if fan_in + fan_out == 0:
+        return t
     return normal_(t, 0.0, gain * math.sqrt(2.0 / (fan_in + fan_out)), generator)
 
 
 def kaiming_uniform_(t: Tensor, a: float = 0.0, mode: str = "fan_in",
                      nonlinearity: str = "leaky_relu", generator=None) -> Tensor:
     """He: U(-b, b) with b = gain * sqrt(3 / fan), gain = calculate_gain(nonlinearity, a)."""
+    if _fan(t, mode) == 0:
+        return t  # an empty tensor: nothing to draw (as PyTorch)
     std = calculate_gain(nonlinearity, a) / math.sqrt(_fan(t, mode))
     bound = math.sqrt(3.0) * std
     return uniform_(t, -bound, bound, generator)
@@ -133,6 +139,8 @@ def kaiming_uniform_(t: Tensor, a: float = 0.0, mode: str = "fan_in",
 def kaiming_normal_(t: Tensor, a: float = 0.0, mode: str = "fan_in",
                     nonlinearity: str = "leaky_relu", generator=None) -> Tensor:
     """He: N(0, std^2) with std = gain / sqrt(fan), gain = calculate_gain(nonlinearity, a)."""
+    if _fan(t, mode) == 0:
+        return t  # an empty tensor: nothing to draw (as PyTorch)
     std = calculate_gain(nonlinearity, a) / math.sqrt(_fan(t, mode))
     return normal_(t, 0.0, std, generator)
 

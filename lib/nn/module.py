@@ -13,6 +13,7 @@ from collections import OrderedDict, namedtuple
 
 from .. import dtypes as _dt
 from ..errors import ArgumentError, Error
+from ..sparse import SparseRows
 from ..tensor import Tensor
 from .parameter import Parameter
 
@@ -382,6 +383,10 @@ class Module:
                 assign_(t, t.detach().to(target))
                 if isinstance(t.grad, Tensor):
                     t.grad = t.grad.to(target)
+                elif isinstance(t.grad, SparseRows):  # an embedding's gradient
+                    g = t.grad
+                    t.grad = SparseRows(g.indices if is_dtype else g.indices.to(target),
+                                        g.rows.to(target), g.shape)
         return self
 
     # ---- printing --------------------------------------------------------------------------

@@ -51,11 +51,17 @@ def summary_table(module, example_input=None) -> Table:
     if example_input is not None:
         for name, m in module.named_modules():
             handles.append(m.register_forward_hook(record(name)))
+        # In eval mode, so that looking at a model does not change it (BatchNorm's running
+        # statistics, the dropout generator's state); each module's mode is put back.
+        modes = [(m, m.training) for m in module.modules()]
         try:
+            module.eval()
             with no_grad():
                 args = example_input if isinstance(example_input, tuple) else (example_input,)
                 module(*args)
         finally:
+            for m, training in modes:
+                m.training = training
             for h in handles:
                 h.remove()
 

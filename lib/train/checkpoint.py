@@ -44,7 +44,9 @@ class Checkpoint:
 
     # Plain values are read and replaced as attributes: `ckpt.step += 1`.
     def __getattr__(self, name):
-        objects = self.__dict__["_objects"]
+        objects = self.__dict__.get("_objects")
+        if objects is None:  # copy/pickle probe a half-built instance
+            raise AttributeError(name)
         if name in objects:
             return objects[name]
         raise AttributeError(f"Checkpoint has no object named {name!r}; it tracks "

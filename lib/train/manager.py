@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import time
+import weakref
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 
@@ -66,7 +68,9 @@ class CheckpointManager:
         self._remove_stale_temp_files()
         self._last_step = self._steps()[-1] if self._steps() else None
         self._executor = None
-        self._pending = None  # the Future of the write in flight; its error is raised by wait()
+        # The Future of the write in flight (its error is raised by wait()), in a list that
+        # the exit hook shares without keeping the manager alive.
+        self._inflight = [None]
 
     # ---- the files ---------------------------------------------------------------------------
 
@@ -120,6 +124,13 @@ class CheckpointManager:
         is not made).
         """
         self.wait()
+        steps = self._steps()
+        if steps and step < steps[-1]:
+            # Files are kept and pruned by step; an older step saved now would be pruned at
+            # once (or would prune the newer run's files). A restarted run must resume.
+            raise CheckpointError(f"{self.directory} already holds ckpt-{steps[-1]}, newer than "
+                                  f"step {step}: call restore_latest() to resume from it, or "
+                                  f"use a fresh directory", op="CheckpointManager.save")
         path = self.path_for(step)
         snapshot = self.checkpoint.snapshot(path, step)  # on the caller's thread, always
         self._last_step, self._last_time = step, self._clock()
@@ -128,7 +139,9 @@ class CheckpointManager:
             return path
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rill-ckpt")
-        self._pending = self._executor.submit(self._write, snapshot, path)
+            # A write still in flight when the interpreter exits must not fail unseen.
+            weakref.finalize(self, _report_unfinished, self._executor, self._inflight)
+        self._inflight[0] = self._executor.submit(self._write, snapshot, path)
         return path
 
     def _write(self, snapshot, path):
@@ -155,7 +168,7 @@ class CheckpointManager:
 
     def wait(self) -> None:
         """Block until the write in flight is on disk; raise its error if it failed."""
-        pending, self._pending = self._pending, None
+        pending, self._inflight[0] = self._inflight[0], None
         error = pending.exception() if pending is not None else None
         # Raised anew so that the error points at the caller's line, not the writer thread.
         if isinstance(error, CheckpointError):
@@ -177,8 +190,14 @@ class CheckpointManager:
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, exc_type, exc, tb):
+        if exc is None:
+            self.close()
+            return
+        try:
+            self.close()
+        except CheckpointError as write_error:  # keep the body's error; mention the write's
+            exc.add_note(f"also, a background checkpoint write failed: {write_error}")
 
     # ---- restoring ---------------------------------------------------------------------------
 
@@ -222,3 +241,13 @@ def _alive(pid: int) -> bool:
     except OSError:
         return True  # it exists, under another user
     return True
+
+
+def _report_unfinished(executor, inflight) -> None:
+    """At exit (or collection): wait for the last background write and say if it failed."""
+    future = inflight[0]
+    executor.shutdown(wait=True)
+    error = future.exception() if future is not None else None
+    if error is not None:
+        print(f"rill: a background checkpoint write failed and was never reported: "
+              f"{type(error).__name__}: {error}", file=sys.stderr)
