@@ -188,10 +188,17 @@ def _number(v):
 
 
 def _is_live(file) -> bool:
-    """Whether `file` (None: stdout) shows a live display: a terminal or a notebook."""
+    """Whether `file` (None: stdout) shows a live display: a notebook, or a real terminal.
+
+    The stream itself must be a tty: FORCE_COLOR and friends (set in many CI systems to get
+    colored logs) make rich treat any stream as a terminal, and a redrawn bar in a log file
+    is noise."""
     from rich.console import Console
     console = Console(file=file)
-    return bool(console.is_interactive or console.is_jupyter)
+    if console.is_jupyter:
+        return True
+    isatty = getattr(file if file is not None else sys.stdout, "isatty", None)
+    return bool(isatty is not None and isatty() and console.is_interactive)
 
 
 def _rich_bar(owner: Progress, file):
