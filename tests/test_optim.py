@@ -674,3 +674,17 @@ def test_aliases_and_defaults_are_torchs():
         theirs = getattr(torch.optim, name)([torch.nn.Parameter(torch.zeros(2))]).defaults
         assert {k: theirs[k] for k in ours} == ours, name
     assert "Parameter Group 0" in repr(rill.optim.SGD([w]))
+
+
+def test_load_state_dict_refuses_another_optimizers_state():
+    w = rill.nn.Parameter(rill.ones(2))
+    sgd = rill.optim.SGD([w], lr=0.1, momentum=0.9)
+    (w * w).sum().backward()
+    sgd.step()
+    adam = rill.optim.Adam([w], lr=0.5)
+    with pytest.raises(rill.ArgumentError, match="another optimizer"):
+        adam.load_state_dict(sgd.state_dict())
+    with pytest.raises(rill.ArgumentError, match="keyed by parameter index"):
+        adam.load_state_dict({"state": {"a": {}},
+                              "param_groups": adam.state_dict()["param_groups"]})
+    assert adam.param_groups[0]["lr"] == 0.5  # nothing changed

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import math
 
-from ..errors import ArgumentError, ShapeError
+from ..errors import ArgumentError, DTypeError, ShapeError
+from ..tensor import Tensor
 from ..ops.creation import empty, zeros
 from ..ops.elementwise import sigmoid, tanh
 from ..ops.shape import concat, expand_dims, reshape, split, squeeze, stack, swapaxes
@@ -151,10 +152,12 @@ class _Sequence(_Recurrent):
         return (getattr(self, f"weight_ih{s}"), getattr(self, f"bias_ih{s}"),
                 getattr(self, f"weight_hh{s}"), getattr(self, f"bias_hh{s}"))
 
-    def _state_shape_check(self, state, batch: int, name: str):
-        expected = (self.num_layers * self.directions, batch, self.hidden_size)
+    def _state_shape_check(self, state, batch, name: str):
+        """batch None: an unbatched input, whose states have no batch axis either."""
+        expected = (self.num_layers * self.directions,) + ((batch,) if batch is not None else
+                                                           ()) + (self.hidden_size,)
         if tuple(state.shape) != expected:
-            raise ShapeError(f"{type(self).__name__} expects the initial {name} of shape "
+            raise ShapeError(f"expects the initial {name} of shape "
                              f"{expected}, got {state.shape}", op=type(self).__name__)
 
     def _run(self, x, states):
@@ -205,13 +208,19 @@ class _Sequence(_Recurrent):
                            for _ in range(n_states))
         else:
             states = hx if n_states > 1 else (hx,)
-            if len(states) != n_states:
-                raise ArgumentError(f"{name} expects an initial state of {n_states} "
-                                    f"tensors, got {len(states)}", op=name)
+            if (n_states > 1 and not isinstance(hx, (tuple, list))) or len(states) != n_states \
+                    or not all(isinstance(s, Tensor) for s in states):
+                want = "a tuple (h_0, c_0)" if n_states > 1 else "one tensor h_0"
+                raise ArgumentError(f"expects as initial state {want}, got "
+                                    f"{type(hx).__name__}", op=name)
+            for s, what in zip(states, ("h_0", "c_0")):
+                # Checked as given (before an unbatched input gains its batch axis).
+                self._state_shape_check(s, batch if batched else None, what)
+                if s.dtype is not x.dtype or s.device is not x.device:
+                    raise DTypeError(f"{what} is {s.dtype} on {s.device}, the input "
+                                     f"{x.dtype} on {x.device}", op=name)
             if not batched:
                 states = tuple(expand_dims(s, 1) for s in states)
-            for s, what in zip(states, ("h_0", "c_0")):
-                self._state_shape_check(s, batch, what)
         output, finals = self._run(x, states)
         if not batched:
             output, finals = squeeze(output, 1), tuple(squeeze(s, 1) for s in finals)

@@ -30,7 +30,7 @@ class Adam(Optimizer):
     def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0.0, amsgrad: bool = False, *, maximize: bool = False,
                  decoupled_weight_decay: bool = False):
-        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
+        super().__init__(params, dict(lr=lr, betas=tuple(betas) if isinstance(betas, (tuple, list)) else betas, eps=eps,
                                       weight_decay=weight_decay, amsgrad=amsgrad,
                                       maximize=maximize,
                                       decoupled_weight_decay=decoupled_weight_decay))

@@ -124,12 +124,13 @@ class Optimizer:
 
     def _require(self, group, key, ok, expected):
         value = group[key]
-        if not ok(value):
-            raise ArgumentError(f"invalid {key} {value!r}: it must be {expected}", op=self._name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not ok(value):
+            raise ArgumentError(f"invalid {key} {value!r}: it must be a number {expected}",
+                                op=self._name)
 
     def _check_betas(self, group):
         betas = group["betas"]
-        if len(betas) != 2:
+        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
             raise ArgumentError(f"betas must be a pair (beta1, beta2), got {betas!r}",
                                 op=self._name)
         for i, beta in enumerate(betas):
@@ -218,7 +219,18 @@ class Optimizer:
                                 f", this optimizer has {len(self.param_groups)}",
                                 op=f"{self._name}.load_state_dict")
         by_index = {}
+        op = f"{self._name}.load_state_dict"
         for i, (group, saved) in enumerate(zip(self.param_groups, saved_groups)):
+            if not isinstance(saved, dict) or not isinstance(saved.get("params"), (list, tuple)):
+                raise ArgumentError(f"parameter group {i} of the state dict has no 'params' list",
+                                    op=op)
+            unknown = set(saved) - set(self.defaults) - {"params"} - set(group)
+            if unknown:
+                # Another optimizer's state dict (SGD's into Adam, ...) would otherwise load
+                # and fail at the next step() on a missing hyperparameter.
+                raise ArgumentError(f"parameter group {i} of the state dict has settings "
+                                    f"{sorted(unknown)} that {self._name} does not take; is it "
+                                    f"another optimizer's?", op=op)
             if len(saved["params"]) != len(group["params"]):
                 raise ArgumentError(f"parameter group {i} has "
                                     f"{_count(len(saved['params']), 'parameter')} in the state "
@@ -227,16 +239,21 @@ class Optimizer:
             by_index.update(zip(saved["params"], group["params"]))
         state = {}
         for key, slots in state_dict["state"].items():
-            p = by_index.get(int(key))
+            try:
+                p = by_index.get(int(key))
+            except (TypeError, ValueError):
+                raise ArgumentError(f"the state dict's state is keyed by parameter index, got "
+                                    f"{key!r}", op=op) from None
             if p is None:
                 raise ArgumentError(f"the state dict holds state for parameter {key}, which no "
                                     f"parameter group lists", op=f"{self._name}.load_state_dict")
             state[p] = {name: self._loaded_slot(p, key, name, v) for name, v in slots.items()}
         groups = []
         for group, saved in zip(self.param_groups, saved_groups):
-            loaded = {k: tuple(v) if isinstance(group.get(k), tuple) else v
-                      for k, v in saved.items() if k != "params"}
+            loaded = {**self.defaults, **{k: tuple(v) if isinstance(group.get(k), tuple) else v
+                                          for k, v in saved.items() if k != "params"}}
             loaded["params"] = group["params"]
+            self.check_group(loaded)  # bad values are refused before anything changes
             groups.append(loaded)
         self.state = state
         self.param_groups = groups

@@ -31,7 +31,7 @@ class SparseAdam(Optimizer):
 
     def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8, *,
                  maximize: bool = False):
-        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, maximize=maximize))
+        super().__init__(params, dict(lr=lr, betas=tuple(betas) if isinstance(betas, (tuple, list)) else betas, eps=eps, maximize=maximize))
 
     def check_group(self, group):
         self._require(group, "lr", lambda v: v > 0, "> 0")
