@@ -23,10 +23,10 @@ from ..ops.linalg import linear, matmul
 from ..ops.methods import update_in_place
 from ..ops.pooling import adaptive_avg_pool2d, avg_pool2d, max_pool2d
 from ..ops.random import rand
-from ..ops.reduce import mean, sum, var
+from ..ops.reduce import mean, sum
 from ..ops.shape import expand_dims, moveaxis, reshape, squeeze, swapaxes, tril
 
-_REDUCTIONS = ("mean", "sum", "none")
+REDUCTIONS = ("mean", "sum", "none")
 
 
 # ---- dense layers ---------------------------------------------------------------------------
@@ -186,7 +186,7 @@ def _reduce(loss, reduction: str, op: str):
         return sum(loss)
     if reduction == "none":
         return loss
-    raise ArgumentError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}", op=op)
+    raise ArgumentError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}", op=op)
 
 
 def _classes_last(x):
@@ -241,8 +241,8 @@ def cross_entropy(logits, target, weight=None, ignore_index: int = -100,
     if not 0.0 <= label_smoothing <= 1.0:
         raise ArgumentError(f"label_smoothing must be in [0, 1], got {label_smoothing}",
                             op="cross_entropy")
-    if reduction not in _REDUCTIONS:
-        raise ArgumentError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}",
+    if reduction not in REDUCTIONS:
+        raise ArgumentError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}",
                             op="cross_entropy")
     target = promotion.lift((target,))[0]
     logits = promotion.lift((logits,))[0]

@@ -7,14 +7,12 @@ from ..errors import ArgumentError
 from . import functional as F
 from .module import Module
 
-_REDUCTIONS = ("mean", "sum", "none")
-
 
 class _Loss(Module):
     def __init__(self, reduction: str = "mean"):
         super().__init__()
-        if reduction not in _REDUCTIONS:
-            raise ArgumentError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}",
+        if reduction not in F.REDUCTIONS:
+            raise ArgumentError(f"reduction must be one of {F.REDUCTIONS}, got {reduction!r}",
                                 op=type(self).__name__)
         self.reduction = reduction
 

@@ -298,7 +298,7 @@ class Module:
         """
         from ..eager.context import no_grad
         from ..ops.creation import as_tensor, to_device
-        from ..ops.methods import update_in_place
+        from ..ops.methods import assign
 
         own = self.state_dict(keep_vars=True)
         missing = [k for k in own if k not in state_dict]
@@ -334,7 +334,7 @@ class Module:
                 if value.device != target.device:
                     value = to_device(value, target.device)
                 # detach: a loaded value must not bring its own tape or requires_grad along.
-                update_in_place(target, lambda old, v: v, value.detach())
+                assign(target, value.detach())
         return LoadResult(missing, unexpected)
 
     # ---- modes and conversions -------------------------------------------------------------

@@ -12,18 +12,9 @@ from ..eager.context import enable_grad, no_grad
 from ..errors import ArgumentError
 from ..ops.creation import zeros_like
 from ..ops.elementwise import cast
-from ..ops.methods import update_in_place
+from ..ops.methods import assign  # noqa: F401  (the optimizers' in-place update)
 from ..sparse import SparseRows
 from ..tensor import Tensor
-
-
-def _take_second(old, new):
-    return new
-
-
-def assign(t: Tensor, value: Tensor) -> Tensor:
-    """t takes value's buffer; the object t (and everyone holding it) stays the same."""
-    return update_in_place(t, _take_second, value)
 
 
 def lerp(start: Tensor, end: Tensor, weight: float) -> Tensor:
