@@ -305,8 +305,23 @@ def test_unbatched_sequences_and_state_errors():
     with pytest.raises(rill.ShapeError, match=r"initial h_0 of shape \(2, 2, 4\)"):
         nn.LSTM(3, 4, num_layers=2)(rill.ones(5, 2, 3), (rill.zeros(1, 2, 4),
                                                           rill.zeros(2, 2, 4)))
-    with pytest.raises(rill.ShapeError, match="LSTM expects 3 input features"):
+    with pytest.raises(rill.ShapeError, match="LSTM: expects 3 input features"):
         nn.LSTM(3, 4)(rill.ones(5, 2, 7))
+    with pytest.raises(rill.ArgumentError, match=r"a tuple \(h_0, c_0\)"):
+        nn.LSTM(3, 4)(rill.ones(5, 2, 3), rill.zeros(1, 2, 4))
+    with pytest.raises(rill.ShapeError, match=r"initial h_0 of shape \(1, 4\), got \(1, 1, 4\)"):
+        nn.GRU(3, 4)(rill.ones(5, 3), rill.zeros(1, 1, 4))  # unbatched: no batch axis
+    with pytest.raises(rill.DTypeError, match="h_0 is float64"):
+        nn.GRU(3, 4)(rill.ones(5, 2, 3), rill.zeros(1, 2, 4, dtype=rill.float64))
+
+
+def test_cells_name_the_bad_argument():
+    with pytest.raises(rill.ShapeError, match=r"LSTMCell: expects c of shape \(2, 4\)"):
+        nn.LSTMCell(3, 4)(rill.ones(2, 3), (rill.zeros(2, 4), rill.zeros(3, 4)))
+    with pytest.raises(rill.ShapeError, match=r"GRUCell: expects x of shape \(N, 3\)"):
+        nn.GRUCell(3, 4)(rill.ones(2, 2, 3))
+    with pytest.raises(rill.ArgumentError, match="a pair"):
+        nn.LSTMCell(3, 4)(rill.ones(2, 3), rill.zeros(2, 4))
 
 
 def test_recurrent_dropout_between_layers_only_in_training():

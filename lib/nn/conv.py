@@ -13,12 +13,12 @@ from .parameter import Parameter
 
 
 def _tuple(value, n: int, what: str) -> tuple:
-    if isinstance(value, int):
+    if isinstance(value, int) and not isinstance(value, bool):
         return (value,) * n
-    value = tuple(value)
-    if len(value) != n or not all(isinstance(v, int) for v in value):
-        raise ArgumentError(f"{what} must be an int or {n} ints, got {value}")
-    return value
+    if not isinstance(value, (tuple, list)) or len(value) != n or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise ArgumentError(f"{what} must be an int or {n} ints, got {value!r}")
+    return tuple(value)
 
 
 class _Conv(Module):

@@ -39,9 +39,22 @@ def gru_step(x_proj, h, w_hh, b_hh):
 
 
 def _check_features(x, expected: int, name: str) -> None:
-    if x.shape[-1] != expected:
-        raise ShapeError(f"{name} expects {expected} input features, got shape {x.shape}",
-                         op=name)
+    if x.ndim == 0 or x.shape[-1] != expected:
+        raise ShapeError(f"expects {expected} input features, got shape {x.shape}", op=name)
+
+
+def _check_cell_input(cell, x, states, names) -> None:
+    """A cell takes x (N, F) or (F,), and states shaped like its output, (N, H) or (H,)."""
+    name = type(cell).__name__
+    if x.ndim not in (1, 2):
+        raise ShapeError(f"expects x of shape (N, {cell.input_size}) or ({cell.input_size},), "
+                         f"got {x.shape}", op=name)
+    _check_features(x, cell.input_size, name)
+    expected = tuple(x.shape[:-1]) + (cell.hidden_size,)
+    for s, what in zip(states, names):
+        if not isinstance(s, Tensor) or tuple(s.shape) != expected:
+            got = s.shape if isinstance(s, Tensor) else type(s).__name__
+            raise ShapeError(f"expects {what} of shape {expected}, got {got}", op=name)
 
 
 class _Recurrent(Module):
@@ -94,8 +107,10 @@ class LSTMCell(_Cell):
     gates = 4
 
     def forward(self, x, hx=None):
-        _check_features(x, self.input_size, "LSTMCell")
+        if hx is not None and (not isinstance(hx, (tuple, list)) or len(hx) != 2):
+            raise ArgumentError("expects hx as a pair (h, c)", op="LSTMCell")
         h, c = (self._zeros(x), self._zeros(x)) if hx is None else hx
+        _check_cell_input(self, x, (h, c), ("h", "c"))
         return lstm_step(F.linear(x, self.weight_ih, self.bias_ih), h, c, self.weight_hh,
                          self.bias_hh)
 
@@ -113,8 +128,8 @@ class GRUCell(_Cell):
     gates = 3
 
     def forward(self, x, hx=None):
-        _check_features(x, self.input_size, "GRUCell")
         h = self._zeros(x) if hx is None else hx
+        _check_cell_input(self, x, (h,), ("h",))
         return gru_step(F.linear(x, self.weight_ih, self.bias_ih), h, self.weight_hh,
                         self.bias_hh)
 
