@@ -688,3 +688,11 @@ def test_load_state_dict_refuses_another_optimizers_state():
         adam.load_state_dict({"state": {"a": {}},
                               "param_groups": adam.state_dict()["param_groups"]})
     assert adam.param_groups[0]["lr"] == 0.5  # nothing changed
+
+
+def test_scheduler_refuses_another_schedulers_state():
+    opt = rill.optim.SGD([rill.nn.Parameter(rill.ones(1))], lr=0.1)
+    step = rill.optim.StepLR(opt, step_size=2)
+    with pytest.raises(rill.ArgumentError, match="state_dict\\(\\) of a StepLR"):
+        step.load_state_dict(rill.optim.ExponentialLR(opt, gamma=0.9).state_dict())
+    assert step.step_size == 2

@@ -89,7 +89,13 @@ class LRScheduler:
                 if k not in self._not_saved}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        """Continue from a `state_dict()`."""
+        """Continue from a `state_dict()` of a scheduler of the same kind."""
+        own = LRScheduler.state_dict(self)  # this class's own keys (subclasses add nested ones)
+        if not isinstance(state_dict, dict) or set(state_dict) - set(self._not_saved) != set(own):
+            given = sorted(state_dict) if isinstance(state_dict, dict) else type(state_dict)
+            raise ArgumentError(f"expects the state_dict() of a {type(self).__name__}, with "
+                                f"keys {sorted(own)}; got {given}",
+                                op=f"{type(self).__name__}.load_state_dict")
         self.__dict__.update({k: list(v) if isinstance(v, (list, tuple)) else v
                               for k, v in state_dict.items() if k not in self._not_saved})
 
