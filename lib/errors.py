@@ -168,3 +168,19 @@ def install_traceback_filter() -> None:
                 tb = strip_framework_frames(tb) or tb
             self.showtraceback((etype, value, tb), tb_offset=tb_offset)
         shell.set_custom_exc((Error,), show)
+
+
+def check_number(value, what: str, op: str, *, integer: bool = False, low=None, high=None,
+                 low_open: bool = False):
+    """value if it is a number (an int when `integer`) in [low, high] (or (low, high] when
+    `low_open`); else ArgumentError naming `what` and the op. For constructor arguments."""
+    kind = "an int" if integer else "a number"
+    ok_type = isinstance(value, int) if integer else isinstance(value, (int, float))
+    if isinstance(value, bool) or not ok_type:
+        raise ArgumentError(f"{what} must be {kind}, got {value!r}", op=op)
+    if (low is not None and (value <= low if low_open else value < low)) or \
+            (high is not None and value > high):
+        bounds = f"{'(' if low_open else '['}{low if low is not None else '-inf'}, " \
+                 f"{high if high is not None else 'inf'}]"
+        raise ArgumentError(f"{what} must be {kind} in {bounds}, got {value!r}", op=op)
+    return value

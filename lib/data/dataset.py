@@ -106,7 +106,10 @@ class Dataset:
         """
         if not arrays:
             raise ArgumentError("needs at least one array")
-        columns = [_read_only(np.asarray(a)) for a in arrays]
+        try:
+            columns = [_read_only(np.asarray(a)) for a in arrays]
+        except ValueError as e:  # ragged nested lists
+            raise ArgumentError(f"each array must be rectangular: {e}") from None
         n = _common_size([c.shape for c in columns], "array")
         if len(columns) == 1:
             column = columns[0]

@@ -8,6 +8,8 @@
 """
 from __future__ import annotations
 
+from ..errors import check_number
+
 from ..ops import elementwise as E
 from . import functional as F
 from .module import Module
@@ -56,7 +58,7 @@ class LeakyReLU(Module):
 
     def __init__(self, negative_slope: float = 0.01):
         super().__init__()
-        self.negative_slope = negative_slope
+        self.negative_slope = check_number(negative_slope, "negative_slope", "LeakyReLU")
 
     def forward(self, x):
         return E.leaky_relu(x, self.negative_slope)

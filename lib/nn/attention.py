@@ -10,6 +10,7 @@ from ..ops.creation import empty, full
 from ..ops.elementwise import cast, where
 from ..ops.linalg import matmul
 from ..ops.shape import expand_dims, reshape, split, squeeze, swapaxes, triu
+from ..tensor import Tensor
 from . import functional as F
 from . import init
 from .linear import Linear
@@ -125,6 +126,11 @@ class MultiheadAttention(Module):
 
     def forward(self, query, key, value, key_padding_mask=None, need_weights: bool = True,
                 attn_mask=None, average_attn_weights: bool = True, is_causal: bool = False):
+        for t, what in ((query, "query"), (key, "key"), (value, "value")):
+            if not isinstance(t, Tensor):
+                raise ArgumentError(f"{what} must be a tensor, got {type(t).__name__} (for "
+                                    f"self-attention pass the same tensor three times)",
+                                    op="MultiheadAttention")
         batched = query.ndim == 3
         if query.ndim not in (2, 3) or key.ndim != query.ndim or value.ndim != query.ndim:
             raise ShapeError(f"MultiheadAttention expects query, key and value with 3 axes "

@@ -12,6 +12,8 @@ from .module import Module
 
 
 def _index(i: int, n: int, what: str) -> int:
+    if isinstance(i, bool) or not isinstance(i, int):
+        raise IndexingError(f"a {what} is indexed by an int or a slice, got {i!r}")
     if not -n <= i < n:
         raise IndexingError(f"index {i} is out of range for a {what} of length {n}")
     return i % n

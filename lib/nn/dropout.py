@@ -2,7 +2,7 @@
 1 / (1 - p) so that expectations match evaluation, where it is the identity."""
 from __future__ import annotations
 
-from ..errors import ArgumentError
+from ..errors import check_number
 from . import functional as F
 from .module import Module
 
@@ -24,8 +24,7 @@ class Dropout(Module):
 
     def __init__(self, p: float = 0.5, generator=None):
         super().__init__()
-        if not 0.0 <= p <= 1.0:
-            raise ArgumentError(f"dropout probability must be in [0, 1], got {p}", op="Dropout")
+        check_number(p, "the dropout probability p", "Dropout", low=0, high=1)
         self.p, self.generator = p, generator
 
     def forward(self, x):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import itertools
 from collections import OrderedDict, namedtuple
+from collections.abc import Mapping
 
 from .. import dtypes as _dt
 from ..errors import ArgumentError, Error
@@ -300,6 +301,10 @@ class Module:
         from ..ops.creation import as_tensor, to_device
         from ..ops.methods import assign
 
+        if not isinstance(state_dict, Mapping):
+            raise ArgumentError(f"expects a mapping of names to tensors (as state_dict() "
+                                f"returns), got {type(state_dict).__name__}",
+                                op="load_state_dict")
         own = self.state_dict(keep_vars=True)
         missing = [k for k in own if k not in state_dict]
         unexpected = [k for k in state_dict if k not in own]

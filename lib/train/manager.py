@@ -20,7 +20,7 @@ import weakref
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 
-from ..errors import ArgumentError, CheckpointError
+from ..errors import ArgumentError, CheckpointError, check_number
 from ..serialization import TEMP_SUFFIX
 from .checkpoint import Checkpoint, read
 
@@ -52,9 +52,14 @@ class CheckpointManager:
     def __init__(self, checkpoint: Checkpoint, directory, max_to_keep: int | None = 5,
                  every_n_steps: int | None = None, every_seconds: float | None = None,
                  background: bool = False, clock=time.monotonic):
-        if max_to_keep is not None and max_to_keep < 1:
-            raise ArgumentError(f"max_to_keep must be at least 1 (or None to keep all), got "
-                                f"{max_to_keep}", op="CheckpointManager")
+        if max_to_keep is not None:  # None keeps all
+            check_number(max_to_keep, "max_to_keep", "CheckpointManager", integer=True, low=1)
+        if every_n_steps is not None:
+            check_number(every_n_steps, "every_n_steps", "CheckpointManager", integer=True,
+                         low=1)
+        if every_seconds is not None:
+            check_number(every_seconds, "every_seconds", "CheckpointManager", low=0,
+                         low_open=True)
         self.checkpoint = checkpoint
         self.directory = os.fspath(directory)
         self.max_to_keep = max_to_keep

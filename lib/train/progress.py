@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 import time
 
-from ..errors import ArgumentError
+from ..errors import ArgumentError, check_number
 from ..tensor import Tensor
 
 
@@ -32,6 +32,12 @@ class Progress:
                  unit: str = "it", plain: bool | None = None, file=None,
                  every_steps: int | None = None, every_seconds: float = 10.0,
                  clock=time.monotonic, iterable=None):
+        if total is not None:
+            check_number(total, "total", "Progress", integer=True, low=0)
+        if every_steps is not None:
+            check_number(every_steps, "every_steps", "Progress", integer=True, low=1)
+        if every_seconds is not None:
+            check_number(every_seconds, "every_seconds", "Progress", low=0)
         self.total = total
         self.description = description
         self.unit = unit
