@@ -141,24 +141,35 @@ def plan(obj, path=None) -> Plan:
             return {"sparse_rows": {"indices": tensor_ref(o.indices, _join(name, "indices")),
                                     "rows": tensor_ref(o.rows, _join(name, "rows")),
                                     "shape": list(o.shape)}}
-        if isinstance(o, list):
-            return [walk(v, _join(name, i)) for i, v in enumerate(o)]
-        if isinstance(o, tuple):
-            return {"tuple": [walk(v, _join(name, i)) for i, v in enumerate(o)]}
-        if isinstance(o, dict):
-            items = []
-            for k, v in o.items():
-                if not isinstance(k, (str, int)):
-                    _unsavable(path, name, f"a dict key of type {type(k).__name__} ({k!r})",
-                               "; dict keys must be str or int")
-                items.append([k, walk(v, _join(name, k))])
-            return {"dict": items}
+        if isinstance(o, (list, tuple, dict)):
+            if id(o) in open_containers:
+                _unsavable(path, name, "a container that contains itself", "")
+            open_containers.add(id(o))
+            try:
+                return walk_container(o, name)
+            finally:
+                open_containers.discard(id(o))
         hint = ""
         if isinstance(o, (np.ndarray, np.generic)):
             hint = "; convert it with rill.tensor(...) or .item()"
         elif hasattr(o, "state_dict"):
             hint = "; save its state_dict() (or use rill.train.Checkpoint)"
         _unsavable(path, name, f"a {type(o).__module__}.{type(o).__qualname__}", hint)
+
+    open_containers: set = set()  # on the path being walked: a cycle would recurse forever
+
+    def walk_container(o, name):
+        if isinstance(o, list):
+            return [walk(v, _join(name, i)) for i, v in enumerate(o)]
+        if isinstance(o, tuple):
+            return {"tuple": [walk(v, _join(name, i)) for i, v in enumerate(o)]}
+        items = []  # a dict
+        for k, v in o.items():
+            if not isinstance(k, (str, int)):
+                _unsavable(path, name, f"a dict key of type {type(k).__name__} ({k!r})",
+                           "; dict keys must be str or int")
+            items.append([k, walk(v, _join(name, k))])
+        return {"dict": items}
 
     tree = walk(obj, "")
     return Plan(tree, tensors, names)

@@ -276,3 +276,13 @@ def test_temp_file_is_in_the_same_directory_with_a_distinct_name(tmp_path, monke
     (directory, name), = seen
     assert directory == str(tmp_path)
     assert name.startswith(".x.rill.") and name.endswith(serialization.TEMP_SUFFIX)
+
+
+def test_a_structure_that_contains_itself_is_refused(tmp_path):
+    d = {"w": rill.ones(2)}
+    d["again"] = d
+    with pytest.raises(rill.CheckpointError, match="contains itself"):
+        rill.serialization.save(d, tmp_path / "x.rill")
+    shared = [rill.ones(1)]  # the same list twice is not a cycle
+    rill.serialization.save({"a": shared, "b": shared}, tmp_path / "y.rill")
+    assert rill.serialization.load(tmp_path / "y.rill")["b"][0].tolist() == [1.0]
