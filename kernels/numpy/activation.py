@@ -31,8 +31,7 @@ def log_softmax(x, axis):
 
 
 
-def softmax_cross_entropy(logits, target, ignore_index, label_smoothing):
-    n, c = logits.shape
+def _valid_targets(target, c, ignore_index):
     valid = target != ignore_index
     safe = np.where(valid, target, 0)
     bad = (safe < 0) | (safe >= c)
@@ -40,21 +39,37 @@ def softmax_cross_entropy(logits, target, ignore_index, label_smoothing):
         # As nll_loss's check: a bad label is an argument error, whichever path found it.
         raise ArgumentError(f"target holds class {int(target[bad][0])}, outside [0, {c}) "
                             f"(and not ignore_index={ignore_index})", op="cross_entropy")
+    return valid, safe
+
+
+def softmax_cross_entropy(logits, target, ignore_index, label_smoothing, reduction):
+    n, c = logits.shape
+    valid, safe = _valid_targets(target, c, ignore_index)
     lp = log_softmax(logits, 1)
     loss = -lp[np.arange(n), safe]
     if label_smoothing:
         loss = (1.0 - label_smoothing) * loss - label_smoothing * lp.mean(axis=1)
-    return np.where(valid, loss, 0).astype(logits.dtype, copy=False)
+    loss = np.where(valid, loss, 0)
+    if reduction == "sum":
+        loss = loss.sum()
+    elif reduction == "mean":
+        with np.errstate(invalid="ignore", divide="ignore"):  # no counted row: nan, as torch
+            loss = loss.sum() / np.count_nonzero(valid)
+    return np.asarray(loss, dtype=logits.dtype)
 
 
-def softmax_cross_entropy_grad(logits, target, g, ignore_index, label_smoothing):
+def softmax_cross_entropy_grad(logits, target, g, ignore_index, label_smoothing, reduction):
     n, c = logits.shape
-    valid = target != ignore_index
+    valid, safe = _valid_targets(target, c, ignore_index)
     grad = softmax(logits, 1)
     if label_smoothing:
         grad -= label_smoothing / c
-    grad[np.arange(n), np.where(valid, target, 0)] -= 1.0 - label_smoothing
-    grad *= (g * valid)[:, None]
+    grad[np.arange(n), safe] -= 1.0 - label_smoothing
+    scale = g * valid  # g is per row ('none') or one number
+    if reduction == "mean":
+        with np.errstate(invalid="ignore", divide="ignore"):
+            scale = scale / np.count_nonzero(valid)
+    grad *= scale[:, None]
     return grad.astype(logits.dtype, copy=False)
 
 

@@ -272,17 +272,13 @@ def cross_entropy(logits, target, weight=None, ignore_index: int = -100,
         # The common case, fused: one kernel forward, one rule back, no (N, C) temporaries
         # kept on the tape.
         if logits.ndim == 2:
-            rows = softmax_cross_entropy(logits, target, ignore_index, label_smoothing)
-        else:
-            flat = reshape(_classes_last(logits), (-1, c)) if logits.ndim > 1 else \
-                reshape(logits, (1, c))
-            rows = softmax_cross_entropy(flat, reshape(target, (-1,)), ignore_index,
-                                         label_smoothing)
-        if reduction == "none":
-            return rows if logits.ndim == 2 else reshape(rows, target.shape)
-        if reduction == "sum":
-            return sum(rows)
-        return sum(rows) / sum(target != ignore_index)
+            return softmax_cross_entropy(logits, target, ignore_index, label_smoothing,
+                                         reduction)
+        flat = reshape(_classes_last(logits), (-1, c)) if logits.ndim > 1 else \
+            reshape(logits, (1, c))
+        loss = softmax_cross_entropy(flat, reshape(target, (-1,)), ignore_index,
+                                     label_smoothing, reduction)
+        return reshape(loss, target.shape) if reduction == "none" else loss
     lp = log_softmax(logits, axis=class_axis)
     loss = nll_loss(lp, target, weight, ignore_index, reduction)
     if not label_smoothing:

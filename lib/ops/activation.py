@@ -54,54 +54,66 @@ def log_softmax(x, axis: int = -1):
 
 
 # ---- softmax cross-entropy over class indices -----------------------------------------------
+# One primitive computes the loss with its reduction (none: per row; sum; mean over the rows
+# whose target is not ignore_index), and one computes its gradient: a training step's loss
+# costs two ops, not a dozen.
 
-def _xent_infer(logits, target, ignore_index, label_smoothing):
+_XENT_REDUCTIONS = ("none", "sum", "mean")
+
+
+def _xent_infer(logits, target, ignore_index, label_smoothing, reduction):
+    from ..errors import ArgumentError, DTypeError, ShapeError
     if logits.ndim != 2 or target.ndim != 1 or target.shape[0] != logits.shape[0]:
-        from ..errors import ShapeError
         raise ShapeError(f"expects logits (N, C) and target (N,), got {logits.shape} and "
                          f"{target.shape}")
     if target.dtype.kind not in "iu":
-        from ..errors import DTypeError
         raise DTypeError(f"target must hold class indices (integers), got {target.dtype}")
-    return (logits.shape[0],), logits.dtype
+    if reduction not in _XENT_REDUCTIONS:
+        raise ArgumentError(f"reduction must be one of {_XENT_REDUCTIONS}, got {reduction!r}")
+    return ((logits.shape[0],) if reduction == "none" else ()), logits.dtype
 
 
-def _xent_vjp(g, out, logits, target, ignore_index, label_smoothing):
-    return bind(softmax_cross_entropy_grad_p, logits, target, g, ignore_index=ignore_index,
-                label_smoothing=label_smoothing), None
+def _xent_vjp(g, out, logits, target, **attrs):
+    return bind(softmax_cross_entropy_grad_p, logits, target, g, **attrs), None
 
 
-def _xent_grad_infer(logits, target, g, ignore_index, label_smoothing):
+def _xent_grad_infer(logits, target, g, **attrs):
     return logits.shape, logits.dtype
 
 
-def _xent_grad_vjp(h, out, logits, target, g, ignore_index, label_smoothing):
-    """The gradient is a[i] * (softmax_i - const) with a = g * valid; its own derivative in
-    the logits is softmax's Jacobian scaled by a, and in g the unit-g gradient."""
+def _xent_grad_vjp(h, out, logits, target, g, ignore_index, label_smoothing, reduction):
+    """The gradient is a[i] * (softmax_i - const), a = g * valid (/ count for the mean): its
+    own derivative in the logits is softmax's Jacobian scaled by a; in g, the unit-g one."""
     from .creation import ones_like
     from .reduce import sum as sum_
     from .shape import expand_dims
-    attrs = dict(ignore_index=ignore_index, label_smoothing=label_smoothing)
-    unit = bind(softmax_cross_entropy_grad_p, logits, target, ones_like(g), **attrs)
-    glogits = None
+    attrs = dict(ignore_index=ignore_index, label_smoothing=label_smoothing,
+                 reduction=reduction)
+    glogits = gg = None
     if logits.requires_grad:
+        valid = target != ignore_index
+        a = g * valid
+        if reduction == "mean":
+            a = a / sum_(valid)
         s = softmax(logits, axis=1)
-        a = expand_dims(g * (target != ignore_index), 1)
-        glogits = a * s * (h - sum_(h * s, axis=1, keepdims=True))
-    gg = sum_(h * unit, axis=1) if g.requires_grad else None
+        glogits = expand_dims(a, 1) * s * (h - sum_(h * s, axis=1, keepdims=True))
+    if g.requires_grad:
+        unit = bind(softmax_cross_entropy_grad_p, logits, target, ones_like(g), **attrs)
+        gg = sum_(h * unit, axis=1) if reduction == "none" else sum_(h * unit)
     return glogits, None, gg
 
 
 softmax_cross_entropy_p = primitive("softmax_cross_entropy", _xent_infer, _xent_vjp,
                                     normalize=promotion.lift)
-# d loss_i / d logits_i = g_i (softmax_i - (1 - eps) onehot(t_i) - eps / C), 0 if ignored.
+# d loss / d logits_i = a_i (softmax_i - (1 - eps) onehot(t_i) - eps / C), 0 if ignored.
 softmax_cross_entropy_grad_p = primitive("softmax_cross_entropy_grad", _xent_grad_infer,
                                          _xent_grad_vjp, normalize=promotion.lift)
 
 
 def softmax_cross_entropy(logits, target, ignore_index: int = -100,
-                          label_smoothing: float = 0.0):
-    """Per-row loss -log softmax(logits)[target] (label-smoothed), 0 where target is
-    ignore_index: one fused pass forward and back (cross_entropy's common case)."""
+                          label_smoothing: float = 0.0, reduction: str = "mean"):
+    """-log softmax(logits)[target] per row (label-smoothed; 0 where target is
+    ignore_index), reduced: 'none', 'sum', or 'mean' over the counted rows. The fused form
+    of cross_entropy's common case, forward and back."""
     return bind(softmax_cross_entropy_p, logits, target, ignore_index=int(ignore_index),
-                label_smoothing=float(label_smoothing))
+                label_smoothing=float(label_smoothing), reduction=reduction)
