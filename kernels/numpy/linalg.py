@@ -22,4 +22,5 @@ def _linear(x, w, *bias):
     return y
 
 
-register_kernels("cpu", {"matmul": np.matmul, "einsum": _einsum, "linear": _linear})
+register_kernels("cpu", {"matmul": np.matmul, "einsum": _einsum, "linear": _linear,
+                         "linear_weight_grad": lambda g, x: np.matmul(g.T, x)})

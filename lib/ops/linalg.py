@@ -237,22 +237,36 @@ def _linear_infer(x, w, *bias):
 
 def _linear_vjp(g, out, x, w, *bias):
     from .reduce import sum as sum_
-    from .shape import reshape, swapaxes
+    from .shape import reshape
     gx = matmul(g, w) if x.requires_grad else None
     gw = gb = None
     g2, x2 = (g, x) if x.ndim == 2 else (reshape(g, (-1, w.shape[0])),
                                           reshape(x, (-1, w.shape[1])))
     if w.requires_grad:
-        # g^T x, flattened over the batch axes: the weight's gradient comes out in the
-        # weight's own (out, in) layout, so the optimizer's update reads it contiguously.
-        gw = matmul(swapaxes(g2, 0, 1), x2)
+        gw = bind(linear_weight_grad_p, g2, x2)
     if bias and bias[0].requires_grad:
         gb = sum_(g2, axis=0)
     return (gx, gw, gb) if bias else (gx, gw)
 
 
+def _weight_grad_infer(g, x):
+    if g.ndim != 2 or x.ndim != 2 or g.shape[0] != x.shape[0]:
+        raise ShapeError(f"expects g (N, out) and x (N, in), got {g.shape} and {x.shape}")
+    return (g.shape[1], x.shape[1]), x.dtype
+
+
+def _weight_grad_vjp(h, out, g, x):
+    # Bilinear in (g, x): d<h, g^T x>/dg = x h^T, /dx = g h.
+    return (linear(x, h) if g.requires_grad else None,
+            matmul(g, h) if x.requires_grad else None)
+
+
 # x @ w.T (+ bias): one primitive, so the bias costs no op, buffer or tape node of its own.
 linear_p = primitive("linear", _linear_infer, _linear_vjp, normalize=promotion.common_float)
+# g^T x: the weight's gradient, in the weight's own (out, in) layout (so the optimizer's
+# update reads it contiguously), with no transpose op on the tape.
+linear_weight_grad_p = primitive("linear_weight_grad", _weight_grad_infer, _weight_grad_vjp,
+                                 normalize=promotion.common_float)
 
 
 @reports_as("linear")

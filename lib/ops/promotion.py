@@ -105,12 +105,24 @@ def _promote(args, to_float: bool, skip: int = 0):
     return tuple(out)
 
 
+def _weak_fits(t, value) -> bool:
+    """A Python number that, as a weak scalar, leaves tensor t's dtype as it is."""
+    kind = t.dtype.kind
+    return (type(value) is float and kind == "f") or (type(value) is int and kind in "fiu")
+
+
 def common(args):
     """All inputs to their promoted dtype (add, maximum, equal, concat, ...)."""
     if len(args) == 2:
         x, y = args
-        if isinstance(x, Tensor) and isinstance(y, Tensor) and x.dtype is y.dtype:
-            return args
+        if isinstance(x, Tensor):
+            if isinstance(y, Tensor):
+                if x.dtype is y.dtype:
+                    return args
+            elif _weak_fits(x, y):  # x > 0, x * 2.0: the common scalar case, kept lean
+                return x, constant(y, x.dtype, x.device)
+        elif isinstance(y, Tensor) and _weak_fits(y, x):
+            return constant(x, y.dtype, y.device), y
     return _promote(args, False)
 
 
@@ -135,9 +147,11 @@ def floating(args):
 def bool_then_common(args):
     """where(cond, x, y): cond to bool, x and y promoted together."""
     c, x, y = args
-    if isinstance(c, Tensor) and c.dtype is dt.bool_ and isinstance(x, Tensor) and \
-            isinstance(y, Tensor) and x.dtype is y.dtype:
-        return args
+    if isinstance(c, Tensor) and c.dtype is dt.bool_ and isinstance(x, Tensor):
+        if isinstance(y, Tensor) and x.dtype is y.dtype:
+            return args
+        if _weak_fits(x, y):  # where(mask, g, 0)
+            return c, x, constant(y, x.dtype, x.device)
     c = lift((c,))[0]
     if c.dtype is not dt.bool_:
         c = cast(c, dt.bool_)
