@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from weakref import ref as _ref
 
+from ..tensor import new_tensor
+
 
 class Node:
     __slots__ = ("prim", "inputs", "attrs", "outputs", "versions", "out_specs")
@@ -45,8 +47,11 @@ def record(prim, inputs, attrs, outputs) -> None:
             _attach(out, node, i)
         if prim.save_output:
             # Outputs that point back at the node are weak (no cycle); the others, e.g. the
-            # indices of sort, are kept strongly since the user may have dropped them.
-            node.outputs = tuple(_ref(o) if o._node is node else o for o in outputs)
+            # indices of sort, are kept strongly since the user may have dropped them: as
+            # handles of their own on the same buffer, so that an in-place change of the
+            # user's tensor (which rebinds it) cannot reach what the rule will read.
+            node.outputs = tuple(_ref(o) if o._node is node else
+                                 new_tensor(o._data, o.dtype, o.device) for o in outputs)
         else:
             node.outputs = None
     else:

@@ -60,8 +60,13 @@ def update_in_place(t: Tensor, fn, *args) -> Tensor:
         raise GradientError("in-place change of a leaf tensor that requires grad; do it under "
                             "rill.no_grad() (as optimizers do) or use the out-of-place op",
                             op="in-place")
-    old = _snapshot(t)
-    result = fn(old, *args)
+    if t._node is None and not current().grad_enabled:
+        # An optimizer's update of a leaf under no_grad: nothing will be recorded, and no
+        # tape node saved t as an output, so no snapshot of the old value is needed (nodes
+        # that took t as an input see its version move and refuse a stale backward).
+        result = fn(t, *args)
+    else:
+        result = fn(_snapshot(t), *args)
     if result.shape != t.shape:
         raise ShapeError(f"an in-place result of shape {result.shape} does not fit the tensor's "
                          f"shape {t.shape}", op="in-place")
