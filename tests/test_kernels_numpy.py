@@ -59,3 +59,19 @@ def test_max_pool_with_more_than_127_taps_finds_the_maximum():
         assert out[n, c, i, 0] == window.max()
         r, s = np.unravel_index(np.argmax(window), window.shape)
         assert idx[n, c, i, 0] == (i + r) * 12 + s
+
+
+def test_im2col_columns_are_reused_for_the_same_image_and_dropped_with_it():
+    import gc
+    from rill.kernels.numpy import conv
+    geometry = ((1, 1), ((1, 1), (1, 1)), (1, 1), 1)
+    x = np.random.default_rng(3).standard_normal((2, 3, 5, 5)).astype(np.float32)
+    first = conv._cols(x, (3, 3), (5, 5), *geometry)
+    assert conv._cols(x, (3, 3), (5, 5), *geometry) is first      # the forward's columns
+    np.testing.assert_array_equal(first, conv._build_cols(x, (3, 3), (5, 5), *geometry))
+    other = x.copy()                                                # equal values, other array
+    assert conv._cols(other, (3, 3), (5, 5), *geometry) is not first
+    ident = id(x)
+    del x, first
+    gc.collect()
+    assert ident not in conv._CACHE._by_id

@@ -11,6 +11,9 @@ no half-precision GEMM.
 """
 from __future__ import annotations
 
+import threading
+import weakref
+
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
@@ -33,7 +36,57 @@ def _padded(x, padding):
     return x
 
 
+class _ColsCache:
+    """The im2col columns of the last few images, for the weight gradient.
+
+    Training computes the same columns twice: in the forward pass, and again in backward for
+    the weight gradient (conv2d_weight_grad gets the same x). Buffers are never written, so
+    the columns of an array stay valid as long as the array lives; they are keyed by the
+    array (weakly: an entry goes when its image goes) and the geometry.
+    """
+
+    def __init__(self, entries: int = 8, max_bytes: int = 256 << 20):
+        self.entries, self.max_bytes = entries, max_bytes
+        self._by_id: dict = {}  # id(array) -> (weak reference to it, {geometry: cols})
+        # Reentrant: a finalizer (an image dying) can run inside a locked section, on GC.
+        self._lock = threading.RLock()
+
+    def get(self, x, key):
+        with self._lock:
+            entry = self._by_id.get(id(x))
+            return entry[1].get(key) if entry is not None and entry[0]() is x else None
+
+    def put(self, x, key, cols):
+        if cols.nbytes > self.max_bytes:
+            return
+        with self._lock:
+            entry = self._by_id.get(id(x))
+            if entry is None or entry[0]() is not x:
+                if len(self._by_id) >= self.entries:
+                    self._by_id.pop(next(iter(self._by_id)))  # the oldest image
+                entry = self._by_id[id(x)] = (weakref.ref(x), {})
+                weakref.finalize(x, self._drop, id(x), entry[0])
+            entry[1][key] = cols
+
+    def _drop(self, ident, ref):
+        with self._lock:
+            if self._by_id.get(ident, (None,))[0] is ref:
+                del self._by_id[ident]
+
+
+_CACHE = _ColsCache()
+
+
 def _cols(x, kernel_size, out_size, stride, padding, dilation, groups):
+    key = (tuple(kernel_size), tuple(out_size), stride, padding, dilation, groups)
+    cols = _CACHE.get(x, key)
+    if cols is None:
+        cols = _build_cols(x, kernel_size, out_size, stride, padding, dilation, groups)
+        _CACHE.put(x, key, cols)
+    return cols
+
+
+def _build_cols(x, kernel_size, out_size, stride, padding, dilation, groups):
     xp = np.ascontiguousarray(_padded(x, padding), dtype=_compute_dtype(x))
     n, c = xp.shape[:2]
     (kh, kw), (oh, ow) = kernel_size, out_size
