@@ -31,9 +31,9 @@ def test_max_pool_kernels_on_a_large_batch_match_a_loop():
     x = rng.standard_normal((3, 4, 9, 11)).astype(np.float32)
     x[0, 0, 2, 3] = np.nan
     x[1, 2, :4, :4] = 1.0  # ties: the first maximum wins
-    out, idx = max_pool2d(x, (3, 2), (2, 2), (1, 1), (1, 1))
+    out, winners = max_pool2d(x, (3, 2), (2, 2), (1, 1), (1, 1))
     g = rng.standard_normal(out.shape).astype(np.float32)
-    gx = max_pool2d_grad(g, idx, x.shape, (3, 2), (2, 2), (1, 1), (1, 1))
+    gx = max_pool2d_grad(g, winners, x.shape, (3, 2), (2, 2), (1, 1), (1, 1))
     expected_gx = np.zeros_like(x)
     for n, c, i, j in np.ndindex(out.shape):
         best, where = -np.inf, None
@@ -44,7 +44,8 @@ def test_max_pool_kernels_on_a_large_batch_match_a_loop():
                     v = x[n, c, r, s]
                     if where is None or v > best or (np.isnan(v) and not np.isnan(best)):
                         best, where = v, (r, s)
-        assert idx[n, c, i, j] == where[0] * 11 + where[1]
+        a, b = divmod(int(winners[n, c, i, j]), 2)  # the winning tap, row-major in 3x2
+        assert (i * 2 - 1 + a, j * 2 - 1 + b) == where
         assert np.array_equal(out[n, c, i, j], best, equal_nan=True)
         expected_gx[n, c][where] += g[n, c, i, j]
     np.testing.assert_allclose(gx, expected_gx, rtol=1e-6)
@@ -53,12 +54,12 @@ def test_max_pool_kernels_on_a_large_batch_match_a_loop():
 def test_max_pool_with_more_than_127_taps_finds_the_maximum():
     rng = np.random.default_rng(2)
     x = rng.standard_normal((2, 3, 13, 12)).astype(np.float32)
-    out, idx = max_pool2d(x, (12, 12), (1, 1), (0, 0), (1, 1))
+    out, winners = max_pool2d(x, (12, 12), (1, 1), (0, 0), (1, 1))
+    assert winners.dtype == np.int32  # 144 taps do not fit a byte
     for n, c, i in np.ndindex(2, 3, 2):
         window = x[n, c, i:i + 12, :]
         assert out[n, c, i, 0] == window.max()
-        r, s = np.unravel_index(np.argmax(window), window.shape)
-        assert idx[n, c, i, 0] == (i + r) * 12 + s
+        assert winners[n, c, i, 0] == np.argmax(window)  # row-major tap number
 
 
 def test_im2col_columns_are_reused_for_the_same_image_and_dropped_with_it():

@@ -12,19 +12,14 @@ from rill.ops.primitive import register_kernels
 
 
 def _geometry(h, w, kernel_size, stride, padding, dilation):
+    """For each tap of the window, in row-major order: its strided slice of the padded image."""
     (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel_size, stride, padding, dilation
     oh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
     ow = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
     for i in range(kh):
         for j in range(kw):
-            rows = slice(i * dh, i * dh + (oh - 1) * sh + 1, sh)
-            cols = slice(j * dw, j * dw + (ow - 1) * sw + 1, sw)
-            yield (rows, cols), (i * dh - ph) * w + (j * dw - pw)  # flat offset of the tap
-
-
-def _base(h, w, oh, ow, stride):
-    """Flat index in the unpadded plane of each window's top-left tap, minus padding."""
-    return (np.arange(oh)[:, None] * stride[0]) * w + np.arange(ow)[None, :] * stride[1]
+            yield (slice(i * dh, i * dh + (oh - 1) * sh + 1, sh),
+                   slice(j * dw, j * dw + (ow - 1) * sw + 1, sw))
 
 
 def max_pool2d(x, kernel_size, stride, padding, dilation):
@@ -36,11 +31,8 @@ def max_pool2d(x, kernel_size, stride, padding, dilation):
     taps = kernel_size[0] * kernel_size[1]
     small = np.int8 if taps < 128 else np.int32
     best = winner = None
-    offsets = []
-    for t, ((rows, cols), offset) in enumerate(_geometry(h, w, kernel_size, stride, padding,
-                                                          dilation)):
+    for t, (rows, cols) in enumerate(_geometry(h, w, kernel_size, stride, padding, dilation)):
         tap = xp[:, :, rows, cols]
-        offsets.append(offset)
         if best is None:
             # Keep the input's memory order (convolutions hand over channel-major images):
             # a reordering copy would cost more than the pooling.
@@ -56,21 +48,18 @@ def max_pool2d(x, kernel_size, stride, padding, dilation):
         won = wins.view(np.int8).astype(small, copy=False)
         winner += won * small(t) - won * winner
         np.maximum(best, tap, out=best)
-    index = np.take(np.asarray(offsets, dtype=np.int64), winner)
-    index += _base(h, w, best.shape[2], best.shape[3], stride)
-    return best, index
+    return best, winner
 
 
-def max_pool2d_grad(g, indices, input_shape, kernel_size, stride, padding, dilation):
+def max_pool2d_grad(g, winners, input_shape, kernel_size, stride, padding, dilation):
     n, c, h, w = input_shape
     ph, pw = padding
     if g.strides[0] < g.strides[1]:  # channel-major, as a convolution's gradient comes
         out = np.zeros((c, n, h + 2 * ph, w + 2 * pw), dtype=g.dtype).transpose(1, 0, 2, 3)
     else:
         out = np.zeros((n, c, h + 2 * ph, w + 2 * pw), dtype=g.dtype)
-    relative = indices - _base(h, w, g.shape[2], g.shape[3], stride)
-    for (rows, cols), offset in _geometry(h, w, kernel_size, stride, padding, dilation):
-        out[:, :, rows, cols] += g * (relative == offset)
+    for t, (rows, cols) in enumerate(_geometry(h, w, kernel_size, stride, padding, dilation)):
+        out[:, :, rows, cols] += g * (winners == t)
     return out[:, :, ph:ph + h, pw:pw + w]
 
 

@@ -1,8 +1,9 @@
 """Pooling over NCHW images.
 
-max_pool2d is one primitive that returns the maxima and where they came from (flat indices
-into each H*W plane, as PyTorch's return_indices); its gradient routes g to those indices
-(max_pool2d_grad), whose own gradient is a gather, so every derivative order works. avg_pool2d is a depthwise
+max_pool2d is one primitive that returns the maxima and which tap of each window won (one
+byte each; flat indices into H*W, PyTorch's return_indices, are computed from them only when
+asked); its gradient routes g to the winners (max_pool2d_grad), whose own gradient is a
+gather, so every derivative order works. avg_pool2d is a depthwise
 convolution with a constant kernel, and adaptive_avg_pool2d two small matrix products:
 composites whose gradients come for free.
 """
@@ -34,22 +35,42 @@ def _max_pool_infer(x, kernel_size, stride, padding, dilation):
     if min(out) < 1:
         raise ShapeError(f"the window {kernel_size} does not fit the input {x.shape[2:]}")
     shape = x.shape[:2] + out
-    return [(shape, x.dtype), (shape, dt.int64)]
+    return [(shape, x.dtype), (shape, winner_dtype(kernel_size))]
+
+
+def winner_dtype(kernel_size):
+    """Which tap of its window won, per output: one byte for any window up to 127 taps."""
+    return dt.int8 if kernel_size[0] * kernel_size[1] < 128 else dt.int32
+
+
+def flat_indices(winners, input_shape, kernel_size, stride, padding, dilation):
+    """The flat index in H*W of each winning tap (PyTorch's return_indices)."""
+    from .creation import tensor
+    from .indexing import take
+    h, w = input_shape[2:]
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel_size, stride, padding, dilation
+    offsets = np.array([(i * dh - ph) * w + (j * dw - pw) for i in range(kh)
+                        for j in range(kw)], dtype=np.int64)
+    oh, ow = winners.shape[2:]
+    base = (np.arange(oh)[:, None] * sh) * w + np.arange(ow)[None, :] * sw
+    return take(tensor(offsets, device=winners.device), winners) + \
+        tensor(base, device=winners.device)
 
 
 def _max_pool_vjp(g, outs, x, **attrs):
     return (bind(max_pool2d_grad_p, g[0], outs[1], input_shape=x.shape, **attrs),)
 
 
-def _max_pool_grad_infer(g, indices, input_shape, **attrs):
+def _max_pool_grad_infer(g, winners, input_shape, **attrs):
     return tuple(input_shape), g.dtype
 
 
-def _max_pool_grad_vjp(gg, out, g, indices, input_shape, **attrs):
+def _max_pool_grad_vjp(gg, out, g, winners, input_shape, **attrs):
     """The gradient routes g to the winners, so its own gradient gathers from them."""
     from .indexing import take_along_axis
     from .shape import reshape
     n, c = input_shape[:2]
+    indices = flat_indices(winners, input_shape, **attrs)
     picked = take_along_axis(reshape(gg, (n, c, -1)), reshape(indices, (n, c, -1)), axis=2)
     return reshape(picked, g.shape), None
 
@@ -84,9 +105,10 @@ def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, return_indice
     """
     kernel_size = _pair(kernel_size, "kernel_size")
     stride = kernel_size if stride is None else _pair(stride, "stride")
-    out, indices = bind(max_pool2d_p, x, kernel_size=kernel_size, stride=stride,
-                        padding=_pair(padding, "padding"), dilation=_pair(dilation, "dilation"))
-    return (out, indices) if return_indices else out
+    attrs = dict(kernel_size=kernel_size, stride=stride, padding=_pair(padding, "padding"),
+                 dilation=_pair(dilation, "dilation"))
+    out, winners = bind(max_pool2d_p, x, **attrs)
+    return (out, flat_indices(winners, x.shape, **attrs)) if return_indices else out
 
 
 def _window_counts(size, kernel, stride, padding, out_size) -> np.ndarray:
