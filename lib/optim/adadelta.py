@@ -1,7 +1,6 @@
 """Adadelta: steps scaled by running averages of squared gradients and squared steps."""
 from __future__ import annotations
 
-from ..ops.creation import zeros_like
 from ..ops.elementwise import sqrt
 from .optimizer import Optimizer, assign
 
@@ -35,19 +34,8 @@ class Adadelta(Optimizer):
 
     def update_group(self, group):
         lr, rho, eps = group["lr"], group["rho"], group["eps"]
-        weight_decay, maximize = group["weight_decay"], group["maximize"]
-        for p in group["params"]:
-            g = p.grad
-            if g is None:
-                continue
-            g = self._dense(g)
-            state = self.state.get(p)
-            if state is None:
-                state = self.state[p] = {"step": 0, "square_avg": zeros_like(p),
-                                         "acc_delta": zeros_like(p)}
-            state["step"] += 1
-            if maximize:
-                g = -g
+        weight_decay = group["weight_decay"]
+        for p, g, state in self._dense_updates(group, "square_avg", "acc_delta"):
             if weight_decay != 0:
                 g = g + p * weight_decay
             square_avg, acc_delta = state["square_avg"], state["acc_delta"]

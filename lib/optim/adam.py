@@ -43,20 +43,10 @@ class Adam(Optimizer):
 
     def update_group(self, group):
         lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
-        weight_decay, amsgrad, maximize = group["weight_decay"], group["amsgrad"], group["maximize"]
+        weight_decay, amsgrad = group["weight_decay"], group["amsgrad"]
         decoupled = group["decoupled_weight_decay"]
-        for p in group["params"]:
-            g = p.grad
-            if g is None:
-                continue
-            g = self._dense(g)
-            state = self.state.get(p)
-            if state is None:
-                state = self.state[p] = {"step": 0, "exp_avg": zeros_like(p),
-                                         "exp_avg_sq": zeros_like(p)}
-            step = state["step"] = state["step"] + 1
-            if maximize:
-                g = -g
+        for p, g, state in self._dense_updates(group, "exp_avg", "exp_avg_sq"):
+            step = state["step"]
             if weight_decay != 0:
                 if decoupled:
                     assign(p, p * (1.0 - lr * weight_decay))

@@ -164,12 +164,25 @@ class Optimizer:
                 else:
                     p.grad = zeros_like(g)
 
-    @staticmethod
-    def _dense(g):
-        """A sparse gradient (an embedding lookup's SparseRows) as the dense one it stands
-        for: optimizers whose state moves every row (Adam's moments decay everywhere) give
-        exactly the dense result. SparseAdam, Adagrad and plain SGD keep it sparse."""
-        return g.to_dense() if isinstance(g, SparseRows) else g
+    def _dense_updates(self, group, *slots):
+        """(p, g, state) for each parameter of `group` that has a gradient, for optimizers
+        whose state moves every row (Adam's moments decay everywhere): g dense (a sparse
+        gradient as the dense one it stands for: exactly the dense result) and negated if
+        `maximize`; state created with a step count and the zero `slots`, the step counted.
+        SparseAdam, Adagrad and plain SGD keep sparse gradients sparse instead."""
+        for p in group["params"]:
+            g = p.grad
+            if g is None:
+                continue
+            if isinstance(g, SparseRows):
+                g = g.to_dense()
+            state = self.state.get(p)
+            if state is None:
+                state = self.state[p] = {"step": 0, **{name: zeros_like(p) for name in slots}}
+            state["step"] += 1
+            if group.get("maximize"):
+                g = -g
+            yield p, g, state
 
     # ---- state_dict ------------------------------------------------------------------------
 

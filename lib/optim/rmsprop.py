@@ -38,18 +38,7 @@ class RMSprop(Optimizer):
     def update_group(self, group):
         lr, alpha, eps = group["lr"], group["alpha"], group["eps"]
         weight_decay, momentum, centered = group["weight_decay"], group["momentum"], group["centered"]
-        maximize = group["maximize"]
-        for p in group["params"]:
-            g = p.grad
-            if g is None:
-                continue
-            g = self._dense(g)
-            state = self.state.get(p)
-            if state is None:
-                state = self.state[p] = {"step": 0, "square_avg": zeros_like(p)}
-            state["step"] += 1
-            if maximize:
-                g = -g
+        for p, g, state in self._dense_updates(group, "square_avg"):
             if weight_decay != 0:
                 g = g + p * weight_decay
             square_avg = state["square_avg"]
