@@ -2,7 +2,6 @@
 default initialization (kaiming_uniform(a=sqrt(5)) weights, U(-1/sqrt(fan_in), ..) bias)."""
 from __future__ import annotations
 
-import math
 
 from ..errors import ArgumentError
 from ..ops.creation import empty
@@ -57,11 +56,7 @@ class _Conv(Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
-        if self.bias is not None:
-            fan_in, _ = init.fan_in_and_fan_out(self.weight)
-            bound = 1 / math.sqrt(fan_in) if fan_in else 0.0
-            init.uniform_(self.bias, -bound, bound)
+        init.default_layer_init_(self.weight, self.bias)
 
     def _arg(self, value):
         """Attributes go to the functional ops as ints when the layer is 1-d."""

@@ -169,3 +169,13 @@ def orthogonal_(t: Tensor, gain: float = 1.0, generator=None) -> Tensor:
     if rows < cols:
         q = q.T
     return _fill(t, tensor((gain * q).reshape(t.shape), dtype=t.dtype, device=t.device))
+
+
+def default_layer_init_(weight: Tensor, bias: Tensor | None, generator=None) -> None:
+    """PyTorch's default for Linear and the convolutions: kaiming_uniform(a=sqrt(5)) for the
+    weight, U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for the bias."""
+    kaiming_uniform_(weight, a=math.sqrt(5), generator=generator)
+    if bias is not None:
+        fan_in, _ = fan_in_and_fan_out(weight)
+        bound = 1 / math.sqrt(fan_in) if fan_in else 0.0
+        uniform_(bias, -bound, bound, generator)

@@ -1,7 +1,6 @@
 """Linear maps and lookups: Linear, Identity, Flatten, Embedding."""
 from __future__ import annotations
 
-import math
 
 from ..errors import ArgumentError
 from ..ops.creation import empty
@@ -52,10 +51,7 @@ class Linear(Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
-        if self.bias is not None:
-            bound = 1 / math.sqrt(self.in_features) if self.in_features else 0.0
-            init.uniform_(self.bias, -bound, bound)
+        init.default_layer_init_(self.weight, self.bias)
 
     def forward(self, x):
         return F.linear(x, self.weight, self.bias)
