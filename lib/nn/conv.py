@@ -2,7 +2,6 @@
 default initialization (kaiming_uniform(a=sqrt(5)) weights, U(-1/sqrt(fan_in), ..) bias)."""
 from __future__ import annotations
 
-
 from ..errors import ArgumentError
 from ..ops.creation import empty
 from . import functional as F

@@ -1,7 +1,6 @@
 """Linear maps and lookups: Linear, Identity, Flatten, Embedding."""
 from __future__ import annotations
 
-
 from ..errors import ArgumentError
 from ..ops.creation import empty
 from ..ops.shape import flatten
