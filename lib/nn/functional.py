@@ -9,22 +9,25 @@ from __future__ import annotations
 import math
 
 from .. import dtypes as dt
-from .. import ops as _ops  # noqa: F401  (declares the primitives)
 from ..eager.context import no_grad
 from ..errors import ArgumentError, DTypeError, ShapeError, reports_as
 from ..ops import promotion
-from ..ops.activation import log_softmax, softmax, softmax_cross_entropy
-from ..ops.conv import conv1d, conv2d, conv_transpose2d
 from ..ops.creation import ones
-from ..ops.elementwise import (abs, elu, exp, gelu, leaky_relu, log, logical_not,  # noqa: F401
-                               relu, rsqrt, sigmoid, silu, softplus, square, tanh, where)
+from ..ops.elementwise import abs, rsqrt, scaled_add, softplus, square, where
 from ..ops.indexing import take, take_along_axis
-from ..ops.linalg import linear, matmul
-from ..ops.methods import update_in_place
-from ..ops.pooling import adaptive_avg_pool2d, avg_pool2d, max_pool2d
+from ..ops.linalg import matmul
+from ..ops.methods import assign
 from ..ops.random import rand
 from ..ops.reduce import mean, sum
 from ..ops.shape import expand_dims, moveaxis, reshape, squeeze, swapaxes, tril
+
+# The fused primitives and the activations, under the names layers and users reach for.
+from ..ops.activation import log_softmax, softmax, softmax_cross_entropy  # noqa: F401
+from ..ops.conv import conv1d, conv2d, conv_transpose2d  # noqa: F401
+from ..ops.elementwise import (elu, gelu, leaky_relu, relu, sigmoid,  # noqa: F401
+                               silu, tanh)
+from ..ops.linalg import linear  # noqa: F401
+from ..ops.pooling import adaptive_avg_pool2d, avg_pool2d, max_pool2d  # noqa: F401
 
 REDUCTIONS = ("mean", "sum", "none")
 
@@ -122,9 +125,9 @@ def batch_norm(x, running_mean=None, running_var=None, weight=None, bias=None,
         if running_mean is not None:
             with no_grad():
                 m = float(momentum)
-                update_in_place(running_mean, lambda old: old * (1 - m) + reshape(mu, (c,)) * m)
-                unbiased = reshape(v, (c,)) * (count / (count - 1))
-                update_in_place(running_var, lambda old: old * (1 - m) + unbiased * m)
+                assign(running_mean, scaled_add(running_mean, reshape(mu, (c,)), 1 - m, m))
+                assign(running_var, scaled_add(running_var, reshape(v, (c,)), 1 - m,
+                                               m * count / (count - 1)))  # unbiased
         y = centered * rsqrt(v + eps)
     else:
         if running_mean is None or running_var is None:

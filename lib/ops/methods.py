@@ -56,11 +56,12 @@ def _snapshot(t: Tensor) -> Tensor:
 
 def update_in_place(t: Tensor, fn, *args) -> Tensor:
     """t takes the value fn(t, *args); the tape sees an out-of-place op on t's old value."""
-    if t.requires_grad and t._node is None and current().grad_enabled:
+    recording = current().grad_enabled
+    if t.requires_grad and t._node is None and recording:
         raise GradientError("in-place change of a leaf tensor that requires grad; do it under "
                             "rill.no_grad() (as optimizers do) or use the out-of-place op",
                             op="in-place")
-    if t._node is None and not current().grad_enabled:
+    if t._node is None and not recording:
         # An optimizer's update of a leaf under no_grad: nothing will be recorded, and no
         # tape node saved t as an output, so no snapshot of the old value is needed (nodes
         # that took t as an input see its version move and refuse a stale backward).

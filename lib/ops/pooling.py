@@ -20,7 +20,9 @@ from .primitive import primitive
 from .rules import require
 
 
-def _max_pool_infer(x, kernel_size, stride, padding, dilation):
+def _check_window(x, kernel_size, stride, padding, dilation=(1, 1)):
+    """What every pooling needs of its input and window (as PyTorch: padding at most half
+    the window, so that no window is padding alone)."""
     require(x, "f", "floating-point tensors")
     if x.ndim != 4:
         raise ShapeError(f"expects x (N, C, H, W), got {x.shape}")
@@ -30,6 +32,17 @@ def _max_pool_infer(x, kernel_size, stride, padding, dilation):
     if any(p < 0 or 2 * p > k for p, k in zip(padding, kernel_size)):
         raise ArgumentError(f"padding {padding} must be between 0 and half the kernel size "
                             f"{kernel_size}")
+
+
+def _window(kernel_size, stride, padding) -> tuple:
+    """The public arguments as pairs; the stride defaults to the window."""
+    kernel_size = _pair(kernel_size, "kernel_size")
+    stride = kernel_size if stride is None else _pair(stride, "stride")
+    return kernel_size, stride, _pair(padding, "padding")
+
+
+def _max_pool_infer(x, kernel_size, stride, padding, dilation):
+    _check_window(x, kernel_size, stride, padding, dilation)
     out = tuple(conv_output_size(s, k, st, (p, p), d) for s, k, st, p, d in
                 zip(x.shape[2:], kernel_size, stride, padding, dilation))
     if min(out) < 1:
@@ -103,9 +116,8 @@ def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, return_indice
     tensor([[ 5.,  7.],
             [13., 15.]])
     """
-    kernel_size = _pair(kernel_size, "kernel_size")
-    stride = kernel_size if stride is None else _pair(stride, "stride")
-    attrs = dict(kernel_size=kernel_size, stride=stride, padding=_pair(padding, "padding"),
+    kernel_size, stride, padding = _window(kernel_size, stride, padding)
+    attrs = dict(kernel_size=kernel_size, stride=stride, padding=padding,
                  dilation=_pair(dilation, "dilation"))
     out, winners = bind(max_pool2d_p, x, **attrs)
     return (out, flat_indices(winners, x.shape, **attrs)) if return_indices else out
@@ -128,15 +140,8 @@ def avg_pool2d(x, kernel_size, stride=None, padding=0, count_include_pad: bool =
             [10.5, 12.5]])
     """
     from .creation import full, tensor
-    kernel_size = _pair(kernel_size, "kernel_size")
-    stride = kernel_size if stride is None else _pair(stride, "stride")
-    padding = _pair(padding, "padding")
-    require(x, "f", "floating-point tensors")
-    if x.ndim != 4:
-        raise ShapeError(f"expects x (N, C, H, W), got {x.shape}")
-    if any(p < 0 or 2 * p > k for p, k in zip(padding, kernel_size)):
-        raise ArgumentError(f"padding {padding} must be between 0 and half the kernel size "
-                            f"{kernel_size}")
+    kernel_size, stride, padding = _window(kernel_size, stride, padding)
+    _check_window(x, kernel_size, stride, padding)
     c = x.shape[1]
     ones = full((c, 1) + kernel_size, 1.0, dtype=x.dtype, device=x.device)
     sums = conv2d(x, ones, stride=stride, padding=padding, groups=c)

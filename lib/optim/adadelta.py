@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from ..ops.elementwise import sqrt
-from .optimizer import Optimizer, assign
+from ..ops.methods import assign
+from .optimizer import Optimizer
 
 
 class Adadelta(Optimizer):

@@ -6,7 +6,8 @@ from ..ops.creation import full_like
 from ..ops.elementwise import sqrt
 from ..ops.indexing import index_add, index_set
 from ..sparse import SparseRows
-from .optimizer import Optimizer, assign
+from ..ops.methods import assign
+from .optimizer import Optimizer
 
 
 class Adagrad(Optimizer):

@@ -1,8 +1,8 @@
 """Optimizer: parameter groups, per-parameter state, step/zero_grad, state_dict.
 
 Updates are rill ops whose results are written back into the *same* tensor objects
-(`assign`, through `update_in_place`): the model's Parameters and the optimizer's slots keep
-their identity and take new buffers. So code holding a parameter sees it train, a snapshot
+(`rill.ops.methods.assign`): the model's Parameters and the optimizer's slots keep their
+identity and take new buffers. So code holding a parameter sees it train, a snapshot
 taken with `detach()` keeps its old value, and a captured training step sees the optimizer's
 writes as assignments to state, like any other in-place op.
 """
@@ -12,7 +12,6 @@ from ..eager.context import enable_grad, no_grad
 from ..errors import ArgumentError
 from ..ops.creation import zeros_like
 from ..ops.elementwise import cast
-from ..ops.methods import assign  # noqa: F401  (the optimizers' in-place update)
 from ..sparse import SparseRows
 from ..tensor import Tensor
 

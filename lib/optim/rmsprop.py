@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from ..ops.creation import zeros_like
 from ..ops.elementwise import sqrt
-from .optimizer import Optimizer, assign, lerp
+from ..ops.methods import assign
+from .optimizer import Optimizer, lerp
 
 
 class RMSprop(Optimizer):

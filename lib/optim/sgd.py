@@ -5,7 +5,8 @@ from ..errors import ArgumentError
 from ..ops.elementwise import scaled_add
 from ..ops.indexing import index_add
 from ..sparse import SparseRows
-from .optimizer import Optimizer, assign
+from ..ops.methods import assign
+from .optimizer import Optimizer
 
 
 class SGD(Optimizer):

@@ -8,7 +8,8 @@ from ..ops.creation import zeros_like
 from ..ops.elementwise import sqrt
 from ..ops.indexing import index_add, index_set
 from ..sparse import SparseRows
-from .optimizer import Optimizer, assign
+from ..ops.methods import assign
+from .optimizer import Optimizer
 
 
 class SparseAdam(Optimizer):
