@@ -11,7 +11,8 @@ from .dtypes import (DType, bfloat16, bool_, float16, float32, float64, int8, in
                      int64, uint8, promote_types, finfo)
 from .devices import Device, device
 from .errors import (Error, ArgumentError, DeviceError, DTypeError, GradientError,
-                     IndexingError, KernelError, ShapeError, CheckpointError, DataError, install_traceback_filter)
+                     IndexingError, KernelError, ShapeError, CheckpointError, DataError, CaptureError,
+                     install_traceback_filter)
 from .tensor import Tensor
 from .sparse import SparseRows
 from .random import Generator, manual_seed, default_generator
@@ -45,6 +46,7 @@ from .eager.custom_vjp import custom_vjp
 
 from . import nn, optim, data, train
 from .serialization import save, load
+from .capture.function import capture, CaptureWarning
 
 bool = bool_  # noqa: A001 - rill.bool, as torch.bool and jnp.bool
 __version__ = "0.1.0"

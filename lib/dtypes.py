@@ -78,6 +78,14 @@ default_float = float32
 default_int = int64
 
 _BY_NAME = {d.name: d for d in ALL}
+_SHORT = {"bool": "b1", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
+          "uint8": "u8", "float16": "f16", "bfloat16": "bf16", "float32": "f32",
+          "float64": "f64"}
+
+
+def short_name(dtype: DType) -> str:
+    """f32, i64, bf16, ... as graph printouts write them."""
+    return _SHORT[dtype.name]
 _BY_NAME.update({"bool_": bool_, "half": float16, "float": float32, "double": float64,
                  "long": int64, "int": int64})
 # NumPy dtype -> rill dtype; float32 storage means float32 (bfloat16 is only ever explicit).

@@ -67,6 +67,11 @@ class DataError(Error):
     """An input pipeline failed: a worker raised, a queue was closed or timed out."""
 
 
+class CaptureError(Error):
+    """Code that cannot be captured as written (Python control flow on a graph value, a
+    graph value that escaped its capture), or a node of a captured graph that failed."""
+
+
 class KernelError(Error):
     """A kernel failed on values its shape/dtype rule could not check (e.g. int ** -1)."""
 

@@ -15,7 +15,8 @@ import numpy as np
 
 from . import dtypes as _dt
 from .devices import Device
-from .errors import DTypeError, GradientError, ShapeError
+from .capture.ir import Value
+from .errors import CaptureError, DTypeError, GradientError, ShapeError
 
 _new = object.__new__
 
@@ -85,6 +86,15 @@ class Tensor:
 
         Read-only because buffers may be shared between tensors; copy it to write.
         """
+        return self._host("numpy()")
+
+    def _host(self, what: str) -> np.ndarray:
+        if type(self._data) is Value:
+            raise CaptureError(
+                f"{what} needs the tensor's data, which exists only when the captured graph "
+                "runs. For a choice that depends on data use rill.where, rill.cond or "
+                "rill.while_loop; to look at a value, return it from the captured function",
+                op=what)
         host = self.device.backend.to_host(self._data)
         view = host.view()
         view.flags.writeable = False
@@ -98,31 +108,34 @@ class Tensor:
 
     def item(self):
         """The single value as a Python scalar."""
+        return self._scalar("item()")
+
+    def _scalar(self, what: str):
         if self.size != 1:
-            raise ShapeError(f"item() needs a tensor with one element, got shape {self.shape}",
-                             op="item")
-        return self.numpy().reshape(()).item()
+            raise ShapeError(f"{what} needs a tensor with one element, got shape {self.shape}",
+                             op=what.rstrip("()"))
+        return self._host(what).reshape(()).item()
 
     def tolist(self):
-        return self.numpy().tolist()
+        return self._host("tolist()").tolist()
 
     def __bool__(self) -> bool:
         if self.size != 1:
             raise ShapeError(f"the truth value of a tensor with {self.size} elements is ambiguous; "
                              "use .any() or .all()", op="bool")
-        return bool(self.item())
+        return bool(self._scalar("bool() (an `if` or `while` on a tensor)"))
 
     def __float__(self) -> float:
-        return float(self.item())
+        return float(self._scalar("float()"))
 
     def __int__(self) -> int:
-        return int(self.item())
+        return int(self._scalar("int()"))
 
     def __index__(self) -> int:
         if not (self.dtype.is_integer or self.dtype.is_bool) or self.ndim != 0:
             raise DTypeError(f"only 0-d integer tensors can be used as an index, got "
                              f"{self.dtype}{list(self.shape)}", op="index")
-        return int(self.item())
+        return int(self._scalar("an index"))
 
     def __len__(self) -> int:
         if not self.shape:
@@ -138,6 +151,10 @@ class Tensor:
     __hash__ = object.__hash__
 
     def __repr__(self) -> str:
+        if type(self._data) is Value:
+            from .dtypes import short_name
+            return (f"tensor(<graph value {short_name(self.dtype)}"
+                    f"[{','.join(map(str, self.shape))}] from {self._data.node.op}>)")
         host = np.asarray(self.device.backend.to_host(self._data))
         body = np.array2string(host, separator=", ", prefix="tensor(", threshold=200,
                                max_line_width=88)

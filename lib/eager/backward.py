@@ -172,7 +172,12 @@ def backward(roots, grads=None, *, retain_graph=False, create_graph=False) -> No
     cts = [_root_cotangent(r, g) for r, g in zip(roots, grads)]
     found = gradients(roots, cts, create_graph=create_graph,
                       retain_graph=retain_graph or create_graph)
+    interpreter = context.current().interpreter
     for t, ct in found.values():
         if not create_graph and isinstance(ct, Tensor):
             ct = ct.detach()
-        t.grad = ct if t.grad is None else add_cotangents(t.grad, ct)
+        if interpreter.capturing:  # the graph reads and writes .grad as a variable
+            old = interpreter.current_grad(t)
+            interpreter.set_grad(t, ct if old is None else add_cotangents(old, ct))
+        else:
+            t.grad = ct if t.grad is None else add_cotangents(t.grad, ct)

@@ -58,5 +58,21 @@ def use_interpreter(interpreter):
     return _switch(interpreter=interpreter)
 
 
+def outside_capture():
+    """Ops inside run eagerly even while a capture is in progress: for state that must
+    outlive the trace (an optimizer's slots made at its first step), which the graph then
+    reads and updates by reference."""
+    return _switch(interpreter=EAGER)
+
+
 def is_grad_enabled() -> bool:
     return _context.get().grad_enabled
+
+
+def set_grad(t, grad) -> None:
+    """t.grad = grad, told to a capture in progress (so that the graph writes it)."""
+    interpreter = _context.get().interpreter
+    if interpreter.capturing:
+        interpreter.set_grad(t, grad)
+    else:
+        t.grad = grad

@@ -15,6 +15,8 @@ CHECK_KERNELS = os.environ.get("RILL_CHECK_KERNELS", "") not in ("", "0")
 
 
 class EagerInterpreter:
+    capturing = False
+
     def apply(self, prim, args, attrs, avals, device):
         kernel = prim.kernels.get(device.kind)
         if kernel is None:

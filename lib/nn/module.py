@@ -13,6 +13,7 @@ from collections import OrderedDict, namedtuple
 from collections.abc import Mapping
 
 from .. import dtypes as _dt
+from ..eager.context import set_grad
 from ..errors import ArgumentError, Error
 from ..sparse import SparseRows
 from ..tensor import Tensor
@@ -363,7 +364,7 @@ class Module:
     def zero_grad(self) -> None:
         """Drop the gradients of every parameter (they are set to None)."""
         for p in self.parameters():
-            p.grad = None
+            set_grad(p, None)
 
     def apply(self, fn) -> "Module":
         """Call fn(module) on every submodule, children before parents, then on self."""

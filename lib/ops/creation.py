@@ -7,6 +7,7 @@ from .. import dtypes as dt
 from ..devices import Device, device as as_device
 from ..errors import ArgumentError, DTypeError, ShapeError
 from ..eager.bind import bind
+from ..eager.context import current
 from ..tensor import Tensor, new_tensor
 from .primitive import primitive
 
@@ -76,7 +77,16 @@ def tensor(data, dtype=None, device=None, requires_grad: bool = False) -> Tensor
     array = stored.copy() if stored is array else stored  # never share the caller's memory
     dev = _device(device if device is not None else
                   (data.device if isinstance(data, Tensor) else None))
-    return _finish(new_tensor(dev.backend.from_host(array, dev), dtype, dev), requires_grad)
+    return _finish(_made(new_tensor(dev.backend.from_host(array, dev), dtype, dev)),
+                   requires_grad)
+
+
+def _made(t: Tensor) -> Tensor:
+    """A tensor built from host data; a capture in progress bakes it in as a constant."""
+    interpreter = current().interpreter
+    if interpreter.capturing:
+        interpreter.note_constant(t)
+    return t
 
 
 def as_tensor(data, dtype=None, device=None) -> Tensor:
@@ -90,7 +100,7 @@ def as_tensor(data, dtype=None, device=None) -> Tensor:
     dtype = None if dtype is None else dt.as_dtype(dtype)
     array, dtype = _host_array(data, dtype)
     dev = _device(device)
-    return new_tensor(dev.backend.from_host(dt.to_storage(array, dtype), dev), dtype, dev)
+    return _made(new_tensor(dev.backend.from_host(dt.to_storage(array, dtype), dev), dtype, dev))
 
 
 # ---- filled and ranges ---------------------------------------------------------------------

@@ -56,7 +56,10 @@ def _snapshot(t: Tensor) -> Tensor:
 
 def update_in_place(t: Tensor, fn, *args) -> Tensor:
     """t takes the value fn(t, *args); the tape sees an out-of-place op on t's old value."""
-    recording = current().grad_enabled
+    ctx = current()
+    recording = ctx.grad_enabled
+    if ctx.interpreter.capturing:
+        ctx.interpreter.before_update(t)
     if t.requires_grad and t._node is None and recording:
         raise GradientError("in-place change of a leaf tensor that requires grad; do it under "
                             "rill.no_grad() (as optimizers do) or use the out-of-place op",

@@ -11,6 +11,7 @@ import numpy as np
 from .. import dtypes as dt
 from ..devices import cpu
 from ..errors import DTypeError
+from ..capture.tracer import KNOWN_CONSTANTS
 from ..tensor import Tensor, new_tensor
 
 
@@ -47,7 +48,9 @@ def _make_constant(value, dtype: dt.DType, device) -> Tensor:
         raise DTypeError(f"the Python scalar {value!r} does not fit in {dtype}") from None
     if dtype is dt.bfloat16:
         array = dt.round_to_bfloat16(array)
-    return new_tensor(device.backend.from_host(array, device), dtype, device)
+    made = new_tensor(device.backend.from_host(array, device), dtype, device)
+    KNOWN_CONSTANTS[id(made)] = made  # a capture bakes it in rather than reading it as state
+    return made
 
 
 def as_input(value, device) -> Tensor:

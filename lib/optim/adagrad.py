@@ -3,11 +3,11 @@ from __future__ import annotations
 
 from ..errors import ArgumentError
 from ..ops.creation import full_like
-from ..ops.elementwise import sqrt
+from ..ops.elementwise import cast, sqrt
 from ..ops.indexing import index_add, index_set
 from ..sparse import SparseRows
 from ..ops.methods import assign
-from .optimizer import Optimizer
+from .optimizer import Optimizer, step_count
 
 
 class Adagrad(Optimizer):
@@ -48,13 +48,11 @@ class Adagrad(Optimizer):
             g = p.grad
             if g is None:
                 continue
-            state = self.state.get(p)
-            if state is None:
-                state = self.state[p] = {
-                    "step": 0, "sum": full_like(p, group["initial_accumulator_value"])}
-            step = state["step"] = state["step"] + 1
+            state = self._state(p, lambda: {
+                "step": step_count(), "sum": full_like(p, group["initial_accumulator_value"])})
+            state["step"] += 1
             total = state["sum"]
-            clr = lr / (1 + (step - 1) * lr_decay)
+            clr = cast(lr / ((state["step"] - 1) * lr_decay + 1), p.dtype)
             if isinstance(g, SparseRows):
                 if weight_decay != 0:
                     raise ArgumentError("weight_decay is not compatible with sparse gradients "

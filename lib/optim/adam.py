@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from ..ops.creation import zeros_like
-from ..ops.elementwise import maximum, sqrt
+from ..eager.context import outside_capture
+from ..ops.elementwise import cast, maximum, sqrt
 from ..ops.methods import assign
 from .optimizer import Optimizer, lerp
 
@@ -59,11 +60,12 @@ class Adam(Optimizer):
             if amsgrad:
                 v_max = state.get("max_exp_avg_sq")
                 if v_max is None:
-                    v_max = state["max_exp_avg_sq"] = zeros_like(p)
+                    with outside_capture():  # state outlives a capture (see Optimizer._state)
+                        v_max = state["max_exp_avg_sq"] = zeros_like(p)
                 v = assign(v_max, maximum(v_max, v))
-            # The step count is a Python number, so the bias corrections are too: no ops.
-            bias_correction2_sqrt = (1.0 - beta2 ** step) ** 0.5
-            step_size = lr / (1.0 - beta1 ** step)
+            # The step count is a tensor (see step_count): corrections in float64, then cast.
+            bias_correction2_sqrt = cast(sqrt(1.0 - beta2 ** step), p.dtype)
+            step_size = cast(lr / (1.0 - beta1 ** step), p.dtype)
             assign(p, p - m / (sqrt(v) / bias_correction2_sqrt + eps) * step_size)
 
 

@@ -8,7 +8,7 @@ writes as assignments to state, like any other in-place op.
 """
 from __future__ import annotations
 
-from ..eager.context import enable_grad, no_grad
+from ..eager.context import enable_grad, no_grad, outside_capture, set_grad
 from ..errors import ArgumentError
 from ..ops.creation import zeros_like
 from ..ops.elementwise import cast
@@ -154,14 +154,14 @@ class Optimizer:
         for group in self.param_groups:
             for p in group["params"]:
                 g = p.grad
-                if g is None:
-                    continue
                 if set_to_none:
-                    p.grad = None
+                    set_grad(p, None)  # even if None now: a captured step must know it is
+                elif g is None:
+                    continue
                 elif isinstance(g, SparseRows):
-                    p.grad = SparseRows(g.indices[:0], g.rows[:0], g.shape)
+                    set_grad(p, SparseRows(g.indices[:0], g.rows[:0], g.shape))
                 else:
-                    p.grad = zeros_like(g)
+                    set_grad(p, zeros_like(g))
 
     def _dense_updates(self, group, *slots):
         """(p, g, state) for each parameter of `group` that has a gradient, for optimizers
@@ -175,13 +175,21 @@ class Optimizer:
                 continue
             if isinstance(g, SparseRows):
                 g = g.to_dense()
-            state = self.state.get(p)
-            if state is None:
-                state = self.state[p] = {"step": 0, **{name: zeros_like(p) for name in slots}}
+            state = self._state(p, lambda: {"step": step_count(),
+                                            **{name: zeros_like(p) for name in slots}})
             state["step"] += 1
             if group.get("maximize"):
                 g = -g
             yield p, g, state
+
+    def _state(self, p, make) -> dict:
+        """p's state, made by make() at first use. Made eagerly even inside a capture: the
+        slots outlive the trace, and a captured step reads and updates them by reference."""
+        state = self.state.get(p)
+        if state is None:
+            with outside_capture():
+                state = self.state[p] = make()
+        return state
 
     # ---- state_dict ------------------------------------------------------------------------
 
@@ -262,6 +270,8 @@ class Optimizer:
         self.param_groups = groups
 
     def _loaded_slot(self, p, key, name, value):
+        if name == "step":  # a count (a number in torch's older state dicts)
+            return step_count(value.item() if isinstance(value, Tensor) else value)
         if not isinstance(value, Tensor):
             return value
         if value.ndim and value.shape != p.shape:
@@ -282,3 +292,12 @@ class Optimizer:
                 if key != "params":
                     lines.append(f"    {key}: {group[key]}")
         return "\n".join(lines + [")"])
+
+
+def step_count(value: float = 0.0) -> Tensor:
+    """An optimizer's step count: a float64 0-d tensor, so that a captured step counts it
+    in the graph (a Python number would be frozen into the graph at capture time)."""
+    from ..dtypes import float64
+    from ..ops.creation import tensor
+    with outside_capture():
+        return tensor(float(value), dtype=float64)

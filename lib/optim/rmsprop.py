@@ -1,6 +1,7 @@
 """RMSprop: gradients scaled by a running average of their squares."""
 from __future__ import annotations
 
+from ..eager.context import outside_capture
 from ..ops.creation import zeros_like
 from ..ops.elementwise import sqrt
 from ..ops.methods import assign
@@ -47,7 +48,8 @@ class RMSprop(Optimizer):
             if centered:
                 grad_avg = state.get("grad_avg")
                 if grad_avg is None:
-                    grad_avg = state["grad_avg"] = zeros_like(p)
+                    with outside_capture():  # state outlives a capture (see Optimizer._state)
+                        grad_avg = state["grad_avg"] = zeros_like(p)
                 assign(grad_avg, lerp(grad_avg, g, 1.0 - alpha))
                 avg = sqrt(square_avg - grad_avg * grad_avg) + eps
             else:
@@ -55,7 +57,8 @@ class RMSprop(Optimizer):
             if momentum > 0:
                 buf = state.get("momentum_buffer")
                 if buf is None:
-                    buf = state["momentum_buffer"] = zeros_like(p)
+                    with outside_capture():
+                        buf = state["momentum_buffer"] = zeros_like(p)
                 assign(buf, buf * momentum + g / avg)
                 assign(p, p - buf * lr)
             else:

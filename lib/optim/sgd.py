@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 from ..errors import ArgumentError
-from ..ops.elementwise import scaled_add
+from ..ops.creation import zeros_like
+from ..ops.elementwise import scaled_add, where
 from ..ops.indexing import index_add
 from ..sparse import SparseRows
 from ..ops.methods import assign
-from .optimizer import Optimizer
+from .optimizer import Optimizer, step_count
 
 
 class SGD(Optimizer):
@@ -67,14 +68,16 @@ class SGD(Optimizer):
             if weight_decay != 0:
                 g = scaled_add(g, p, 1.0, weight_decay)
             if momentum != 0:
-                state = self.state.get(p)
-                if state is None:
-                    state = self.state[p] = {}
-                buf = state.get("momentum_buffer")
-                if buf is None:
-                    # A handle of our own: updating it in place must not change p.grad.
-                    buf = state["momentum_buffer"] = g.detach()
+                # The buffer starts at zero, so the first step makes it g exactly (torch's
+                # rule) with the same ops as every later step, as a captured step needs;
+                # with dampening, a step count tells the first step apart.
+                state = self._state(p, lambda: {"momentum_buffer": zeros_like(p), **(
+                    {"step": step_count()} if keep != 1.0 else {})})
+                buf = state["momentum_buffer"]
+                if keep == 1.0:
+                    assign(buf, scaled_add(buf, g, momentum, 1.0))
                 else:
-                    assign(buf, scaled_add(buf, g, momentum, keep))
+                    state["step"] += 1
+                    assign(buf, where(state["step"] == 1, g, scaled_add(buf, g, momentum, keep)))
                 g = scaled_add(g, buf, 1.0, momentum) if nesterov else buf
             assign(p, scaled_add(p, g, 1.0, -lr))  # one op, one buffer per parameter

@@ -1,15 +1,13 @@
 """SparseAdam: lazy Adam for embedding tables, updating only the rows a gradient touches."""
 from __future__ import annotations
 
-import math
-
 from ..errors import ArgumentError
 from ..ops.creation import zeros_like
-from ..ops.elementwise import sqrt
+from ..ops.elementwise import cast, sqrt
 from ..ops.indexing import index_add, index_set
 from ..sparse import SparseRows
 from ..ops.methods import assign
-from .optimizer import Optimizer
+from .optimizer import Optimizer, step_count
 
 
 class SparseAdam(Optimizer):
@@ -50,11 +48,10 @@ class SparseAdam(Optimizer):
                 raise ArgumentError(f"SparseAdam takes sparse gradients only (SparseRows, from "
                                     f"embedding lookups); a parameter of shape {p.shape} has a "
                                     f"dense one: use rill.optim.Adam for it", op=self._name)
-            state = self.state.get(p)
-            if state is None:
-                state = self.state[p] = {"step": 0, "exp_avg": zeros_like(p),
-                                         "exp_avg_sq": zeros_like(p)}
-            step = state["step"] = state["step"] + 1
+            state = self._state(p, lambda: {"step": step_count(), "exp_avg": zeros_like(p),
+                                            "exp_avg_sq": zeros_like(p)})
+            state["step"] += 1
+            step = state["step"]
             g = g.coalesce()  # the update is not linear in g: one row per index
             rows = -g.rows if maximize else g.rows
             if rows.shape[0] == 0:
@@ -68,5 +65,5 @@ class SparseAdam(Optimizer):
             v_old = v[key]
             v_rows = (rows * rows - v_old) * (1.0 - beta2) + v_old
             assign(v, index_set(v, key, v_rows))
-            step_size = lr * math.sqrt(1.0 - beta2 ** step) / (1.0 - beta1 ** step)
+            step_size = cast(sqrt(1.0 - beta2 ** step) * lr / (1.0 - beta1 ** step), p.dtype)
             assign(p, index_add(p, key, m_rows / (sqrt(v_rows) + eps) * -step_size))

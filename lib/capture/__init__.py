@@ -1,0 +1,1 @@
+"""Capture: @rill.capture records eager code into a dataflow graph (see DESIGN.md)."""

@@ -1,0 +1,292 @@
+"""Running a graph: compiled to one Python function, or scheduled on a thread pool.
+
+`Program(graph)` turns the graph into straight-line Python source that calls each node's
+kernel on device buffers and drops every buffer after its last use — no `bind`, no Tensor
+objects, no tape between nodes, which is where a captured step saves eager mode's overhead.
+With `parallel`, nodes instead run as their inputs become ready, independent ones at the same
+time on a thread pool (NumPy releases the GIL inside large kernels).
+
+A failing node is reported with the node, as the graph prints it, and the user's line that
+made it.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import queue
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from ..dtypes import bfloat16, round_to_bfloat16
+from ..eager.interpreter import CHECK_KERNELS, check_kernel_result
+from ..errors import CaptureError, DeviceError, Error, KernelError
+from ..tensor import new_tensor
+from .ir import Graph, _Names, format_node
+
+_programs = itertools.count()
+# Heavy nodes (elements read and written) worth a trip through the thread pool.
+PARALLEL_MIN_ELEMENTS = 1 << 20
+
+
+class Program:
+    """graph -> callable(args) -> output buffers; args are the input buffers by position."""
+
+    def __init__(self, graph: Graph, parallel: bool | str = "auto"):
+        self.graph = graph
+        self.steps = [_step(node, graph) for node in graph.nodes]
+        if parallel == "auto":
+            parallel = _worth_parallel(graph)
+        self.parallel = bool(parallel)
+        if not self.parallel:
+            self._compile()
+
+    def __call__(self, args):
+        if self.parallel:
+            return self._run_parallel(args)
+        try:
+            return self._run(args)
+        except Exception as e:
+            raise self._node_error(e, self._failed_node(e)) from e
+
+    # ---- straight-line code ----------------------------------------------------------------
+
+    def _compile(self) -> None:
+        graph = self.graph
+        names: dict = {}
+        last_use: dict = {}
+        for i, node in enumerate(graph.nodes):
+            for v in node.inputs:
+                last_use[v] = i
+        for v in graph.outputs:
+            last_use[v] = len(graph.nodes)
+        scope = {"asarray": np.asarray, "round_bf16": round_to_bfloat16,
+                 "read_grad": _read_grad, "assign": _assign, "check": check_kernel_result}
+        lines = ["def run(args, V):"]
+        self.lines: dict = {}
+        for i, (node, step) in enumerate(zip(graph.nodes, self.steps)):
+            outs = [names.setdefault(v, f"t{len(names)}") for v in node.outputs]
+            ins = ", ".join(names[v] for v in node.inputs)
+            if node.op == "input":
+                code = f"{outs[0]} = args[{node.attrs['index']}]"
+            elif node.op == "constant":
+                scope[f"C{i}"] = node.attrs["value"]
+                code = f"{outs[0]} = C{i}"
+            elif node.op == "read":
+                var = node.attrs["var"]
+                code = f"{outs[0]} = " + (f"V[{var}].owner._data" if graph.variables[var].kind ==
+                                          "value" else f"read_grad(V[{var}])")
+            elif node.op == "assign":
+                code = f"assign(V[{node.attrs['var']}], {ins})"
+            else:
+                scope[f"K{i}"] = step
+                call = f"K{i}({', '.join(filter(None, [ins, f'**A{i}' if node.attrs else '']))})"
+                if node.attrs:
+                    scope[f"A{i}"] = node.attrs
+                code = f"{', '.join(outs)}{',' if len(outs) == 1 and node.primitive.multiple_results else ''} = {call}"
+                for v, name in zip(node.outputs, outs):
+                    fix = _fixup(v)
+                    if fix:
+                        code += f"; {name} = {fix.format(name)}"
+                    if CHECK_KERNELS:
+                        scope[f"S{i}_{v.index}"] = (v.shape, v.dtype)
+                        code += f"; check(P{i}, {name}, S{i}_{v.index})"
+                        scope[f"P{i}"] = node.primitive
+            dead = [names[v] for v in dict.fromkeys(node.inputs + node.outputs)
+                    if last_use.get(v, -1) <= i and v not in graph.outputs]
+            if dead:
+                code += f"; del {', '.join(dead)}"
+            self.lines[len(lines) + 1] = node
+            lines.append("    " + code)
+        outputs = ", ".join(names[v] for v in graph.outputs)
+        lines.append(f"    return [{outputs}]")
+        self.source = "\n".join(lines)
+        self.filename = f"<rill graph {graph.name} #{next(_programs)}>"
+        code = compile(self.source, self.filename, "exec")
+        exec(code, scope)
+        run = scope["run"]
+        variables = graph.variables
+        self._run = lambda args: run(args, variables)
+
+    def _failed_node(self, e: BaseException):
+        tb = e.__traceback__
+        found = None
+        while tb is not None:
+            if tb.tb_frame.f_code.co_filename == getattr(self, "filename", None):
+                found = self.lines.get(tb.tb_lineno)
+            tb = tb.tb_next
+        return found
+
+    def _node_error(self, e: BaseException, node):
+        if node is None:
+            return e
+        where = format_node(node, _names_of(self.graph))
+        if isinstance(e, Error):
+            err = type(e)(f"{e.message}\n  while running {where}", op=e.op or node.op)
+        elif isinstance(e, IndexError):
+            from ..errors import IndexingError
+            err = IndexingError(f"{e}\n  while running {where}", op=node.op)
+        else:
+            err = KernelError(f"the {node.device.kind} kernel failed: {type(e).__name__}: {e}\n"
+                              f"  while running {where}", op=node.op)
+        err.location = node.source
+        return err
+
+    # ---- scheduled on threads --------------------------------------------------------------
+
+    def _run_parallel(self, args):
+        graph = self.graph
+        env: dict = {}
+        waiting: dict = {}
+        users: dict = {}
+        for node in graph.nodes:
+            before = {v.node for v in node.inputs} | set(node.after)
+            waiting[node] = len(before)
+            for b in before:
+                users.setdefault(b, []).append(node)
+        finished: queue.SimpleQueue = queue.SimpleQueue()
+        step_of = dict(zip(graph.nodes, self.steps))
+
+        def task(node):
+            try:
+                values = _execute(node, graph, step_of[node], [env[v] for v in node.inputs],
+                                  args)
+                for v, value in zip(node.outputs, values):
+                    env[v] = value
+                finished.put((node, None))
+            except Exception as e:  # handed to the scheduling thread, which raises it
+                finished.put((node, e))
+
+        ready = [n for n in graph.nodes if waiting[n] == 0]
+        in_flight = 0
+        pool = _pool()
+        while ready or in_flight:
+            for node in ready:
+                in_flight += 1
+                if _is_heavy(node):
+                    pool.submit(task, node)
+                else:
+                    task(node)
+            ready = []
+            node, error = finished.get()
+            in_flight -= 1
+            if error is not None:
+                raise self._node_error(error, node) from error
+            for user in users.get(node, ()):
+                waiting[user] -= 1
+                if waiting[user] == 0:
+                    ready.append(user)
+        return [env[v] for v in graph.outputs]
+
+
+def _execute(node, graph, step, inputs, args):
+    op = node.op
+    if op == "input":
+        return (args[node.attrs["index"]],)
+    if op == "constant":
+        return (node.attrs["value"],)
+    if op == "read":
+        var = graph.variables[node.attrs["var"]]
+        return (var.owner._data if var.kind == "value" else _read_grad(var),)
+    if op == "assign":
+        _assign(graph.variables[node.attrs["var"]], inputs[0])
+        return ()
+    out = step(*inputs, **node.attrs)
+    outs = out if node.primitive.multiple_results else (out,)
+    fixed = []
+    for v, o in zip(node.outputs, outs):
+        if type(o) is not np.ndarray and not hasattr(o, "__cuda_array_interface__"):
+            o = np.asarray(o)
+        if v.dtype is bfloat16:
+            o = round_to_bfloat16(o)
+        if CHECK_KERNELS:
+            check_kernel_result(node.primitive, o, (v.shape, v.dtype))
+        fixed.append(o)
+    return fixed
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(max_workers=os.cpu_count() or 2,
+                                   thread_name_prefix="rill-graph")
+    return _POOL
+
+
+_POOL = None
+
+
+def _elements(node) -> int:
+    total = 0
+    for v in list(node.inputs) + node.outputs:
+        n = 1
+        for s in v.shape:
+            n *= s
+        total += n
+    return total
+
+
+def _is_heavy(node) -> bool:
+    return node.op not in ("input", "constant", "read", "assign") and \
+        _elements(node) >= PARALLEL_MIN_ELEMENTS
+
+
+def _worth_parallel(graph: Graph) -> bool:
+    """True when two heavy nodes could run at once (neither needs the other)."""
+    heavy = [n for n in graph.nodes if _is_heavy(n)]
+    if len(heavy) < 2:
+        return False
+    position = {n: i for i, n in enumerate(graph.nodes)}
+    ancestors: dict = {}  # node -> bit set of the positions of the nodes it needs
+    for n in graph.nodes:
+        bits = 0
+        for p in {v.node for v in n.inputs} | set(n.after):
+            bits |= ancestors[p] | (1 << position[p])
+        ancestors[n] = bits
+    return any(not (ancestors[b] >> position[a]) & 1
+               for a, b in itertools.combinations(heavy, 2))
+
+
+def _step(node, graph):
+    if node.op in ("input", "constant", "read", "assign"):
+        return None
+    prim = node.primitive
+    kernel = prim.kernels.get(node.device.kind)
+    if kernel is None:
+        raise DeviceError(f"no {node.device.kind} kernel is registered for this op", op=node.op)
+    return kernel
+
+
+def _fixup(v) -> str:
+    """Code that brings a kernel's raw result to the value's spec ('' if none is needed)."""
+    if v.dtype is bfloat16:
+        return "round_bf16(asarray({}))"
+    if v.shape == ():
+        return "asarray({})"  # reductions to 0-d may return NumPy scalars
+    return ""
+
+
+def _read_grad(var):
+    grad = var.owner.grad
+    if grad is None:
+        raise CaptureError(f"the graph reads {var.name}.grad, which is None", op="read")
+    if not hasattr(grad, "_data"):
+        grad = grad.to_dense()
+    return grad._data
+
+
+def _assign(var, buffer) -> None:
+    owner = var.owner
+    if var.kind == "value":
+        owner._data = buffer
+        owner._version += 1
+    else:
+        owner.grad = new_tensor(buffer, var.dtype, var.device)
+
+
+def _names_of(graph) -> _Names:
+    names = _Names()
+    for node in graph.nodes:  # name values in print order, so messages match print(graph)
+        for v in node.outputs:
+            names[v]
+    return names

@@ -1,0 +1,311 @@
+"""@rill.capture: a Python function, method or Module recorded once per signature into a
+graph, optimized, and run as a compiled program on each call.
+
+>>> import rill
+>>> @rill.capture
+... def f(x, y):
+...     return rill.tanh(x @ y) * 2.0
+>>> out = f(rill.ones((2, 3)), rill.ones((3, 2)))
+>>> print(f.graph_for(rill.ones((2, 3)), rill.ones((3, 2))))  # doctest: +ELLIPSIS
+f(%x0, %x1):
+  %0 : f32[2,2] = matmul(%x0, %x1)...
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+import warnings
+import weakref
+from collections import OrderedDict
+
+from ..eager.context import current, use_interpreter
+from ..errors import CaptureError
+from ..tensor import Tensor, new_tensor
+from ..tree import flatten
+from .evaluate import evaluate
+from .executor import Program
+from .signature import explain, leaf_key, leaves_with_paths, structure
+from .tracer import Tracer
+
+
+class CaptureWarning(UserWarning):
+    """A captured function traced again, or dropped a variant: worth knowing, not an error."""
+
+
+class Variant:
+    """One traced signature: its graph (as traced and as optimized) and compiled program."""
+
+    def __init__(self, traced, graph, program, template, rebuild, guards, differentiable):
+        self.traced, self.graph, self.program = traced, graph, program
+        self.template, self.rebuild = template, rebuild
+        self.guards, self.differentiable = guards, differentiable
+
+    def guard_failure(self, name: str) -> str | None:
+        for owner, grad_was_none in self.guards:
+            if (owner.grad is None) != grad_was_none:
+                state = "None" if grad_was_none else "set"
+                return (f"{name} is traced again because a .grad it accumulates into was "
+                        f"{state} when traced and is {'set' if grad_was_none else 'None'} now")
+        return None
+
+
+class CapturedFunction:
+    """A function recorded into graphs, one per call signature. See `capture`."""
+
+    def __init__(self, fn, *, name: str | None = None, optimize: bool = True,
+                 parallel: bool | str = "auto", max_variants: int = 8, module=None):
+        self.fn = fn
+        self.module = module
+        self.name = name or getattr(fn, "__qualname__", None) or type(fn).__name__
+        self.optimize = optimize
+        self.parallel = parallel
+        self.max_variants = max_variants
+        self.variants: OrderedDict = OrderedDict()
+        self.retraces: list[str] = []
+        self._said: set = set()
+        self._lock = threading.RLock()
+        self._bound: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        try:
+            target = fn.forward if module is not None else fn
+            self._arg_names = [p for p in inspect.signature(target).parameters]
+        except (TypeError, ValueError):
+            self._arg_names = []
+        functools.update_wrapper(self, fn if module is None else module.forward, updated=())
+
+    # ---- calling ---------------------------------------------------------------------------
+
+    def __call__(self, *args, **kwargs):
+        ctx = current()
+        key, tensors = _key(args, kwargs, ctx.grad_enabled)
+        variant = self.variants.get(key)
+        if variant is None or variant.guards:
+            variant = self._variant(key, args, kwargs, variant)
+        if ctx.interpreter.capturing or (ctx.grad_enabled and variant.differentiable):
+            outs = evaluate(variant.graph, tensors)
+        else:
+            buffers = variant.program([t._data for t in tensors])
+            outs = [new_tensor(b, v.dtype, v.device)
+                    for b, v in zip(buffers, variant.graph.outputs)]
+        return variant.rebuild(outs)
+
+    def __get__(self, instance, owner=None):
+        if instance is None:
+            return self
+        bound = self._bound.get(instance)
+        if bound is None:
+            bound = self._bound[instance] = CapturedFunction(
+                self.fn.__get__(instance, owner), name=self.name, optimize=self.optimize,
+                parallel=self.parallel, max_variants=self.max_variants)
+        return bound
+
+    def graph_for(self, *args, optimized: bool = True, **kwargs):
+        """The graph these arguments run (traced now if they have not been seen)."""
+        key, _ = _key(args, kwargs, current().grad_enabled)
+        variant = self._variant(key, args, kwargs, self.variants.get(key))
+        return variant.graph if optimized else variant.traced
+
+    def save(self, path, *args, **kwargs) -> None:
+        """Write the graph for these arguments (or the one variant traced so far), its state
+        and its signature to the directory `path`; `rill.load_graph(path)` runs it with none
+        of this code present. See docs/GRAPH_FORMAT.md."""
+        from .serialize import save_graph
+        if args or kwargs:
+            key, _ = _key(args, kwargs, current().grad_enabled)
+            variant = self._variant(key, args, kwargs, self.variants.get(key))
+        elif len(self.variants) == 1:
+            variant = next(iter(self.variants.values()))
+        else:
+            raise CaptureError(f"{self.name} has {len(self.variants)} traced variants; pass "
+                               "example arguments to save() to choose one", op="save")
+        save_graph(path, variant.graph, variant.template, self.name)
+
+    # ---- tracing ---------------------------------------------------------------------------
+
+    def _variant(self, key, args, kwargs, variant):
+        with self._lock:
+            if variant is not None:
+                why = variant.guard_failure(self.name)
+                if why is None:
+                    self.variants.move_to_end(key)
+                    return variant
+                self._say(why)
+            elif self.variants:
+                last = next(reversed(self.variants))
+                self._say(explain(self.name, _describe(last), _describe(key), self._arg_names))
+            variant = self._trace(args, kwargs)
+            self.variants[key] = variant
+            if len(self.variants) > self.max_variants:
+                self.variants.popitem(last=False)
+                self._say(f"{self.name} has more than max_variants={self.max_variants} traced "
+                          "variants; the oldest is dropped. Arguments that change on every call "
+                          "(Python numbers, shapes) cause this: pass numbers as tensors")
+            return variant
+
+    def _say(self, message: str) -> None:
+        self.retraces.append(message)
+        if message not in self._said:
+            self._said.add(message)
+            warnings.warn(message, CaptureWarning, stacklevel=4)
+
+    def _trace(self, args, kwargs) -> Variant:
+        tracer = Tracer(self.name, _variable_names(self, args, kwargs))
+        flat, rebuild_args = flatten((args, kwargs), is_leaf=lambda o: isinstance(o, Tensor))
+        traced_args = []
+        for leaf in flat:
+            if isinstance(leaf, Tensor):
+                index = sum(1 for a in traced_args if isinstance(a, Tensor))
+                node = tracer._add("input", (), {"index": index}, ((leaf.shape, leaf.dtype),),
+                                   leaf.device)
+                t = new_tensor(node.outputs[0], leaf.dtype, leaf.device)
+                t.requires_grad = leaf.requires_grad
+                leaf = t
+            traced_args.append(leaf)
+        a, kw = rebuild_args(traced_args)
+        try:
+            with use_interpreter(tracer):
+                result = self.fn(*a, **kw)
+                out_flat, rebuild_out = flatten(result, is_leaf=lambda o: isinstance(o, Tensor))
+                template, values, differentiable = [], [], False
+                for leaf in out_flat:
+                    if isinstance(leaf, Tensor):
+                        values.append(tracer.value_of(leaf))
+                        template.append(_SLOT)
+                        differentiable |= leaf.requires_grad and (
+                            leaf._node is None or leaf._node.inputs is not None)
+                    elif hasattr(leaf, "to_dense"):
+                        raise CaptureError("a captured function cannot return a SparseRows "
+                                           "gradient; return .to_dense()", op="capture")
+                    else:
+                        template.append(leaf)
+                tracer.finish()
+        except BaseException:
+            tracer.restore()
+            raise
+        graph = tracer.graph
+        graph.outputs = values
+        late = _variable_names(self, args, kwargs)  # slots made during the trace, by name
+        for var in graph.variables:
+            if var.name == f"v{graph.variables.index(var)}" and id(var.owner) in late:
+                var.name = late[id(var.owner)]
+        graph.lint()
+        optimized = graph
+        if self.optimize:
+            from .passes.pipeline import optimize
+            optimized = optimize(graph)
+        program = Program(optimized, self.parallel)
+
+        def rebuild(outs):
+            it = iter(outs)
+            return rebuild_out([next(it) if x is _SLOT else x for x in template])
+
+        return Variant(graph, optimized, program, (template, rebuild_out), rebuild,
+                       tracer.grad_guards, differentiable)
+
+    def __repr__(self) -> str:
+        return f"<captured {self.name}: {len(self.variants)} variant(s)>"
+
+
+_SLOT = object()
+
+
+def _key(args, kwargs, grad_enabled):
+    """(cache key, the tensors in order): the hot path of every call, kept lean."""
+    tensors = []
+    if not kwargs and all(type(a) is Tensor or isinstance(a, Tensor) for a in args):
+        tensors = list(args)
+        return (("flat", tuple((a.shape, a.dtype, a.device, a.requires_grad) for a in args)),
+                grad_enabled), tensors
+    leaves = leaves_with_paths((args, kwargs))
+    tensors = [leaf for _, leaf in leaves if isinstance(leaf, Tensor)]
+    return ((structure((args, kwargs)), tuple((p, leaf_key(leaf)) for p, leaf in leaves)),
+            grad_enabled), tensors
+
+
+def _describe(key):
+    """A key in the (structure, [(path, leaf key)], grad) form `explain` reads."""
+    body, grad = key
+    if body[0] == "flat":
+        leaves = [(f"[0][{i}]", ("tensor",) + spec) for i, spec in enumerate(body[1])]
+        return ("flat", len(body[1])), leaves, grad
+    return body[0], list(body[1]), grad
+
+
+def _variable_names(captured, args, kwargs) -> dict:
+    """{id(tensor): readable name} for parameters, buffers and optimizer slots in reach."""
+    from ..nn.module import Module
+    from ..optim.optimizer import Optimizer
+    roots: list = []
+    fn = captured.fn
+    if captured.module is not None:
+        roots.append(("", captured.module))
+    owner = getattr(fn, "__self__", None)
+    if owner is not None:
+        roots.append(("self.", owner))
+    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    if code is not None:
+        func = getattr(fn, "__func__", fn)
+        for name, cell in zip(code.co_freevars, func.__closure__ or ()):
+            try:
+                roots.append((name + ".", cell.cell_contents))
+            except ValueError:
+                pass
+        for name in code.co_names:
+            if name in func.__globals__:
+                roots.append((name + ".", func.__globals__[name]))
+    for i, a in enumerate(list(args) + list(kwargs.values())):
+        roots.append((f"arg{i}.", a))
+    names: dict = {}
+    optimizers = []
+    for prefix, obj in roots:
+        if isinstance(obj, Module):
+            for n, p in obj.named_parameters():
+                names.setdefault(id(p), prefix + n)
+            for n, b in obj.named_buffers():
+                names.setdefault(id(b), prefix + n)
+        elif isinstance(obj, Optimizer):
+            optimizers.append((prefix, obj))
+    for prefix, opt in optimizers:
+        for i, (p, state) in enumerate(opt.state.items()):
+            base = names.get(id(p), f"{prefix}param{i}")
+            for slot, value in state.items():
+                if isinstance(value, Tensor):
+                    names.setdefault(id(value), f"{base}.{slot}")
+    used: dict = {}
+    for k, n in list(names.items()):  # unique names, for printing and saving
+        count = used.get(n, 0)
+        used[n] = count + 1
+        if count:
+            names[k] = f"{n}_{count}"
+    return names
+
+
+def capture(fn=None, *, optimize: bool = True, parallel: bool | str = "auto",
+            max_variants: int = 8, name: str | None = None):
+    """Record `fn` (a function, a method, or a Module) into a dataflow graph per signature.
+
+    Parameters, buffers and optimizer state used inside become graph state read by
+    reference; in-place updates become assigns, so a whole training step (forward,
+    backward, optimizer) is one graph. Graphs are linted, optimized (`optimize=False`
+    skips the passes) and compiled; `parallel` runs independent nodes on a thread pool
+    (True, False, or "auto": when two large nodes could overlap). `f.graph_for(*args)`
+    shows the graph; `f.save(path)` writes it for `rill.load_graph`.
+
+    >>> import rill
+    >>> model = rill.nn.Linear(3, 2)
+    >>> fast = rill.capture(model)
+    >>> fast(rill.ones((4, 3))).shape
+    (4, 2)
+    """
+    if fn is None:
+        return functools.partial(capture, optimize=optimize, parallel=parallel,
+                                 max_variants=max_variants, name=name)
+    from ..nn.module import Module
+    if isinstance(fn, Module):
+        return CapturedFunction(fn, name=name or type(fn).__name__, optimize=optimize,
+                                parallel=parallel, max_variants=max_variants, module=fn)
+    if not callable(fn):
+        raise CaptureError(f"capture needs a function, method or Module, got {fn!r}",
+                           op="capture")
+    return CapturedFunction(fn, name=name, optimize=optimize, parallel=parallel,
+                            max_variants=max_variants)

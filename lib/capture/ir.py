@@ -1,0 +1,268 @@
+"""The graph IR: Graph, Node, Value — small enough to read in one sitting.
+
+A Graph is a list of Nodes in topological order. A Node is (op, inputs, attrs, outputs,
+device, source location), plus `after`: nodes that must run first although no value flows
+from them (the paper's control dependencies; they order reads and writes of one variable).
+A node may hold subgraphs (the branches and bodies of control flow). A Value is
+(producer, index, spec), the spec being shape, dtype and device.
+
+Ops are primitive names, plus four that belong to the graph itself:
+  input     the function's i-th tensor argument          attrs: index
+  constant  a value fixed at capture time                 attrs: value (a host array)
+  read      the current value of a variable               attrs: var (an index into variables)
+  assign    a variable takes a new value (no outputs)     attrs: var
+"""
+from __future__ import annotations
+
+import html
+import itertools
+
+GRAPH_OPS = ("input", "constant", "read", "assign")
+
+
+class Value:
+    """One result of one node: what an edge of the dataflow graph carries."""
+
+    __slots__ = ("node", "index", "shape", "dtype", "device", "__weakref__")
+
+    def __init__(self, node, index, shape, dtype, device):
+        self.node, self.index = node, index
+        self.shape, self.dtype, self.device = tuple(shape), dtype, device
+
+    def __repr__(self) -> str:
+        return f"<Value {_spec(self)} of {self.node.op}>"
+
+    def __array__(self, *args, **kwargs):
+        # A graph value reached NumPy: code asked for data that exists only when the graph runs.
+        from ..errors import CaptureError
+        raise CaptureError("a graph value has no data while capturing", op="numpy")
+
+
+class Variable:
+    """State the graph reads and writes by reference: a tensor's value, or its `.grad`.
+
+    `owner` is the Python Tensor (so that after a call the user's parameters hold the new
+    values); `kind` is "value" or "grad"; `name` is for printing and saving.
+    """
+
+    __slots__ = ("owner", "kind", "name", "shape", "dtype", "device")
+
+    def __init__(self, owner, kind: str, name: str, shape, dtype, device):
+        self.owner, self.kind, self.name = owner, kind, name
+        self.shape, self.dtype, self.device = tuple(shape), dtype, device
+
+    def __repr__(self) -> str:
+        return f"<Variable {self.name}{'.grad' if self.kind == 'grad' else ''}>"
+
+
+class Node:
+    __slots__ = ("op", "inputs", "attrs", "outputs", "device", "source", "after", "subgraphs")
+
+    def __init__(self, op: str, inputs, attrs, device, source=None, after=(), subgraphs=None):
+        self.op = op
+        self.inputs = list(inputs)
+        self.attrs = dict(attrs)
+        self.outputs: list[Value] = []
+        self.device = device
+        self.source = source
+        self.after = list(after)
+        self.subgraphs = dict(subgraphs or {})
+
+    def add_output(self, shape, dtype, device=None) -> Value:
+        v = Value(self, len(self.outputs), shape, dtype, device or self.device)
+        self.outputs.append(v)
+        return v
+
+    @property
+    def primitive(self):
+        from ..ops.primitive import PRIMITIVES
+        return PRIMITIVES[self.op]
+
+    def __repr__(self) -> str:
+        return f"<Node {self.op}>"
+
+
+class Graph:
+    """Nodes in topological order; the values it returns; the variables it touches."""
+
+    def __init__(self, nodes=None, outputs=None, variables=None, name: str = "graph"):
+        self.nodes: list[Node] = list(nodes or [])
+        self.outputs: list[Value] = list(outputs or [])
+        self.variables: list[Variable] = list(variables or [])
+        self.name = name
+
+    # ---- building --------------------------------------------------------------------------
+
+    def add(self, op, inputs=(), attrs=None, out_specs=(), device=None, source=None,
+            after=()) -> Node:
+        """Append a node with outputs of the given (shape, dtype) specs."""
+        node = Node(op, inputs, attrs or {}, device, source, after)
+        for shape, dtype in out_specs:
+            node.add_output(shape, dtype)
+        self.nodes.append(node)
+        return node
+
+    @property
+    def inputs(self) -> list[Value]:
+        """The function's tensor arguments, by position."""
+        found = [n for n in self.nodes if n.op == "input"]
+        return [n.outputs[0] for n in sorted(found, key=lambda n: n.attrs["index"])]
+
+    def assigns(self) -> list[Node]:
+        return [n for n in self.nodes if n.op == "assign"]
+
+    def count(self, op=None) -> int:
+        """Number of nodes (of one op), not counting inputs."""
+        return sum(1 for n in self.nodes if n.op != "input" and (op is None or n.op == op))
+
+    def users(self) -> dict:
+        """{Value: [nodes that take it]}"""
+        found: dict = {}
+        for n in self.nodes:
+            for v in n.inputs:
+                found.setdefault(v, []).append(n)
+        return found
+
+    # ---- checking --------------------------------------------------------------------------
+
+    def lint(self) -> "Graph":
+        """Raise CaptureError unless the graph is well formed: every input produced earlier by
+        a node of this graph, outputs numbered in order with specs, control predecessors
+        earlier, and each variable's reads ordered before its assign (at most one assign)."""
+        from ..errors import CaptureError
+        seen: set = set()
+
+        def fail(node, why):
+            raise CaptureError(f"graph lint: {format_node(node, names)}: {why}", op="lint")
+
+        names = _Names()
+        reads: dict = {}
+        assigned: set = set()
+        for node in self.nodes:
+            for v in node.inputs:
+                if v.node not in seen:
+                    fail(node, f"input {names[v]} is not produced before it")
+            for a in node.after:
+                if a not in seen:
+                    fail(node, f"ordered after {a.op}, which comes later")
+            for i, v in enumerate(node.outputs):
+                if v.node is not node or v.index != i:
+                    fail(node, "output bookkeeping is wrong")
+                if v.dtype is None or any(not isinstance(s, int) or s < 0 for s in v.shape):
+                    fail(node, f"output {i} has no valid spec")
+            if node.op in ("read", "assign"):
+                var = node.attrs["var"]
+                if not 0 <= var < len(self.variables):
+                    fail(node, f"variable {var} does not exist")
+                if var in assigned:
+                    fail(node, f"variable {self.variables[var].name} is used after its assign")
+                if node.op == "read":
+                    reads.setdefault(var, []).append(node)
+                else:
+                    missing = [r for r in reads.get(var, ()) if r not in node.after]
+                    if missing:
+                        fail(node, "assign is not ordered after the reads of "
+                                   f"{self.variables[var].name}")
+                    assigned.add(var)
+            seen.add(node)
+        for v in self.outputs:
+            if v.node not in seen:
+                raise CaptureError(f"graph lint: output {names[v]} is not produced", op="lint")
+        return self
+
+    # ---- showing ---------------------------------------------------------------------------
+
+    def __str__(self) -> str:
+        names = _Names()
+        lines = []
+        for i, v in enumerate(self.variables):
+            lines.append(f"  ${i} : {_spec(v)}  {v.name}{'.grad' if v.kind == 'grad' else ''}")
+        if lines:
+            lines.insert(0, "variables:")
+        lines.append(f"{self.name}({', '.join(names[v] for v in self.inputs)}):")
+        shown = [n for n in self.nodes if n.op != "input"]  # the header names the inputs
+        body = [format_node(n, names) for n in shown]
+        width = min(max((len(b) for b in body), default=0), 56)  # long lines stay unpadded
+        for node, text in zip(shown, body):
+            lines.append("  " + (text.ljust(width) + f"  # {node.source}" if node.source
+                                 else text))
+        lines.append(f"  return {', '.join(names[v] for v in self.outputs)}")
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+    def __rich__(self):
+        from rich.syntax import Syntax
+        return Syntax(str(self), "python", theme="ansi_dark", word_wrap=False)
+
+    def _repr_html_(self) -> str:
+        return f"<pre>{html.escape(str(self))}</pre>"
+
+    def to_dot(self) -> str:
+        """The graph in Graphviz DOT: nodes labelled with op and spec, dashed control edges."""
+        names = _Names()
+        ids = {n: f"n{i}" for i, n in enumerate(self.nodes)}
+        out = [f'digraph "{self.name}" {{', "  node [shape=box, fontname=monospace];"]
+        for n in self.nodes:
+            label = n.op
+            if n.op in ("read", "assign"):
+                label += " " + self.variables[n.attrs["var"]].name
+            label += "\\n" + ", ".join(f"{names[v]}: {_spec(v)}" for v in n.outputs)
+            shape = ', shape=ellipse' if n.op in GRAPH_OPS else ''
+            out.append(f'  {ids[n]} [label="{label}"{shape}];')
+        for n in self.nodes:
+            for v in n.inputs:
+                out.append(f"  {ids[v.node]} -> {ids[n]};")
+            for a in n.after:
+                out.append(f"  {ids[a]} -> {ids[n]} [style=dashed];")
+        out.append("}")
+        return "\n".join(out)
+
+
+class _Names:
+    """%0, %1, ... in order of first appearance (inputs print as %x0, %x1)."""
+
+    def __init__(self):
+        self.names: dict = {}
+        self.counter = itertools.count()
+
+    def __getitem__(self, v: Value) -> str:
+        name = self.names.get(v)
+        if name is None:
+            if v.node.op == "input":
+                name = f"%x{v.node.attrs['index']}"
+            else:
+                name = f"%{next(self.counter)}"
+            self.names[v] = name
+        return name
+
+
+def _spec(v) -> str:
+    from ..dtypes import short_name
+    return f"{short_name(v.dtype)}[{','.join(str(s) for s in v.shape)}]"
+
+
+def _attr_text(key, value) -> str:
+    if key == "value" and hasattr(value, "shape"):
+        if value.size <= 4:
+            return f"value={value.tolist()}"
+        return f"value=<{value.dtype}{list(value.shape)}>"
+    if hasattr(value, "get_state"):  # a Generator
+        return f"{key}={value!r}"
+    return f"{key}={value}"
+
+
+def format_node(node: Node, names: _Names) -> str:
+    outs = ", ".join(f"{names[v]} : {_spec(v)}" for v in node.outputs)
+    args = [names[v] for v in node.inputs]
+    attrs = {k: v for k, v in node.attrs.items() if k not in ("device",)}
+    if node.op in ("read", "assign"):
+        args.insert(0, f"${attrs.pop('var')}")
+    if node.op == "input":
+        attrs.pop("index")
+    args += [_attr_text(k, v) for k, v in attrs.items()]
+    if node.after:
+        args.append("after=[" + ", ".join(
+            names[a.outputs[0]] if a.outputs else a.op for a in node.after) + "]")
+    call = f"{node.op}({', '.join(args)})"
+    return f"{outs} = {call}" if outs else call

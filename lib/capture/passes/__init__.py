@@ -1,0 +1,1 @@
+"""Graph -> Graph rewrites, each tested alone; `pipeline` runs them in order."""

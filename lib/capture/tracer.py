@@ -1,0 +1,182 @@
+"""The capture interpreter: `bind` under a Tracer appends a node and returns a graph value.
+
+A graph value is an ordinary Tensor whose buffer is a `Value` of the graph being built, so
+user code, modules, optimizers and the tape run unchanged. Tensors from outside the trace
+that reach an op become graph state, by reference:
+- a constant made during the trace (a lifted Python scalar, `rill.tensor(...)`) is baked in;
+- any other tensor (a parameter, a buffer, an optimizer slot, a captured global) becomes a
+  Variable: a `read` node at its first use, and, if the trace changed it in place, one
+  `assign` of its final value, ordered after the reads. Its `.grad` is a variable of its own.
+When the trace ends, every tensor the trace changed gets its own buffer and grad back; the
+graph's assigns make the same changes each time it runs.
+"""
+from __future__ import annotations
+
+import weakref
+
+from ..errors import CaptureError, user_location
+from ..tensor import Tensor, new_tensor
+from .ir import Graph, Value
+
+# Tensors that are constants wherever they appear (the cached weak scalars of promotion), by
+# id; weak, so that an id is forgotten when its tensor dies. (Not a WeakSet: Tensor's == is
+# elementwise.)
+KNOWN_CONSTANTS: "weakref.WeakValueDictionary[int, Tensor]" = weakref.WeakValueDictionary()
+
+_SAVED_SLOTS = ("_data", "_version", "requires_grad", "_node", "_index")
+
+
+class Tracer:
+    capturing = True
+
+    def __init__(self, name: str = "graph", names: dict | None = None):
+        self.graph = Graph(name=name)
+        self.own: set = set()           # nodes of this graph (to tell its values from others)
+        self.names = names or {}        # id(tensor) -> a readable variable name
+        self.vars: dict = {}            # (id(owner), kind) -> variable index
+        self.reads: dict = {}           # variable index -> its read node
+        self.saved: dict = {}           # id(owner) -> (owner, slots before the trace)
+        self.constants: dict = {}       # id(tensor) -> (tensor, its constant Value)
+        self.made_here: dict = {}       # id(tensor) -> tensor made by rill.tensor() in the trace
+        self.grads: dict = {}           # id(owner) -> [owner, grad before the trace]
+        self.grad_guards: list = []     # (owner, grad was None) that the trace relied on
+        self.changed_at: dict = {}      # id(owner) -> the user's line that last changed it
+
+    # ---- the interpreter -------------------------------------------------------------------
+
+    def apply(self, prim, args, attrs, avals, device):
+        inputs = [self.value_of(a) for a in args]
+        specs = avals if prim.multiple_results else (avals,)
+        node = self._add(prim.name, inputs, attrs, specs, device)
+        outs = tuple(new_tensor(v, v.dtype, device) for v in node.outputs)
+        return outs if prim.multiple_results else outs[0]
+
+    def _add(self, op, inputs, attrs, specs, device, after=()):
+        node = self.graph.add(op, inputs, attrs, specs, device, user_location(), after)
+        self.own.add(node)
+        return node
+
+    def value_of(self, t: Tensor) -> Value:
+        """The graph value standing for tensor t at this point of the trace."""
+        data = t._data
+        if type(data) is Value:
+            if data.node in self.own:
+                return data
+            raise CaptureError("this tensor is a value of another captured graph (it escaped an "
+                               "earlier or outer capture, e.g. stored in a global or a list); "
+                               "return it from the captured function instead", op="capture")
+        key = id(t)
+        hit = self.constants.get(key)
+        if hit is not None:
+            return hit[1]
+        if KNOWN_CONSTANTS.get(key) is t or key in self.made_here:
+            host = t.device.backend.to_host(data)
+            v = self._add("constant", (), {"value": host}, ((t.shape, t.dtype),),
+                          t.device).outputs[0]
+            self.constants[key] = (t, v)
+            return v
+        return self.read(t, "value")
+
+    def read(self, owner: Tensor, kind: str) -> Value:
+        index = self._variable(owner, kind)
+        node = self.reads.get(index)
+        if node is None:
+            var = self.graph.variables[index]
+            node = self.reads[index] = self._add("read", (), {"var": index},
+                                                 ((var.shape, var.dtype),), var.device)
+        return node.outputs[0]
+
+    def _variable(self, owner: Tensor, kind: str) -> int:
+        key = (id(owner), kind)
+        index = self.vars.get(key)
+        if index is None:
+            from .ir import Variable
+            index = self.vars[key] = len(self.graph.variables)
+            target = owner if kind == "value" else owner.grad
+            name = self.names.get(id(owner)) or f"v{index}"
+            self.graph.variables.append(Variable(owner, kind, name, target.shape, target.dtype,
+                                                 target.device))
+            self.saved.setdefault(id(owner), (owner, None))
+        return index
+
+    def note_constant(self, t: Tensor) -> None:
+        """rill.tensor() ran during the trace: t is part of the program, not state."""
+        self.made_here[id(t)] = t
+
+    # ---- state -----------------------------------------------------------------------------
+
+    def before_update(self, t: Tensor) -> None:
+        """update_in_place is about to give t a graph value: remember what to put back."""
+        self.changed_at[id(t)] = user_location()
+        if type(t._data) is Value and t._data.node in self.own and id(t) not in self.saved:
+            return  # made during the trace: its new value is just the next SSA value
+        owner, slots = self.saved.get(id(t), (t, None))
+        if slots is None:
+            if type(t._data) is Value and t._data.node not in self.own:
+                self.value_of(t)  # raises: a value of another graph
+            self._variable(t, "value")
+            self.saved[id(t)] = (t, tuple(getattr(t, s) for s in _SAVED_SLOTS))
+
+    def set_grad(self, owner: Tensor, grad) -> None:
+        """owner.grad = grad, seen by the trace (zero_grad, backward)."""
+        if id(owner) not in self.grads:
+            self.grads[id(owner)] = [owner, owner.grad]
+        self.changed_at[(id(owner), "grad")] = user_location()
+        owner.grad = grad
+
+    def current_grad(self, owner: Tensor):
+        """owner.grad as the trace sees it, for backward to accumulate into."""
+        if id(owner) in self.grads:
+            return owner.grad
+        self.grads[id(owner)] = [owner, owner.grad]
+        if owner.grad is None:
+            self.grad_guards.append((owner, True))
+            return None
+        self.grad_guards.append((owner, False))
+        grad = owner.grad
+        return new_tensor(self.read(owner, "grad"), grad.dtype, grad.device)
+
+    # ---- ending ----------------------------------------------------------------------------
+
+    def finish(self) -> None:
+        """Add the assigns of the final values, then give every tensor its own state back."""
+        from ..sparse import SparseRows
+        graph = self.graph
+        final: list = []
+        for owner, slots in list(self.saved.values()):
+            if slots is not None and owner._data is not slots[0]:
+                final.append((self.vars[(id(owner), "value")], owner))
+        for owner, before in list(self.grads.values()):
+            grad = owner.grad
+            if grad is before:
+                continue
+            if isinstance(grad, SparseRows):
+                grad = grad.to_dense()  # graphs carry gradients dense (see capture/README)
+            if grad is None:
+                raise CaptureError("the captured function set a .grad to None after using it; "
+                                   "call zero_grad() before backward() in it", op="capture")
+            index = self._variable(owner, "grad")
+            final.append((index, grad))
+        for index, tensor in final:
+            var = graph.variables[index]
+            where = self.changed_at.get(id(var.owner) if var.kind == "value" else
+                                        (id(var.owner), "grad"))
+            value = self.value_of(tensor)
+            read = self.reads.get(index)
+            if read is not None and value is read.outputs[0]:
+                continue
+            if (tuple(value.shape), value.dtype) != (var.shape, var.dtype):
+                raise CaptureError(f"{var.name} changes from {var.dtype}{list(var.shape)} to "
+                                   f"{value.dtype}{list(value.shape)}", op="capture")
+            node = self._add("assign", (value,), {"var": index}, (), var.device,
+                             after=(read,) if read is not None else ())
+            node.source = where or node.source
+        self.restore()
+
+    def restore(self) -> None:
+        for owner, slots in self.saved.values():
+            if slots is not None:
+                for name, value in zip(_SAVED_SLOTS, slots):
+                    setattr(owner, name, value)
+        for owner, before in self.grads.values():
+            owner.grad = before
