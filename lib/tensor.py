@@ -94,7 +94,7 @@ class Tensor:
                 f"{what} needs the tensor's data, which exists only when the captured graph "
                 "runs. For a choice that depends on data use rill.where, rill.cond or "
                 "rill.while_loop; to look at a value, return it from the captured function",
-                op=what)
+                op=what.split(" ")[0].rstrip("()"))
         host = self.device.backend.to_host(self._data)
         view = host.view()
         view.flags.writeable = False

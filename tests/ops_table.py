@@ -169,6 +169,8 @@ OPS = [
        grad=False, dtypes=()),
     Op("bitwise_xor", rill.bitwise_xor, np.bitwise_xor, torch.bitwise_xor,
        [(ints((3, 4), 0, 16), ints((3, 4), 0, 16))], grad=False, dtypes=()),
+    Op("check", lambda ok, x: rill.ops.checks.check(ok, x, "bad"), lambda ok, x: x,
+       lambda ok, x: x, [(lambda r: np.ones((3, 4), bool), (3, 4))]),
     Op("where", rill.where, np.where, torch.where,
        [(bools((3, 4)), (3, 4), (3, 4)), (bools((3, 1)), (1, 4), ()), (bools(()), (2,), (2,))]),
     Op("clip", rill.clip, lambda x, lo, hi: np.minimum(np.maximum(x, lo), hi),

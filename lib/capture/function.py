@@ -21,6 +21,7 @@ from collections import OrderedDict
 
 from ..eager.context import current, use_interpreter
 from ..errors import CaptureError
+from ..sparse import SparseRows
 from ..tensor import Tensor, new_tensor
 from ..tree import flatten
 from .evaluate import evaluate
@@ -173,9 +174,9 @@ class CapturedFunction:
                         template.append(_SLOT)
                         differentiable |= leaf.requires_grad and (
                             leaf._node is None or leaf._node.inputs is not None)
-                    elif hasattr(leaf, "to_dense"):
-                        raise CaptureError("a captured function cannot return a SparseRows "
-                                           "gradient; return .to_dense()", op="capture")
+                    elif isinstance(leaf, SparseRows):  # two graph values and a shape
+                        values += [tracer.value_of(leaf.indices), tracer.value_of(leaf.rows)]
+                        template.append(SparseSlot(leaf.shape))
                     else:
                         template.append(leaf)
                 tracer.finish()
@@ -197,7 +198,9 @@ class CapturedFunction:
 
         def rebuild(outs):
             it = iter(outs)
-            return rebuild_out([next(it) if x is _SLOT else x for x in template])
+            return rebuild_out([next(it) if x is _SLOT else
+                                SparseRows(next(it), next(it), x.shape)
+                                if type(x) is SparseSlot else x for x in template])
 
         return Variant(graph, optimized, program, (template, rebuild_out), rebuild,
                        tracer.grad_guards, differentiable)
@@ -207,6 +210,13 @@ class CapturedFunction:
 
 
 _SLOT = object()
+
+
+class SparseSlot:
+    """Where a SparseRows output goes: its indices and rows are the next two outputs."""
+
+    def __init__(self, shape):
+        self.shape = tuple(shape)
 
 
 def _key(args, kwargs, grad_enabled):

@@ -12,6 +12,7 @@ from .. import dtypes as dt
 from ..eager.context import no_grad
 from ..errors import ArgumentError, DTypeError, ShapeError, reports_as
 from ..ops import promotion
+from ..ops.checks import check
 from ..ops.creation import ones
 from ..ops.elementwise import abs, rsqrt, scaled_add, softplus, square, where
 from ..ops.indexing import take, take_along_axis
@@ -218,8 +219,8 @@ def nll_loss(log_probs, target, weight=None, ignore_index: int = -100,
         raise ShapeError(f"weight must have shape ({c},), got {weight.shape}", op="nll_loss")
     valid = target != ignore_index
     safe = where(valid, target, 0)
-    if bool(((safe < 0) | (safe >= c)).any()):
-        raise ArgumentError(f"target holds class indices outside [0, {c})", op="nll_loss")
+    safe = check(((safe >= 0) & (safe < c)).all(), safe,
+                 f"target holds class indices outside [0, {c})", op="nll_loss")
     lp = _classes_last(log_probs) if log_probs.ndim > 1 else log_probs
     picked = squeeze(take_along_axis(lp, expand_dims(safe, -1), axis=-1), -1)
     w = valid.astype(log_probs.dtype)

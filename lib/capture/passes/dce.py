@@ -1,0 +1,34 @@
+"""Dead-code elimination: drop the nodes that nothing observable needs.
+
+Tracing records everything the Python code did, including work whose result is thrown away
+(a loss term computed and not returned, gradients of inputs nobody asked for), and the other
+passes leave orphans behind (constants a fold consumed, nodes a simplification bypassed).
+
+A node is live if an output of the graph, an `assign` (a side effect on a variable), or an
+`input` (the signature: graph.inputs are found by their nodes) needs it, through its input
+values or its `after` edges (a kept node keeps the nodes it is ordered after). Everything
+else goes, random draws included: a draw nobody uses need not happen (it only advances the
+generator, which no one can rely on inside one captured call).
+"""
+from __future__ import annotations
+
+from ..ir import Graph
+from .rewrite import Rewrite
+
+
+def dce(graph: Graph) -> Graph:
+    live: set = set()
+    stack = [v.node for v in graph.outputs]
+    stack += [n for n in graph.nodes if n.op in ("assign", "input")]
+    while stack:
+        node = stack.pop()
+        if node in live:
+            continue
+        live.add(node)
+        stack.extend(v.node for v in node.inputs)
+        stack.extend(node.after)
+    rw = Rewrite(graph)
+    for node in graph.nodes:
+        if node in live:
+            rw.copy(node)
+    return rw.finish()
