@@ -47,6 +47,7 @@ from .eager.custom_vjp import custom_vjp
 from . import nn, optim, data, train
 from .serialization import save, load
 from .capture.function import capture, CaptureWarning
+from .capture.serialize import load_graph
 
 bool = bool_  # noqa: A001 - rill.bool, as torch.bool and jnp.bool
 __version__ = "0.1.0"

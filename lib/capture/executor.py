@@ -290,3 +290,82 @@ def _names_of(graph) -> _Names:
         for v in node.outputs:
             names[v]
     return names
+
+
+# ---- partial execution ---------------------------------------------------------------------
+
+def run(graph: Graph, fetches, feeds=None, args=()):
+    """Run only what `fetches` need; a value in `feeds` is replaced by the given tensor (and
+    what produced it does not run). Fetches and feed keys are Values or their printed names
+    ("%7", "%x0"). `args` are the graph's inputs, needed only where the fetches reach them.
+    Returns a Tensor per fetch (one Tensor for a single fetch)."""
+    from ..ops.creation import as_tensor
+    single = not isinstance(fetches, (list, tuple))
+    lookup = _lookup(graph)
+    fetch_values = [lookup(f) for f in ([fetches] if single else fetches)]
+    fed = {lookup(k): v for k, v in (feeds or {}).items()}
+    for value, given in fed.items():
+        t = as_tensor(given)
+        if (t.shape, t.dtype) != (value.shape, value.dtype):
+            raise CaptureError(f"the feed for a value of {value.dtype}{list(value.shape)} is "
+                               f"{t.dtype}{list(t.shape)}", op="run")
+        fed[value] = t
+    key = (tuple(map(id, fetch_values)), tuple(map(id, fed)))
+    cache = graph.__dict__.setdefault("_partial", {})
+    entry = cache.get(key)
+    if entry is None:
+        entry = cache[key] = _prune(graph, fetch_values, list(fed))
+    program, needed_inputs = entry
+    buffers = [fed[v]._data for v in fed]
+    for index in needed_inputs:
+        if index >= len(args):
+            raise CaptureError(f"the fetches need input %x{index}: pass it in args", op="run")
+        buffers.append(as_tensor(args[index])._data)
+    outs = [new_tensor(b, v.dtype, v.device) for b, v in zip(program(buffers), fetch_values)]
+    return outs[0] if single else outs
+
+
+def _lookup(graph):
+    names = {name: v for v, name in _names_of(graph).names.items()}
+
+    def find(key):
+        if isinstance(key, str):
+            if key not in names:
+                raise CaptureError(f"the graph has no value named {key}", op="run")
+            return names[key]
+        return key
+    return find
+
+
+def _prune(graph, fetches, fed):
+    """A graph of the nodes the fetches need, fed values and needed inputs as its inputs."""
+    keep, stack = set(), [v.node for v in fetches if v not in fed]
+    while stack:
+        node = stack.pop()
+        if node in keep:
+            continue
+        keep.add(node)
+        stack += [v.node for v in node.inputs if v not in fed] + list(node.after)
+    sub = Graph(name=graph.name + "_partial", variables=graph.variables)
+    mapping: dict = {}
+    for v in fed:
+        mapping[v] = sub.add("input", (), {"index": len(mapping)}, ((v.shape, v.dtype),),
+                             v.device).outputs[0]
+    needed_inputs = []
+    copies: dict = {}
+    for node in graph.nodes:
+        if node not in keep:
+            continue
+        if node.op == "input":
+            index = node.attrs["index"]
+            needed_inputs.append(index)
+            attrs = {"index": len(fed) + len(needed_inputs) - 1}
+        else:
+            attrs = node.attrs
+        copy = sub.add(node.op, [mapping[v] for v in node.inputs], attrs,
+                       [(v.shape, v.dtype) for v in node.outputs], node.device, node.source,
+                       [copies[a] for a in node.after])
+        copies[node] = copy
+        mapping.update(zip(node.outputs, copy.outputs))
+    sub.outputs = [mapping[v] for v in fetches]
+    return Program(sub.lint(), parallel=False), needed_inputs

@@ -26,6 +26,7 @@ from ..tensor import Tensor, new_tensor
 from ..tree import flatten
 from .evaluate import evaluate
 from .executor import Program
+from .serialize import describe
 from .signature import explain, leaf_key, leaves_with_paths, structure
 from .tracer import Tracer
 
@@ -119,7 +120,11 @@ class CapturedFunction:
         else:
             raise CaptureError(f"{self.name} has {len(self.variants)} traced variants; pass "
                                "example arguments to save() to choose one", op="save")
-        save_graph(path, variant.graph, variant.template, self.name)
+        if variant.signature is None:
+            raise CaptureError(f"{self.name} takes or returns values other than tensors, "
+                               "numbers, strings and None, which a saved graph cannot hold",
+                               op="save")
+        save_graph(path, variant.graph, *variant.signature, self.name)
 
     # ---- tracing ---------------------------------------------------------------------------
 
@@ -202,8 +207,13 @@ class CapturedFunction:
                                 SparseRows(next(it), next(it), x.shape)
                                 if type(x) is SparseSlot else x for x in template])
 
-        return Variant(graph, optimized, program, (template, rebuild_out), rebuild,
-                       tracer.grad_guards, differentiable)
+        variant = Variant(graph, optimized, program, (template, rebuild_out), rebuild,
+                          tracer.grad_guards, differentiable)
+        try:  # the argument and result structure, for save()
+            variant.signature = (describe((list(args), kwargs), [0]), describe(result, [0]))
+        except CaptureError:
+            variant.signature = None
+        return variant
 
     def __repr__(self) -> str:
         return f"<captured {self.name}: {len(self.variants)} variant(s)>"

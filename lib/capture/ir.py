@@ -123,6 +123,11 @@ class Graph:
                 found.setdefault(v, []).append(n)
         return found
 
+    def run(self, fetches, feeds=None, args=()):
+        """Partial execution: see rill.capture.executor.run."""
+        from .executor import run
+        return run(self, fetches, feeds, args)
+
     # ---- checking --------------------------------------------------------------------------
 
     def lint(self) -> "Graph":
