@@ -59,7 +59,7 @@ class CapturedFunction:
                  parallel: bool | str = "auto", max_variants: int = 8, module=None):
         self.fn = fn
         self.module = module
-        self.name = name or getattr(fn, "__qualname__", None) or type(fn).__name__
+        self.name = name or getattr(fn, "__name__", None) or type(fn).__name__
         self.optimize = optimize
         self.parallel = parallel
         self.max_variants = max_variants
