@@ -14,7 +14,9 @@ specs equal (bfloat16 and float32 share a storage dtype, so the spec decides).
 
 Never merged: `input` (each is an argument), `read` and `assign` (state: the tracer makes
 one read per variable; two would be two points in time), random draws (two draws are two
-different samples), nodes with subgraphs, and nodes ordered after different nodes.
+different samples), nodes with subgraphs, and nodes ordered after different nodes; nor two
+nodes that are both returned (the caller gets two tensors, not one object twice: see
+Rewrite.may_replace).
 """
 from __future__ import annotations
 
@@ -32,12 +34,12 @@ def cse(graph: Graph) -> Graph:
     for node in graph.nodes:
         key = _key(node, rw)
         survivor = seen.get(key) if key is not None else None
-        if survivor is not None:
+        if survivor is not None and rw.may_replace(node, survivor.outputs):
             rw.replace(node, survivor.outputs)
             continue
         new = rw.copy(node)
         if key is not None:
-            seen[key] = new
+            seen.setdefault(key, new)
     return rw.finish()
 
 

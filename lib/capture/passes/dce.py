@@ -4,22 +4,25 @@ Tracing records everything the Python code did, including work whose result is t
 (a loss term computed and not returned, gradients of inputs nobody asked for), and the other
 passes leave orphans behind (constants a fold consumed, nodes a simplification bypassed).
 
-A node is live if an output of the graph, an `assign` (a side effect on a variable), or an
-`input` (the signature: graph.inputs are found by their nodes) needs it, through its input
-values or its `after` edges (a kept node keeps the nodes it is ordered after). Everything
-else goes, random draws included: a draw nobody uses need not happen (it only advances the
-generator, which no one can rely on inside one captured call).
+A node is live if an output of the graph, an `assign` (a side effect on a variable), a
+`check` (the dataflow assert: eager code would have raised, used or not), or an `input` (the
+signature: graph.inputs are found by their nodes) needs it, through its input values or its
+`after` edges (a kept node keeps the nodes it is ordered after). Everything else goes,
+random draws included: a draw nobody uses need not happen (it only advances the generator,
+which no one can rely on inside one captured call).
 """
 from __future__ import annotations
 
 from ..ir import Graph
 from .rewrite import Rewrite
 
+ROOTS = frozenset({"assign", "check", "input"})  # kept whether or not anything uses them
+
 
 def dce(graph: Graph) -> Graph:
     live: set = set()
     stack = [v.node for v in graph.outputs]
-    stack += [n for n in graph.nodes if n.op in ("assign", "input")]
+    stack += [n for n in graph.nodes if n.op in ROOTS]
     while stack:
         node = stack.pop()
         if node in live:

@@ -50,10 +50,14 @@ def fold(graph: Graph) -> Graph:
 
 def _foldable(node, inputs) -> bool:
     return (is_pure_primitive(node) and node.op in PRIMITIVES and node.op not in NEVER_FOLD
-            and node.device is not None and node.device.kind == "cpu"
-            and all(v.node.op == "constant" and v.device.kind == "cpu" for v in inputs)
-            and all(math.prod(v.shape) <= FOLD_MAX_ELEMENTS for v in node.outputs)
+            and _on_cpu(node) and all(v.node.op == "constant" and _on_cpu(v) for v in inputs)
+            and all(_on_cpu(v) and math.prod(v.shape) <= FOLD_MAX_ELEMENTS
+                    for v in node.outputs)
             and node.primitive.kernels.get("cpu") is not None)
+
+
+def _on_cpu(x) -> bool:
+    return getattr(x.device, "kind", None) == "cpu"
 
 
 def _evaluate(node, inputs):

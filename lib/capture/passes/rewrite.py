@@ -18,8 +18,15 @@ walks the old graph in order and builds a new one with a `Rewrite`:
 a node sees its inputs as already rewritten (a fold feeds the next fold, reshape chains
 collapse in one walk). Control edges (`after`) of a replaced node are redirected to the
 nodes that now produce its values (and to what the replaced node itself waited for), so an
-ordering the old graph guaranteed still holds. The list of Variables is shared, not copied:
-variables are state outside the graph, the same for both.
+ordering the old graph guaranteed still holds. The list of Variables is shared, not
+copied: variables are state outside the graph, the same for both.
+
+A graph output must not become an alias the traced function did not return: when a
+captured call runs through `evaluate` (with gradients), an output that is an `input` or
+`read` value comes back as the caller's own tensor or parameter object, and two outputs that
+are one value come back as one object; an in-place change of "the result" would then change
+the argument, the parameter, or the other result. `may_replace` says whether a rewrite is
+free of that.
 """
 from __future__ import annotations
 
@@ -59,6 +66,8 @@ class Rewrite:
         self.graph = Graph(variables=graph.variables, name=graph.name)
         self.values: dict = {}  # old Value -> new Value
         self.nodes: dict = {}   # old Node -> new nodes an `after` edge to it now means
+        self.returned = set(graph.outputs)  # old values the graph returns
+        self.taken: set = set()             # new values standing for some of them so far
 
     def get(self, v: Value) -> Value:
         try:
@@ -90,9 +99,17 @@ class Rewrite:
                        [(v.shape, v.dtype, v.device) for v in node.outputs], node.device,
                        node.source, self.after(node))
         new.subgraphs = dict(node.subgraphs)
-        self.values.update(zip(node.outputs, new.outputs))
+        self._map(node, new.outputs)
         self.nodes[node] = (new,)
         return new
+
+    def may_replace(self, node: Node, values) -> bool:
+        """False if standing these values for node's outputs would alias a returned value
+        with an argument, a variable, or another returned value."""
+        for old, new in zip(node.outputs, values):
+            if old in self.returned and (new in self.taken or new.node.op in ("input", "read")):
+                return False
+        return True
 
     def replace(self, node: Node, values) -> None:
         """The old node is gone; its outputs are these new values (specs must match)."""
@@ -102,10 +119,16 @@ class Rewrite:
         for old, new in zip(node.outputs, values):
             if not same_spec(old, new):
                 raise AssertionError(f"pass bug: {new} cannot stand for {old}")
-            self.values[old] = new
+        self._map(node, values)
         producers = dict.fromkeys(v.node for v in values)
         producers.update(dict.fromkeys(self.after(node)))
         self.nodes[node] = tuple(producers)
+
+    def _map(self, node: Node, values) -> None:
+        for old, new in zip(node.outputs, values):
+            self.values[old] = new
+            if old in self.returned:
+                self.taken.add(new)
 
     def finish(self) -> Graph:
         self.graph.outputs = [self.get(v) for v in self.old.outputs]

@@ -14,9 +14,12 @@ every input, NaN, infinities and signed zeros included. Hence
   +0.0, so adding +0.0 is not an identity;
 - transpose of transpose -> one transpose (none if the axes cancel); reshape of reshape ->
   one reshape; a reshape to the same shape, a transpose with identity axes, a cast to the
-  same dtype, neg(neg(x)) -> x; where(all True, a, b) -> a, where(all False, a, b) -> b.
+  same dtype, neg(neg(x)) -> x; where(all True, a, b) -> a, where(all False, a, b) -> b;
+  check(all True, x) -> x (the dataflow assert of a condition known to hold).
 The constant must have x's dtype, and the surviving value must have exactly the removed
-one's spec (shape, dtype, device): `x * ones(3, 4)` broadcasts x up, and is kept.
+one's spec (shape, dtype, device): `x * ones(3, 4)` broadcasts x up, and is kept. A returned
+value is not simplified into an argument, a variable or another returned value (see
+Rewrite.may_replace): `return x * 1.0` must not hand the caller back its own tensor.
 """
 from __future__ import annotations
 
@@ -35,7 +38,7 @@ def simplify(graph: Graph) -> Graph:
                 and not node.subgraphs:
             out = node.outputs[0]
             found = rule(node, ins, rw)
-            if found is not None and same_spec(found, out):
+            if found is not None and same_spec(found, out) and rw.may_replace(node, [found]):
                 rw.replace(node, [found])
                 continue
         rw.copy(node, ins)
@@ -108,6 +111,11 @@ def _where(node, ins, rw):
     return ins[1] if np.all(cond) else ins[2] if not np.any(cond) else None
 
 
+def _check(node, ins, rw):
+    ok = _host(ins[0])
+    return ins[1] if ok is not None and ins[0].dtype.kind == "b" and np.all(ok) else None
+
+
 def _transpose(node, ins, rw):
     x, axes = ins[0], tuple(node.attrs["axes"])
     inner = _producer(x, "transpose")
@@ -138,5 +146,5 @@ def _emit(rw, node, x, attrs):
 
 
 RULES = {"multiply": _multiply, "divide": _divide, "add": _add, "subtract": _subtract,
-         "neg": _neg, "cast": _cast, "where": _where, "transpose": _transpose,
+         "neg": _neg, "cast": _cast, "where": _where, "check": _check, "transpose": _transpose,
          "reshape": _reshape}
