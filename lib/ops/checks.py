@@ -22,7 +22,7 @@ def _check_vjp(g, out, ok, value, **_):
     return None, g
 
 
-check_p = primitive("check", _check_infer, _check_vjp)
+check_p = primitive("check", _check_infer, _check_vjp, effect="check")
 
 
 def check(ok, value, message: str, error: str = "ArgumentError", op: str = "check"):

@@ -21,14 +21,16 @@ class Primitive:
         Python scalars are lifted).
     device_attr: the op's result lives on attrs["device"] (creation ops, copies between
         devices); otherwise on the device all its inputs share.
+    effect: None for a pure op; "random" for a draw (changes a generator: never merged or
+        folded by graph passes), "check" for an op that may raise (kept even when unused).
     """
 
     __slots__ = ("name", "infer", "vjp", "normalize", "multiple_results", "save_output",
-                 "device_attr", "kernels", "__weakref__")
+                 "device_attr", "effect", "kernels", "__weakref__")
 
     def __init__(self, name: str, infer: Callable, vjp: Callable | None = None, *,
                  normalize: Callable | None = None, multiple_results: bool = False,
-                 save_output: bool = False, device_attr: bool = False):
+                 save_output: bool = False, device_attr: bool = False, effect: str | None = None):
         self.name = name
         self.infer = infer
         self.vjp = vjp
@@ -36,6 +38,7 @@ class Primitive:
         self.multiple_results = multiple_results
         self.save_output = save_output
         self.device_attr = device_attr
+        self.effect = effect
         self.kernels: dict[str, Callable] = {}
 
     def __repr__(self) -> str:

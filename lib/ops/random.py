@@ -13,9 +13,9 @@ def _random_infer(shape, dtype, device, generator, **_):
     return shape, dtype
 
 
-uniform_p = primitive("uniform", _random_infer, device_attr=True)
-normal_p = primitive("normal", _random_infer, device_attr=True)
-randint_p = primitive("randint", _random_infer, device_attr=True)
+uniform_p = primitive("uniform", _random_infer, device_attr=True, effect="random")
+normal_p = primitive("normal", _random_infer, device_attr=True, effect="random")
+randint_p = primitive("randint", _random_infer, device_attr=True, effect="random")
 
 
 def _attrs(shape, dtype, device, generator, default):

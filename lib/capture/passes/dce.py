@@ -14,15 +14,15 @@ which no one can rely on inside one captured call).
 from __future__ import annotations
 
 from ..ir import Graph
-from .rewrite import Rewrite
+from .rewrite import Rewrite, effect
 
-ROOTS = frozenset({"assign", "check", "input"})  # kept whether or not anything uses them
+ROOTS = frozenset({"assign", "input"})  # kept whether or not anything uses them, as are checks
 
 
 def dce(graph: Graph) -> Graph:
     live: set = set()
     stack = [v.node for v in graph.outputs]
-    stack += [n for n in graph.nodes if n.op in ROOTS]
+    stack += [n for n in graph.nodes if n.op in ROOTS or effect(n) == "check"]
     while stack:
         node = stack.pop()
         if node in live:

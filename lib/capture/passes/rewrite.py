@@ -30,16 +30,19 @@ free of that.
 """
 from __future__ import annotations
 
+from ...ops.primitive import PRIMITIVES
 from ..ir import GRAPH_OPS, Graph, Node, Value
 
-# Primitives that draw from a Generator: running one changes the generator's state, so two
-# draws are never the same value and a draw is never a constant. Any node whose attrs hold a
-# `generator` counts too (ops added later).
-RANDOM_OPS = frozenset({"uniform", "normal", "randint"})
+def effect(node: Node) -> str | None:
+    """The primitive's declared effect ("random", "check") or None (see ops/primitive.py)."""
+    prim = PRIMITIVES.get(node.op)
+    return prim.effect if prim is not None else None
 
 
 def is_random(node: Node) -> bool:
-    return node.op in RANDOM_OPS or "generator" in node.attrs
+    """A draw changes its generator: two draws are never the same value, nor a constant.
+    Any node whose attrs hold a `generator` counts too."""
+    return effect(node) == "random" or "generator" in node.attrs
 
 
 def is_pure_primitive(node: Node) -> bool:
