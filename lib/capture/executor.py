@@ -70,7 +70,7 @@ class Program:
             if node.op == "input":
                 code = f"{outs[0]} = args[{node.attrs['index']}]"
             elif node.op == "constant":
-                scope[f"C{i}"] = node.attrs["value"]
+                scope[f"C{i}"] = _on_device(node)
                 code = f"{outs[0]} = C{i}"
             elif node.op == "read":
                 var = node.attrs["var"]
@@ -83,7 +83,9 @@ class Program:
                 call = f"K{i}({', '.join(filter(None, [ins, f'**A{i}' if node.attrs else '']))})"
                 if node.attrs:
                     scope[f"A{i}"] = node.attrs
-                code = f"{', '.join(outs)}{',' if len(outs) == 1 and node.primitive.multiple_results else ''} = {call}"
+                targets = ", ".join(outs) + ("," if node.primitive.multiple_results and
+                                             len(outs) == 1 else "")
+                code = f"{targets} = {call}"
                 for v, name in zip(node.outputs, outs):
                     fix = _fixup(v)
                     if fix:
@@ -184,7 +186,7 @@ def _execute(node, graph, step, inputs, args):
     if op == "input":
         return (args[node.attrs["index"]],)
     if op == "constant":
-        return (node.attrs["value"],)
+        return (_on_device(node),)
     if op == "read":
         var = graph.variables[node.attrs["var"]]
         return (var.owner._data if var.kind == "value" else _read_grad(var),)
@@ -264,6 +266,12 @@ def _fixup(v) -> str:
     if v.shape == ():
         return "asarray({})"  # reductions to 0-d may return NumPy scalars
     return ""
+
+
+def _on_device(constant):
+    """A constant's host array as a buffer of its device (constants are stored on the host)."""
+    v = constant.outputs[0]
+    return v.device.backend.from_host(constant.attrs["value"], v.device)
 
 
 def _read_grad(var):
