@@ -1,8 +1,6 @@
 """Adam and AdamW: adaptive moment estimation, with L2 or decoupled weight decay."""
 from __future__ import annotations
 
-from ..ops.creation import zeros_like
-from ..eager.context import outside_capture
 from ..ops.elementwise import cast, maximum, sqrt
 from ..ops.methods import assign
 from .optimizer import Optimizer, lerp
@@ -58,10 +56,7 @@ class Adam(Optimizer):
             assign(m, lerp(m, g, 1.0 - beta1))
             assign(v, v * beta2 + g * (1.0 - beta2) * g)
             if amsgrad:
-                v_max = state.get("max_exp_avg_sq")
-                if v_max is None:
-                    with outside_capture():  # state outlives a capture (see Optimizer._state)
-                        v_max = state["max_exp_avg_sq"] = zeros_like(p)
+                v_max = self._zero_slot(state, "max_exp_avg_sq", p)
                 v = assign(v_max, maximum(v_max, v))
             # The step count is a tensor (see step_count): corrections in float64, then cast.
             bias_correction2_sqrt = cast(sqrt(1.0 - beta2 ** step), p.dtype)

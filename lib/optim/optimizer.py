@@ -191,6 +191,14 @@ class Optimizer:
                 state = self.state[p] = make()
         return state
 
+    def _zero_slot(self, state: dict, name: str, p) -> Tensor:
+        """state[name], made as zeros like p at first use (eagerly: see _state)."""
+        slot = state.get(name)
+        if slot is None:
+            with outside_capture():
+                slot = state[name] = zeros_like(p)
+        return slot
+
     # ---- state_dict ------------------------------------------------------------------------
 
     def state_dict(self) -> dict:

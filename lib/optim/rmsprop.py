@@ -1,8 +1,6 @@
 """RMSprop: gradients scaled by a running average of their squares."""
 from __future__ import annotations
 
-from ..eager.context import outside_capture
-from ..ops.creation import zeros_like
 from ..ops.elementwise import sqrt
 from ..ops.methods import assign
 from .optimizer import Optimizer, lerp
@@ -46,19 +44,13 @@ class RMSprop(Optimizer):
             square_avg = state["square_avg"]
             assign(square_avg, square_avg * alpha + g * (1.0 - alpha) * g)
             if centered:
-                grad_avg = state.get("grad_avg")
-                if grad_avg is None:
-                    with outside_capture():  # state outlives a capture (see Optimizer._state)
-                        grad_avg = state["grad_avg"] = zeros_like(p)
+                grad_avg = self._zero_slot(state, "grad_avg", p)
                 assign(grad_avg, lerp(grad_avg, g, 1.0 - alpha))
                 avg = sqrt(square_avg - grad_avg * grad_avg) + eps
             else:
                 avg = sqrt(square_avg) + eps
             if momentum > 0:
-                buf = state.get("momentum_buffer")
-                if buf is None:
-                    with outside_capture():
-                        buf = state["momentum_buffer"] = zeros_like(p)
+                buf = self._zero_slot(state, "momentum_buffer", p)
                 assign(buf, buf * momentum + g / avg)
                 assign(p, p - buf * lr)
             else:
