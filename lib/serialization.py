@@ -191,19 +191,29 @@ def write(p: Plan, path) -> str:
     head = _HEAD.pack(MAGIC, VERSION, len(text), zlib.crc32(text))
     head += struct.pack("<I", zlib.crc32(head))
 
+    def fill(f):
+        f.write(head)
+        f.write(text)
+        f.write(bytes(_aligned(len(head) + len(text)) - len(head) - len(text)))
+        written = 0
+        for entry, a in zip(entries, arrays):
+            f.write(bytes(entry["offset"] - written))
+            f.write(a)
+            written = entry["offset"] + a.nbytes
+
+    return write_atomically(path, fill, op="save")
+
+
+def write_atomically(path, fill, op: str) -> str:
+    """Call fill(binary file) on a temporary file beside `path`, then fsync and rename it to
+    `path` and fsync the directory: readers see the old file or the whole new one."""
+    path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     temp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}."
                                    f"{secrets.token_hex(4)}{TEMP_SUFFIX}")
     try:
         with open(temp, "xb") as f:
-            f.write(head)
-            f.write(text)
-            f.write(bytes(_aligned(len(head) + len(text)) - len(head) - len(text)))
-            written = 0
-            for entry, a in zip(entries, arrays):
-                f.write(bytes(entry["offset"] - written))
-                f.write(a)
-                written = entry["offset"] + a.nbytes
+            fill(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(temp, path)
@@ -213,7 +223,7 @@ def write(p: Plan, path) -> str:
         except OSError:
             pass
         if isinstance(e, OSError):
-            raise CheckpointError(f"{path}: cannot write: {e.strerror or e}", op="save") from e
+            raise CheckpointError(f"{path}: cannot write: {e.strerror or e}", op=op) from e
         raise
     _fsync_directory(directory)
     return path

@@ -19,8 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from ..dtypes import bfloat16, round_to_bfloat16
-from ..eager.interpreter import CHECK_KERNELS, check_kernel_result
-from ..errors import CaptureError, DeviceError, Error, KernelError
+from ..eager.interpreter import CHECK_KERNELS, check_kernel_result, kernel_error
+from ..errors import CaptureError, DeviceError
 from ..tensor import new_tensor
 from .ir import Graph, _Names, format_node
 
@@ -34,7 +34,7 @@ class Program:
 
     def __init__(self, graph: Graph, parallel: bool | str = "auto"):
         self.graph = graph
-        self.steps = [_step(node, graph) for node in graph.nodes]
+        self.steps = [_kernel_of(node) for node in graph.nodes]
         if parallel == "auto":
             parallel = _worth_parallel(graph)
         self.parallel = bool(parallel)
@@ -123,14 +123,8 @@ class Program:
         if node is None:
             return e
         where = format_node(node, _names_of(self.graph))
-        if isinstance(e, Error):
-            err = type(e)(f"{e.message}\n  while running {where}", op=e.op or node.op)
-        elif isinstance(e, IndexError):
-            from ..errors import IndexingError
-            err = IndexingError(f"{e}\n  while running {where}", op=node.op)
-        else:
-            err = KernelError(f"the {node.device.kind} kernel failed: {type(e).__name__}: {e}\n"
-                              f"  while running {where}", op=node.op)
+        cause = kernel_error(e, node.op, node.device.kind)
+        err = type(cause)(f"{cause.message}\n  while running {where}", op=cause.op or node.op)
         err.location = node.source
         return err
 
@@ -249,7 +243,7 @@ def _worth_parallel(graph: Graph) -> bool:
                for a, b in itertools.combinations(heavy, 2))
 
 
-def _step(node, graph):
+def _kernel_of(node):
     if node.op in ("input", "constant", "read", "assign"):
         return None
     prim = node.primitive

@@ -160,9 +160,9 @@ class CapturedFunction:
         traced_args = []
         for leaf in flat:
             if isinstance(leaf, Tensor):
-                index = sum(1 for a in traced_args if isinstance(a, Tensor))
-                node = tracer._add("input", (), {"index": index}, ((leaf.shape, leaf.dtype),),
-                                   leaf.device)
+                # Inputs are the first nodes, so their count so far is this one's index.
+                node = tracer._add("input", (), {"index": len(tracer.graph.nodes)},
+                                   ((leaf.shape, leaf.dtype),), leaf.device)
                 t = new_tensor(node.outputs[0], leaf.dtype, leaf.device)
                 t.requires_grad = leaf.requires_grad
                 leaf = t
@@ -231,8 +231,7 @@ class SparseSlot:
 
 def _key(args, kwargs, grad_enabled):
     """(cache key, the tensors in order): the hot path of every call, kept lean."""
-    tensors = []
-    if not kwargs and all(type(a) is Tensor or isinstance(a, Tensor) for a in args):
+    if not kwargs and all(isinstance(a, Tensor) for a in args):
         tensors = list(args)
         return (("flat", tuple((a.shape, a.dtype, a.device, a.requires_grad) for a in args)),
                 grad_enabled), tensors

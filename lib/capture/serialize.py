@@ -132,7 +132,7 @@ def decode_attr(value, arrays: dict):
 # ---- saving --------------------------------------------------------------------------------
 
 def save_graph(path, graph: Graph, signature, result, name: str) -> None:
-    from ..serialization import save
+    from ..serialization import save, write_atomically
     os.makedirs(path, exist_ok=True)
     index = {node: i for i, node in enumerate(graph.nodes)}
     arrays: dict = {}
@@ -165,9 +165,9 @@ def save_graph(path, graph: Graph, signature, result, name: str) -> None:
     state = {"variables": {_key(v): _value_of(v) for v in graph.variables},
              "arrays": {k: new_tensor(a, _dtype_of(a), as_device("cpu"))
                         for k, a in arrays.items()}}
-    _write_atomically(os.path.join(path, "state.rill"), lambda p: save(state, p))
-    _write_atomically(os.path.join(path, "graph.json"),
-                      lambda p: open(p, "w").write(json.dumps(doc, indent=1)))
+    save(state, os.path.join(path, "state.rill"))  # atomic, as every rill.save
+    text = json.dumps(doc, indent=1).encode()
+    write_atomically(os.path.join(path, "graph.json"), lambda f: f.write(text), op="save")
 
 
 def _key(v: Variable) -> str:
@@ -184,12 +184,6 @@ def _value_of(v: Variable) -> Tensor:
 
 def _dtype_of(a: np.ndarray):
     return dt.as_dtype(a.dtype.name) if a.dtype.name in dt._BY_NAME else dt.float32
-
-
-def _write_atomically(path: str, write) -> None:
-    tmp = path + ".tmp"
-    write(tmp)
-    os.replace(tmp, path)
 
 
 # ---- loading -------------------------------------------------------------------------------

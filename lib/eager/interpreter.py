@@ -28,14 +28,20 @@ class EagerInterpreter:
                 out = kernel(*[a._data for a in args], **attrs)
         except Error:
             raise
-        except IndexError as e:
-            raise IndexingError(str(e), op=prim.name) from e
         except Exception as e:
-            raise KernelError(f"the {device.kind} kernel failed: {type(e).__name__}: {e}",
-                              op=prim.name) from e
+            raise kernel_error(e, prim.name, device.kind) from e
         if prim.multiple_results:
             return tuple(wrap(prim, o, aval, device) for o, aval in zip(out, avals))
         return wrap(prim, out, avals, device)
+
+
+def kernel_error(e: Exception, op: str, kind: str) -> Error:
+    """What a kernel raised, as the rill error the user sees (eager or in a graph)."""
+    if isinstance(e, Error):
+        return e
+    if isinstance(e, IndexError):
+        return IndexingError(str(e), op=op)
+    return KernelError(f"the {kind} kernel failed: {type(e).__name__}: {e}", op=op)
 
 
 def wrap(prim, out, aval, device) -> Tensor:
