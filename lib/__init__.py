@@ -48,6 +48,7 @@ from . import nn, optim, data, train
 from .serialization import save, load
 from .capture.function import capture, CaptureWarning
 from .capture.serialize import load_graph
+from .control import cond, switch, while_loop, fori_loop, scan
 
 bool = bool_  # noqa: A001 - rill.bool, as torch.bool and jnp.bool
 __version__ = "0.1.0"

@@ -92,6 +92,51 @@ def binary(name, ref, tref, domain=(-2.0, 2.0), **kw):
     return Op(name, getattr(rill, name), ref, tref, list(BINARY_SHAPES), domain, **kw)
 
 
+# ---- control flow rows ---------------------------------------------------------------------
+
+def _captured(fn):
+    """A fresh capture per call: the table calls with many shapes (no retrace warnings)."""
+    return rill.capture(fn)
+
+
+def _scan_rnn(xs, w, reverse=False):
+    step = lambda h, x: (rill.tanh(h * w + x), h * x)  # noqa: E731
+    h, ys = rill.scan(step, rill.zeros_like(xs[0]), xs, reverse=reverse)
+    return h, ys
+
+
+def _scan_rnn_reverse(xs, w):
+    return _scan_rnn(xs, w, reverse=True)
+
+
+def _loop_rnn(lib, reverse=False):
+    def run(xs, w):
+        h, ys = xs[0] * 0, [None] * len(xs)
+        for t in (range(len(xs) - 1, -1, -1) if reverse else range(len(xs))):
+            h, ys[t] = lib.tanh(h * w + xs[t]), h * xs[t]
+        return h, lib.stack(ys)
+    return run
+
+
+def _while_poly(x, w):
+    # Four iterations (the count is data: it depends on nothing differentiated).
+    out = rill.while_loop(lambda c: c[0] < 4, lambda c: (c[0] + 1, c[1] * w + rill.sin(c[1])),
+                          (rill.tensor(0), x), max_iterations=10)
+    return out[1]
+
+
+def _while_ref(lib):
+    def run(x, w):
+        for _ in range(4):
+            x = x * w + lib.sin(x)
+        return x
+    return run
+
+
+def _cond_mix(p, x, y):
+    return rill.cond(p, lambda a, b: a * b, lambda a, b: rill.sin(a) - b, x, y)
+
+
 OPS = [
     # ---- unary -----------------------------------------------------------------------------
     unary("neg", np.negative, torch.neg),
@@ -361,6 +406,20 @@ OPS = [
     Op("einsum_trace_sum", lambda x, y: rill.einsum("ii,jk->j", x, y),
        lambda x, y: np.einsum("ii,jk->j", x, y), lambda x, y: torch.einsum("ii,jk->j", x, y),
        [((3, 3), (2, 4))]),
+    # Control flow: run through a capture, so that the primitives (switch, scan, while) run
+    # eagerly when the graph is evaluated with gradients, and their vjp rules are checked.
+    Op("scan", lambda xs, w: _captured(_scan_rnn)(xs, w), _loop_rnn(np), _loop_rnn(torch),
+       [((4, 3), (3,)), ((1, 2), ()), ((5, 2, 3), (3,))], dtypes=(), rtol=1e-12),
+    Op("scan_reverse", lambda xs, w: _captured(_scan_rnn_reverse)(xs, w),
+       _loop_rnn(np, reverse=True), _loop_rnn(torch, reverse=True), [((4, 3), (3,))],
+       dtypes=(), rtol=1e-12),
+    Op("while", lambda x, w: _captured(_while_poly)(x, w), _while_ref(np), _while_ref(torch),
+       [((3,), (3,)), ((), ())], dtypes=(), domain=(0.5, 1.5), rtol=1e-12),
+    Op("switch", lambda p, x, y: _captured(_cond_mix)(p, x, y),
+       lambda p, x, y: x * y if p else np.sin(x) - y,
+       lambda p, x, y: x * y if bool(p) else torch.sin(x) - y,
+       [(lambda r: np.array(True), (3, 4), (3, 4)), (lambda r: np.array(False), (3, 4), (4,))],
+       dtypes=(), rtol=1e-12),
 ]
 
 
@@ -403,3 +462,5 @@ def _np_add(x, i, v):
 
 def _torch_getitem_mixed(x, i):
     return torch.flip(x[1:, i, None, :], (-1,))
+
+

@@ -3,8 +3,11 @@
 A Graph is a list of Nodes in topological order. A Node is (op, inputs, attrs, outputs,
 device, source location), plus `after`: nodes that must run first although no value flows
 from them (the paper's control dependencies; they order reads and writes of one variable).
-A node may hold subgraphs (the branches and bodies of control flow). A Value is
-(producer, index, spec), the spec being shape, dtype and device.
+A node may hold subgraphs (the branches and bodies of control flow): they are attrs whose
+value is a Graph (or a tuple of Graphs), so everything that passes attrs on (the executor,
+`evaluate`, the tape) hands them to the op unchanged, and `node.subgraphs` finds them for
+the passes, printing and saving. A Value is (producer, index, spec), the spec being shape,
+dtype and device.
 
 Ops are primitive names, plus four that belong to the graph itself:
   input     the function's i-th tensor argument          attrs: index
@@ -56,9 +59,9 @@ class Variable:
 
 
 class Node:
-    __slots__ = ("op", "inputs", "attrs", "outputs", "device", "source", "after", "subgraphs")
+    __slots__ = ("op", "inputs", "attrs", "outputs", "device", "source", "after")
 
-    def __init__(self, op: str, inputs, attrs, device, source=None, after=(), subgraphs=None):
+    def __init__(self, op: str, inputs, attrs, device, source=None, after=()):
         self.op = op
         self.inputs = list(inputs)
         self.attrs = dict(attrs)
@@ -66,7 +69,17 @@ class Node:
         self.device = device
         self.source = source
         self.after = list(after)
-        self.subgraphs = dict(subgraphs or {})
+
+    @property
+    def subgraphs(self) -> dict:
+        """{name: Graph} of the graphs this node holds ("body", "branches[1]", ...)."""
+        found = {}
+        for key, value in self.attrs.items():
+            if isinstance(value, Graph):
+                found[key] = value
+            elif isinstance(value, tuple) and value and isinstance(value[0], Graph):
+                found.update((f"{key}[{i}]", g) for i, g in enumerate(value))
+        return found
 
     def add_output(self, shape, dtype, device=None) -> Value:
         v = Value(self, len(self.outputs), shape, dtype, device or self.device)
@@ -155,6 +168,11 @@ class Graph:
                     fail(node, "output bookkeeping is wrong")
                 if v.dtype is None or any(not isinstance(s, int) or s < 0 for s in v.shape):
                     fail(node, f"output {i} has no valid spec")
+            for name, sub in node.subgraphs.items():
+                try:
+                    sub.lint()
+                except CaptureError as e:
+                    fail(node, f"in its {name}: {e.message}")
             if node.op in ("read", "assign"):
                 var = node.attrs["var"]
                 if not 0 <= var < len(self.variables):
@@ -178,6 +196,9 @@ class Graph:
     # ---- showing ---------------------------------------------------------------------------
 
     def __str__(self) -> str:
+        return "\n".join(self._lines())
+
+    def _lines(self) -> list:
         names = _Names()
         lines = []
         for i, v in enumerate(self.variables):
@@ -191,8 +212,12 @@ class Graph:
         for node, text in zip(shown, body):
             lines.append("  " + (text.ljust(width) + f"  # {node.source}" if node.source
                                  else text))
+            for name, sub in node.subgraphs.items():  # nested blocks, numbered afresh
+                sub_lines = sub._lines()
+                sub_lines[0] = f"{name}: " + sub_lines[0]
+                lines += ["      " + line for line in sub_lines]
         lines.append(f"  return {', '.join(names[v] for v in self.outputs)}")
-        return "\n".join(lines)
+        return lines
 
     __repr__ = __str__
 
@@ -242,6 +267,18 @@ class _Names:
         return name
 
 
+def map_subgraphs(attrs: dict, fn) -> dict:
+    """attrs with every Graph (alone or in a tuple) replaced by fn(graph)."""
+    out = {}
+    for key, value in attrs.items():
+        if isinstance(value, Graph):
+            value = fn(value)
+        elif isinstance(value, tuple) and value and isinstance(value[0], Graph):
+            value = tuple(fn(g) for g in value)
+        out[key] = value
+    return out
+
+
 def _spec(v) -> str:
     from ..dtypes import short_name
     return f"{short_name(v.dtype)}[{','.join(str(s) for s in v.shape)}]"
@@ -261,6 +298,9 @@ def format_node(node: Node, names: _Names) -> str:
     outs = ", ".join(f"{names[v]} : {_spec(v)}" for v in node.outputs)
     args = [names[v] for v in node.inputs]
     attrs = {k: v for k, v in node.attrs.items() if k not in ("device",)}
+    if node.subgraphs:  # printed as blocks below the node; unset options left out
+        attrs = {k: v for k, v in attrs.items() if v is not None and
+                 k not in {name.split("[")[0] for name in node.subgraphs}}
     if node.op in ("read", "assign"):
         args.insert(0, f"${attrs.pop('var')}")
     if node.op == "input":

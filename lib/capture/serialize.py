@@ -87,6 +87,8 @@ def encode_attr(value, arrays: dict, where: str):
         return {"$dtype": value.name}
     if isinstance(value, Device):
         return {"$device": str(value)}
+    if isinstance(value, Graph):  # a branch or loop body
+        return {"$graph": encode_graph(value, arrays)}
     if isinstance(value, slice):
         return {"$slice": [encode_attr(v, arrays, where)
                            for v in (value.start, value.stop, value.step)]}
@@ -115,6 +117,8 @@ def decode_attr(value, arrays: dict):
         return dt.as_dtype(value["$dtype"])
     if "$device" in value:
         return as_device(value["$device"])
+    if "$graph" in value:
+        return decode_graph(value["$graph"], arrays)
     if "$slice" in value:
         return slice(*[decode_attr(v, arrays) for v in value["$slice"]])
     if "$ellipsis" in value:
@@ -129,13 +133,12 @@ def decode_attr(value, arrays: dict):
     raise CaptureError(f"unknown attribute encoding {sorted(value)}", op="load_graph")
 
 
-# ---- saving --------------------------------------------------------------------------------
+# ---- graphs --------------------------------------------------------------------------------
 
-def save_graph(path, graph: Graph, signature, result, name: str) -> None:
-    from ..serialization import save, write_atomically
-    os.makedirs(path, exist_ok=True)
+def encode_graph(graph: Graph, arrays: dict) -> dict:
+    """{"name", "nodes", "outputs"}: the nodes in order, inputs as [node, output] pairs. A
+    branch or loop body (an attr holding a Graph) is encoded the same way, nested."""
     index = {node: i for i, node in enumerate(graph.nodes)}
-    arrays: dict = {}
     nodes = []
     for node in graph.nodes:
         attrs = {}
@@ -153,14 +156,45 @@ def save_graph(path, graph: Graph, signature, result, name: str) -> None:
             "after": [index[a] for a in node.after],
             "source": node.source,
         })
+    return {"name": graph.name, "nodes": nodes,
+            "outputs": [[index[v.node], v.index] for v in graph.outputs]}
+
+
+def decode_graph(doc: dict, arrays: dict, graph: Graph | None = None) -> Graph:
+    """The Graph `encode_graph` wrote (into `graph`, which may already hold variables)."""
+    from ..ops.primitive import PRIMITIVES
+    graph = graph if graph is not None else Graph(name=doc["name"])
+    for i, entry in enumerate(doc["nodes"]):
+        op = entry["op"]
+        if op not in GRAPH_OPS and op not in PRIMITIVES:
+            raise CheckpointError(f"node {i} of {graph.name} uses op {op!r}, which this rill "
+                                  "does not have", op="load_graph")
+        node = Node(op, [graph.nodes[n].outputs[k] for n, k in entry["inputs"]],
+                    {k: decode_attr(v, arrays) for k, v in entry["attrs"].items()},
+                    as_device(entry["device"]), entry.get("source"),
+                    [graph.nodes[n] for n in entry["after"]])
+        for out in entry["outputs"]:
+            node.add_output(tuple(out["shape"]), dt.as_dtype(out["dtype"]))
+        graph.nodes.append(node)
+    graph.outputs = [graph.nodes[n].outputs[k] for n, k in doc["outputs"]]
+    return graph
+
+
+# ---- saving --------------------------------------------------------------------------------
+
+def save_graph(path, graph: Graph, signature, result, name: str) -> None:
+    from ..serialization import save, write_atomically
+    os.makedirs(path, exist_ok=True)
+    arrays: dict = {}
+    body = encode_graph(graph, arrays)
     doc = {
         "format": FORMAT, "version": VERSION, "name": name,
         "signature": signature, "result": result,
         "variables": [{"name": v.name, "kind": v.kind, "shape": list(v.shape),
                        "dtype": v.dtype.name, "device": str(v.device)}
                       for v in graph.variables],
-        "nodes": nodes,
-        "outputs": [[index[v.node], v.index] for v in graph.outputs],
+        "nodes": body["nodes"],
+        "outputs": body["outputs"],
     }
     state = {"variables": {_key(v): _value_of(v) for v in graph.variables},
              "arrays": {k: new_tensor(a, _dtype_of(a), as_device("cpu"))
@@ -194,7 +228,6 @@ def load_graph(path):
     It needs none of the model's code: the graph names primitives, the state file holds
     the values. Its arguments must match the saved signature (structure, shapes, dtypes).
     """
-    from ..ops.primitive import PRIMITIVES
     from ..serialization import load
     doc_path = os.path.join(path, "graph.json")
     try:
@@ -223,19 +256,7 @@ def load_graph(path):
             graph.variables.append(Variable(owner, spec["kind"], spec["name"],
                                             tuple(spec["shape"]), dt.as_dtype(spec["dtype"]),
                                             as_device(spec["device"])))
-        for i, entry in enumerate(doc["nodes"]):
-            op = entry["op"]
-            if op not in GRAPH_OPS and op not in PRIMITIVES:
-                raise CheckpointError(f"node {i} of {doc_path} uses op {op!r}, which this rill "
-                                      "does not have", op="load_graph")
-            node = Node(op, [graph.nodes[n].outputs[k] for n, k in entry["inputs"]],
-                        {k: decode_attr(v, arrays) for k, v in entry["attrs"].items()},
-                        as_device(entry["device"]), entry.get("source"),
-                        [graph.nodes[n] for n in entry["after"]])
-            for out in entry["outputs"]:
-                node.add_output(tuple(out["shape"]), dt.as_dtype(out["dtype"]))
-            graph.nodes.append(node)
-        graph.outputs = [graph.nodes[n].outputs[k] for n, k in doc["outputs"]]
+        decode_graph(doc, arrays, graph)
     except (KeyError, IndexError, TypeError, ValueError) as e:
         raise CheckpointError(f"{doc_path} is damaged or inconsistent: {type(e).__name__}: {e}",
                               op="load_graph") from None

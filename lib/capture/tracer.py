@@ -59,12 +59,8 @@ class Tracer:
     def value_of(self, t: Tensor) -> Value:
         """The graph value standing for tensor t at this point of the trace."""
         data = t._data
-        if type(data) is Value:
-            if data.node in self.own:
-                return data
-            raise CaptureError("this tensor is a value of another captured graph (it escaped an "
-                               "earlier or outer capture, e.g. stored in a global or a list); "
-                               "return it from the captured function instead", op="capture")
+        if type(data) is Value and data.node in self.own:
+            return data
         key = id(t)
         hit = self.constants.get(key)
         if hit is not None:
@@ -75,6 +71,14 @@ class Tracer:
                           t.device).outputs[0]
             self.constants[key] = (t, v)
             return v
+        return self.outside(t)
+
+    def outside(self, t: Tensor) -> Value:
+        """A tensor that is neither this graph's value nor a constant: graph state."""
+        if type(t._data) is Value:
+            raise CaptureError("this tensor is a value of another captured graph (it escaped an "
+                               "earlier or outer capture, e.g. stored in a global or a list); "
+                               "return it from the captured function instead", op="capture")
         return self.read(t, "value")
 
     def read(self, owner: Tensor, kind: str) -> Value:

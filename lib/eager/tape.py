@@ -41,9 +41,11 @@ def record(prim, inputs, attrs, outputs) -> None:
     node.versions = tuple([a._version for a in inputs]) if len(inputs) != 2 else (
         inputs[0]._version, inputs[1]._version)
     if prim.multiple_results:
+        saved_only = prim.residuals(**attrs) if prim.residuals is not None else 0
+        differentiable = outputs[:len(outputs) - saved_only]
         # Outputs nobody differentiated get zero cotangents of these specs.
-        node.out_specs = tuple((o.shape, o.dtype, o.device) for o in outputs)
-        for i, out in enumerate(outputs):
+        node.out_specs = tuple((o.shape, o.dtype, o.device) for o in differentiable)
+        for i, out in enumerate(differentiable):
             _attach(out, node, i)
         if prim.save_output:
             # Outputs that point back at the node are weak (no cycle); the others, e.g. the

@@ -23,14 +23,17 @@ class Primitive:
         devices); otherwise on the device all its inputs share.
     effect: None for a pure op; "random" for a draw (changes a generator: never merged or
         folded by graph passes), "check" for an op that may raise (kept even when unused).
+    residuals(**attrs) -> how many trailing outputs are saved for the vjp only (control flow's
+        per-iteration stacks): not differentiable, held by the tape until backward.
     """
 
     __slots__ = ("name", "infer", "vjp", "normalize", "multiple_results", "save_output",
-                 "device_attr", "effect", "kernels", "__weakref__")
+                 "device_attr", "effect", "residuals", "kernels", "__weakref__")
 
     def __init__(self, name: str, infer: Callable, vjp: Callable | None = None, *,
                  normalize: Callable | None = None, multiple_results: bool = False,
-                 save_output: bool = False, device_attr: bool = False, effect: str | None = None):
+                 save_output: bool = False, device_attr: bool = False, effect: str | None = None,
+                 residuals: Callable | None = None):
         self.name = name
         self.infer = infer
         self.vjp = vjp
@@ -39,6 +42,7 @@ class Primitive:
         self.save_output = save_output
         self.device_attr = device_attr
         self.effect = effect
+        self.residuals = residuals
         self.kernels: dict[str, Callable] = {}
 
     def __repr__(self) -> str:

@@ -5,19 +5,35 @@ The order matters:
 - simplify next: its rules recognize constants (x * 1.0 where the 1.0 was folded);
 - cse after the rewrites, which can make two nodes identical (and it merges equal constants);
 - dce last, to drop what the others left without users.
-Every pass returns a new graph and leaves its input as it was (see rewrite.py).
+Every pass returns a new graph and leaves its input as it was (see rewrite.py). The branches
+and loop bodies a node holds go through the same pipeline first, each as a graph of its own.
 """
 from __future__ import annotations
 
+from ..ir import map_subgraphs
 from .cse import cse
 from .dce import dce
 from .fold import fold
+from .rewrite import Rewrite
 from .simplify import simplify
 
 PASSES: list = [fold, simplify, cse, dce]
 
 
 def optimize(graph, passes=None):
+    graph = _optimize_subgraphs(graph, passes)
     for p in (PASSES if passes is None else passes):
         graph = p(graph).lint()
     return graph
+
+
+def _optimize_subgraphs(graph, passes):
+    if not any(node.subgraphs for node in graph.nodes):
+        return graph
+    rw = Rewrite(graph)
+    for node in graph.nodes:
+        if node.subgraphs:
+            rw.copy(node, attrs=map_subgraphs(node.attrs, lambda g: optimize(g, passes)))
+        else:
+            rw.copy(node)
+    return rw.finish()

@@ -34,9 +34,17 @@ from ...ops.primitive import PRIMITIVES
 from ..ir import GRAPH_OPS, Graph, Node, Value
 
 def effect(node: Node) -> str | None:
-    """The primitive's declared effect ("random", "check") or None (see ops/primitive.py)."""
+    """The primitive's declared effect ("random", "check") or None (see ops/primitive.py);
+    a node holding subgraphs has the effects of the nodes inside them ("check" first)."""
     prim = PRIMITIVES.get(node.op)
-    return prim.effect if prim is not None else None
+    found = prim.effect if prim is not None else None
+    for sub in node.subgraphs.values():
+        for inner in sub.nodes:
+            e = effect(inner)
+            if e == "check":
+                return e
+            found = found or e
+    return found
 
 
 def is_random(node: Node) -> bool:
@@ -101,7 +109,6 @@ class Rewrite:
                        node.attrs if attrs is None else attrs,
                        [(v.shape, v.dtype, v.device) for v in node.outputs], node.device,
                        node.source, self.after(node))
-        new.subgraphs = dict(node.subgraphs)
         self._map(node, new.outputs)
         self.nodes[node] = (new,)
         return new
