@@ -85,8 +85,8 @@ def _captured(index, branches, operands, op: str):
     names = ("false_fn", "true_fn") if op == "cond" else \
         tuple(f"branches[{k}]" for k in range(len(branches)))
     for k, body in enumerate(bodies[1:], 1):
-        check_same(first, body.rebuild(body.results), op, f"{names[0]} returns result",
-                   f"{names[k]} returns result")
+        check_same(first, body.rebuild(body.results), op, f"{names[0]}'s result",
+                   f"{names[k]}'s result")
     captured, updated = align(bodies, len(leaves))
     state = tuple(next(i for i, c in enumerate(captured) if c is u) for u in updated)
     outs = bind(_switch_p(), index, *leaves, *captured,

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 
+from ..control.loops import scan
+from ..eager.context import current
 from ..errors import ArgumentError, DTypeError, ShapeError
 from ..tensor import Tensor
 from ..ops.creation import empty, zeros
@@ -188,19 +190,32 @@ class _Sequence(_Recurrent):
                 index = layer * self.directions + direction
                 state = tuple(getitem(s, index) for s in states)
                 # One matmul projects every time step's input; only h @ W_hh is sequential.
-                proj = split(F.linear(x, w_ih, b_ih), steps, axis=0)
-                order = range(steps - 1, -1, -1) if direction else range(steps)
-                hs = [None] * steps
-                for t in order:
-                    state = self._step(reshape(proj[t], proj[t].shape[1:]), state, w_hh, b_hh)
-                    hs[t] = state[0]
-                outputs.append(stack(hs, axis=0))
+                proj = F.linear(x, w_ih, b_ih)
+                # Captured: one scan node whatever the length (its gradient, a reversed scan).
+                loop = self._scan if current().interpreter.capturing else self._python_loop
+                state, hs = loop(proj, state, w_hh, b_hh, reverse=bool(direction))
+                outputs.append(hs)
                 for final, s in zip(finals, state):
                     final.append(s)
             x = outputs[0] if self.directions == 1 else concat(outputs, axis=-1)
             if self.dropout and self.training and layer < self.num_layers - 1:
                 x = F.dropout(x, self.dropout, training=True)
         return x, tuple(stack(f, axis=0) for f in finals)
+
+    def _python_loop(self, proj, state, w_hh, b_hh, reverse: bool):
+        steps = proj.shape[0]
+        proj = split(proj, steps, axis=0)
+        hs = [None] * steps
+        for t in (range(steps - 1, -1, -1) if reverse else range(steps)):
+            state = self._step(reshape(proj[t], proj[t].shape[1:]), state, w_hh, b_hh)
+            hs[t] = state[0]
+        return state, stack(hs, axis=0)
+
+    def _scan(self, proj, state, w_hh, b_hh, reverse: bool):
+        def step(state, x_t):
+            state = self._step(x_t, state, w_hh, b_hh)
+            return state, state[0]
+        return scan(step, state, proj, reverse=reverse)
 
     def _sequence(self, x, hx, n_states: int):
         """Shared forward: layout handling around `_run`."""
