@@ -459,3 +459,16 @@ def test_recurrent_layers_capture_as_scans(cls):
     assert graph.count("scan") == 2 * 2 * 2  # layers x directions, forward and backward
     long = captured.graph_for(rill.randn(60, 3, 4, dtype=f64))
     assert long.count() == graph.count()
+
+
+def test_a_cond_on_a_constant_is_inlined_and_residuals_are_stacked_once():
+    f = rill.capture(lambda x: rill.cond(rill.tensor(True), lambda v: rill.sin(v) * 2,
+                                         lambda v: -v, x) + 1)
+    x = t(rand(3))
+    np.testing.assert_array_equal(f(x).numpy(), (rill.sin(x) * 2 + 1).numpy())
+    assert f.graph_for(x).count("switch") == 0 and f.graph_for(x, optimized=False).count("switch") == 1
+    gru = rill.nn.GRU(3, 4, dtype=f64)
+    step = rill.capture(lambda x: rill.grad(lambda x: gru(x)[0].sum())(x))
+    graph = step.graph_for(t(rand(5, 2, 3)))
+    body = next(n for n in graph.nodes if n.op == "scan").attrs["body"]
+    assert len(set(body.outputs)) == len(body.outputs)  # 1 - z is computed and saved once

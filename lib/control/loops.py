@@ -13,6 +13,7 @@ from ..eager.context import current, is_grad_enabled
 from ..errors import ArgumentError, ShapeError
 from ..tensor import Tensor
 from ..tree import flatten
+from ..capture.passes.cse import cse
 from .autodiff import Joint, split
 from .structure import check_same, tensor_leaves
 from .subtrace import Spec, trace_body
@@ -150,6 +151,9 @@ def _finish(body, joint, n_carry, n_x, n_y):
         graph.outputs = outs[:n_carry] + outs[n_results:] + outs[n_carry:n_results]
         return graph, None, None
     n_grads = len(joint.carried) + len(joint.x_targets) + len(joint.k_targets)
+    # Merge repeated computations first (gradient rules recompute forward values, as
+    # 1 - z in a GRU), so that each residual is stacked once.
+    graph = cse(graph).lint()
     forward, backward, _ = split(graph, n_carry, n_x, len(body.captured),
                                  body.state_positions, n_y, n_grads)
     return forward, backward, (tuple(joint.carried), tuple(joint.x_targets),

@@ -15,7 +15,8 @@ every input, NaN, infinities and signed zeros included. Hence
 - transpose of transpose -> one transpose (none if the axes cancel); reshape of reshape ->
   one reshape; a reshape to the same shape, a transpose with identity axes, a cast to the
   same dtype, neg(neg(x)) -> x; where(all True, a, b) -> a, where(all False, a, b) -> b;
-  check(all True, x) -> x (the dataflow assert of a condition known to hold).
+  check(all True, x) -> x (the dataflow assert of a condition known to hold); a switch (cond)
+  on a constant index -> the nodes of the branch it always takes.
 The constant must have x's dtype, and the surviving value must have exactly the removed
 one's spec (shape, dtype, device): `x * ones(3, 4)` broadcasts x up, and is kept. A returned
 value is not simplified into an argument, a variable or another returned value (see
@@ -33,6 +34,8 @@ def simplify(graph: Graph) -> Graph:
     rw = Rewrite(graph)
     for node in graph.nodes:
         ins = [rw.get(v) for v in node.inputs]
+        if node.op == "switch" and _inline_switch(node, ins, rw):
+            continue
         rule = RULES.get(node.op)
         if rule is not None and len(node.outputs) == 1 and not node.after \
                 and not node.subgraphs:
@@ -43,6 +46,28 @@ def simplify(graph: Graph) -> Graph:
                 continue
         rw.copy(node, ins)
     return rw.finish()
+
+
+def _inline_switch(node, ins, rw) -> bool:
+    """A switch whose index is a constant in range becomes a copy of that branch's nodes."""
+    index = _host(ins[0])
+    branches = node.attrs["branches"]
+    if index is None or node.after or not 0 <= int(index) < len(branches):
+        return False
+    branch = branches[int(index)]
+    mapping = {v: ins[1 + v.node.attrs["index"]] for v in branch.inputs}
+    for inner in branch.nodes:
+        if inner.op != "input":
+            new = rw.add(inner.op, [mapping[v] for v in inner.inputs], inner.attrs,
+                         [(v.shape, v.dtype, v.device) for v in inner.outputs], inner.device,
+                         inner.source)
+            mapping.update(zip(inner.outputs, new.outputs))
+    values = [mapping[v] for v in branch.outputs]
+    if not all(same_spec(a, b) for a, b in zip(values, node.outputs)) or \
+            not rw.may_replace(node, values):
+        return False  # the copied nodes are left for dce
+    rw.replace(node, values)
+    return True
 
 
 # ---- facts about constants -----------------------------------------------------------------
