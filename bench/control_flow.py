@@ -230,12 +230,12 @@ def worker(label: str, conn) -> None:
     # to keep freed buffers (lib/cpu_memory.py), and every variant gets the same allocator.
     importlib.import_module("rill")
     try:
-        importlib.import_module({EAGER: "rill", CAPTURED: "rill", TORCH: "torch",
-                                 NUMPY: "numpy", JAX: "jax"}[label])
-    except Exception as e:  # an absent or broken optional framework: its rows are skipped
+        module = importlib.import_module({EAGER: "rill", CAPTURED: "rill", TORCH: "torch",
+                                          NUMPY: "numpy", JAX: "jax"}[label])
+    except Exception as e:  # noqa: BLE001 -- an absent or broken framework: rows skipped
         conn.send(f"{type(e).__name__}: {e}")
         return
-    conn.send(None)
+    conn.send(("ok", getattr(module, "__version__", None)))
     call = None
     while (msg := conn.recv()) is not None:
         try:
@@ -255,7 +255,7 @@ def worker(label: str, conn) -> None:
                     call()
                     samples.append((time.perf_counter() - t) * 1e3)
                 conn.send(samples)
-        except Exception:
+        except Exception:  # noqa: BLE001 -- any failure goes back to the parent
             conn.send({"error": traceback.format_exc()})
             return
 
@@ -269,7 +269,7 @@ def receive(label: str, conn):
 
 def start(labels, jax_python: str | None):
     ctx = mp.get_context("spawn")
-    procs, conns, skipped = {}, {}, {}
+    procs, conns, skipped, found = {}, {}, {}, {}
     for label in labels:
         parent, child = ctx.Pipe()
         proc = ctx.Process(target=worker, args=(label, child), daemon=True)
@@ -282,11 +282,13 @@ def start(labels, jax_python: str | None):
         procs[label], conns[label] = proc, parent
     for label in labels:
         why = conns[label].recv()
-        if why is not None:
+        if isinstance(why, tuple):
+            found[label] = why[1]
+        else:
             skipped[label] = why
             procs.pop(label).join(timeout=10)
             conns.pop(label)
-    return procs, conns, skipped
+    return procs, conns, skipped, found
 
 
 def max_rel_errors(values, ref) -> list[float]:
@@ -395,7 +397,7 @@ def main(argv=None) -> None:
     else:
         console.print("jax is not importable: the jax.jit row is skipped (--jax-python PATH "
                       "runs it from an interpreter that has jax)")
-    procs, conns, skipped = start(labels, args.jax_python)
+    procs, conns, skipped, found_versions = start(labels, args.jax_python)
     for label, why in skipped.items():
         console.print(f"{label} skipped ({why})")
     if EAGER not in conns or CAPTURED not in conns:
@@ -429,7 +431,7 @@ def main(argv=None) -> None:
     if args.json:
         report = {"machine": {"platform": platform.platform(),
                               "python": platform.python_version(), "cpus": os.cpu_count(),
-                              **versions()},
+                              **versions(), "versions seen by the variants": found_versions},
                   "sizes": sizes, "repeats": args.repeats, "block": args.block,
                   "skipped": skipped, "median_ms": medians,
                   "min_ms": {k: min(v) for k, v in samples.items()}, "ratios": found,
