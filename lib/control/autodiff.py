@@ -150,6 +150,76 @@ def split(graph: Graph, n_carry: int, n_x: int, n_captured: int, state: list, n_
     return forward, backward, len(residuals)
 
 
+def hoist_sums(backward: Graph, n_carried: int, n_xt: int, n_res: int, n_x: int):
+    """Take per-iteration sums of captured tensors' gradients out of the reversed scan.
+
+    A weight's gradient in a loop body is typically a sum over rows — linear_weight_grad
+    (dy, x), matmul(x.T, dy), a bias's sum(dy, axis=0) — accumulated in the reversed loop's
+    carry: a thin product and an add into the whole gradient at every step. The sum over
+    iterations of a sum over rows is one sum over the rows of the stacked operands: one
+    wide product after the loop. The operands come from stacks that exist anyway (the
+    residuals, xs, the x gradients the loop stacks) or become extra stacked outputs.
+    Returns (backward with outputs [carried, x grads, accumulated k grads, extra], plan):
+    per captured target None (accumulated in the loop) or (kind, sources), a source being
+    ("res", i), ("x", i) or ("y", j) — j indexing the loop's stacked outputs."""
+    outs = backward.outputs
+    inputs = {v: i for i, v in enumerate(backward.inputs)}
+    x_grads = outs[n_carried:n_carried + n_xt]
+    accumulated, extra, plan = [], [], []
+    for g in outs[n_carried + n_xt:]:
+        found = _row_sum(g)
+        sources = []
+        for v in (found[1] if found else ()):
+            i = inputs.get(v)
+            if i is not None:
+                sources.append(("res", i) if i < n_res else ("x", i - n_res)
+                               if i < n_res + n_x else None)
+            elif v in x_grads:
+                sources.append(("y", x_grads.index(v)))
+            else:
+                if v not in extra:
+                    extra.append(v)
+                sources.append(("y", n_xt + extra.index(v)))
+        if found is None or None in sources:
+            accumulated.append(g)
+            plan.append(None)
+        else:
+            plan.append((found[0], tuple(sources)))
+    backward.outputs = list(outs[:n_carried + n_xt]) + accumulated + extra
+    return backward, tuple(plan)
+
+
+def _row_sum(v):
+    """(kind, operands) if v is a sum over the rows of per-iteration operands, else None."""
+    node = v.node
+    while node.op == "reshape" and node.inputs[0].shape == v.shape:
+        node = node.inputs[0].node
+    if node.op == "linear_weight_grad":
+        return "linear_weight_grad", node.inputs
+    if node.op == "sum" and len(node.inputs[0].shape) == 2 and node.attrs.get("axis") in (0, (0,)) \
+            and not node.attrs.get("keepdims"):
+        return "sum", node.inputs
+    if node.op == "matmul" and all(len(i.shape) == 2 for i in node.inputs):
+        t = node.inputs[0].node
+        if t.op == "transpose" and tuple(t.attrs.get("axes", ())) == (1, 0):
+            return "matmul_t", [t.inputs[0], node.inputs[1]]
+    return None
+
+
+def _sum_over_stacks(kind: str, stacks):
+    """What `_row_sum` found, computed once on stacked (T, rows, ...) operands."""
+    from ..eager.bind import bind
+    from ..ops.linalg import linear_weight_grad_p, matmul
+    from ..ops.reduce import sum as sum_
+    from ..ops.shape import reshape, transpose
+    rows = [reshape(s, (-1,) + tuple(s.shape[2:])) for s in stacks]
+    if kind == "linear_weight_grad":
+        return bind(linear_weight_grad_p, *rows)
+    if kind == "sum":
+        return sum_(rows[0], axis=0)
+    return matmul(transpose(rows[0]), rows[1])
+
+
 def _copy(nodes, graph: Graph, mapping: dict) -> None:
     for node in nodes:
         new = graph.add(node.op, [mapping[v] for v in node.inputs], node.attrs,
@@ -187,7 +257,7 @@ def scan_vjp(g, out, *inputs, body, length, reverse, n_carry, n_x, state, n_y, b
     if backward is None:
         raise GradientError("this scan was traced without gradients (grad mode was off)",
                             op="scan")
-    carried, x_targets, k_targets, ct_outputs = grad_of
+    carried, x_targets, k_targets, ct_outputs, plan = grad_of
     ns = len(state)
     consts = list(inputs[n_carry + n_x:])
     xs = list(inputs[n_carry:n_carry + n_x])
@@ -199,7 +269,8 @@ def scan_vjp(g, out, *inputs, body, length, reverse, n_carry, n_x, state, n_y, b
     g = [_zeros_if_none(gi, o) for gi, o in zip(g, primal_out)]
     ct_carry_out = [i for i in ct_outputs if i < n_carry + ns]
     ct_y_out = [i for i in ct_outputs if i >= n_carry + ns]
-    n_carried = len(carried)
+    summed = [k for k, p in zip(k_targets, plan) if p is None]  # accumulated in the loop
+    n_carried, n_xt, n_summed = len(carried), len(x_targets), len(summed)
 
     def step(carry, x):
         cts, sums = carry
@@ -210,20 +281,23 @@ def scan_vjp(g, out, *inputs, body, length, reverse, n_carry, n_x, state, n_y, b
         ct_in += list(g_y_t)
         grads = _evaluate(backward, list(res_t) + list(x_t) + consts + ct_in)
         new_cts = grads[:n_carried]
-        g_x = grads[n_carried:n_carried + len(x_targets)]
-        g_k = grads[n_carried + len(x_targets):]
-        return (new_cts, [a + b for a, b in zip(sums, g_k)]), g_x
+        g_k = grads[n_carried + n_xt:n_carried + n_xt + n_summed]
+        stacked = grads[n_carried:n_carried + n_xt] + grads[n_carried + n_xt + n_summed:]
+        return (new_cts, [a + b for a, b in zip(sums, g_k)]), stacked
 
-    init = ([g[i] for i in carried], [zeros_like(consts[i]) for i in k_targets])
+    init = ([g[i] for i in carried], [zeros_like(consts[i]) for i in summed])
     seq = (residuals, xs, [g[i] for i in ct_y_out])
-    (ct_init, ct_consts), ct_xs = scan(step, init, seq, reverse=not reverse, length=length)
+    (ct_init, ct_summed), ys = scan(step, init, seq, reverse=not reverse, length=length)
+    stacks = {"res": residuals, "x": xs, "y": ys}
     result = [None] * len(inputs)
     for i, c in zip(carried, ct_init):
         result[i] = c
-    for i, c in zip(x_targets, ct_xs):
+    for i, c in zip(x_targets, ys):
         result[n_carry + i] = c
-    for i, c in zip(k_targets, ct_consts):
-        result[n_carry + n_x + i] = c
+    sums = iter(ct_summed)
+    for i, p in zip(k_targets, plan):
+        result[n_carry + n_x + i] = next(sums) if p is None else \
+            _sum_over_stacks(p[0], [stacks[kind][j] for kind, j in p[1]])
     return result
 
 
@@ -235,7 +309,7 @@ def while_vjp(g, out, *inputs, cond, body, n_carry, state, max_iterations, backw
         raise GradientError("a captured while_loop is differentiable only with "
                             "max_iterations= (the stacks of saved values need a bound) and "
                             "when traced in grad mode", op="while_loop")
-    carried, _, k_targets, ct_outputs = grad_of
+    carried, _, k_targets, ct_outputs, _ = grad_of
     ns = len(state)
     consts = list(inputs[n_carry:])
     positions = set(carried) | {n_carry + i for i in k_targets}

@@ -14,7 +14,7 @@ from ..errors import ArgumentError, ShapeError
 from ..tensor import Tensor
 from ..tree import flatten
 from ..capture.passes.cse import cse
-from .autodiff import Joint, split
+from .autodiff import Joint, hoist_sums, split
 from .structure import check_same, tensor_leaves
 from .subtrace import Spec, trace_body
 
@@ -126,7 +126,8 @@ def scan(fn, init, xs, reverse: bool = False, length: int | None = None):
     carry_out, y_out = rebuild_results(results)
     check_same(carry_specs, carry_out, "scan", "the initial carry", "fn's carry")
     n_y = len(results) - len(leaves)
-    forward, backward, grad_of = _finish(body, joint, len(leaves), len(x_leaves), n_y)
+    forward, backward, grad_of = _finish(body, joint, len(leaves), len(x_leaves), n_y,
+                                         sliced=True)
     state = tuple(body.state_positions)
     outs = bind(_prims().scan_p, *leaves, *x_leaves, *body.captured, body=forward,
                 length=steps, reverse=bool(reverse), n_carry=len(leaves), n_x=len(x_leaves),
@@ -142,7 +143,7 @@ def scan(fn, init, xs, reverse: bool = False, length: int | None = None):
 
 # ---- helpers -------------------------------------------------------------------------------
 
-def _finish(body, joint, n_carry, n_x, n_y):
+def _finish(body, joint, n_carry, n_x, n_y, sliced: bool = False):
     """(forward graph, backward graph or None, grad_of) from a traced body."""
     graph = body.graph
     if not joint.differentiable:
@@ -154,10 +155,14 @@ def _finish(body, joint, n_carry, n_x, n_y):
     # Merge repeated computations first (gradient rules recompute forward values, as
     # 1 - z in a GRU), so that each residual is stacked once.
     graph = cse(graph).lint()
-    forward, backward, _ = split(graph, n_carry, n_x, len(body.captured),
-                                 body.state_positions, n_y, n_grads)
+    forward, backward, n_res = split(graph, n_carry, n_x, len(body.captured),
+                                     body.state_positions, n_y, n_grads)
+    plan = (None,) * len(joint.k_targets)
+    if sliced:  # a scan: its stacks have one row per iteration, so sums can leave the loop
+        backward, plan = hoist_sums(backward, len(joint.carried), len(joint.x_targets), n_res,
+                                    n_x)
     return forward, backward, (tuple(joint.carried), tuple(joint.x_targets),
-                               tuple(joint.k_targets), tuple(joint.ct_outputs))
+                               tuple(joint.k_targets), tuple(joint.ct_outputs), plan)
 
 
 def _align_loop(test, body, forward, n_carry):
