@@ -5,7 +5,6 @@ passes and serialization inside bodies."""
 from __future__ import annotations
 
 import json
-import os
 import warnings
 
 import numpy as np

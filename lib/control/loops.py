@@ -12,7 +12,6 @@ from ..eager.bind import bind
 from ..eager.context import current, is_grad_enabled
 from ..errors import ArgumentError, ShapeError
 from ..tensor import Tensor
-from ..tree import flatten
 from ..capture.passes.cse import cse
 from .autodiff import Joint, hoist_sums, split
 from .structure import check_same, tensor_leaves
@@ -196,7 +195,7 @@ def _scan_eagerly(fn, init, xs, x_leaves, x_rebuild, steps, reverse):
     rebuild = per_step[0][1]
     for t, (leaves, _) in enumerate(per_step):
         check_same(per_step[0][1](per_step[0][0]), per_step[t][1](leaves), "scan",
-                   f"fn's y at step 0", f"fn's y at step {t}")
+                   "fn's y at step 0", f"fn's y at step {t}")
     columns = zip(*[leaves for leaves, _ in per_step])
     return carry, rebuild([stack(list(c), axis=0) for c in columns])
 

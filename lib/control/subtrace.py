@@ -15,7 +15,7 @@ final value is an extra output, and the enclosing code assigns it after the node
 """
 from __future__ import annotations
 
-from ..capture.ir import Graph, Value
+from ..capture.ir import Value
 from ..capture.tracer import Tracer, _SAVED_SLOTS
 from ..eager.context import enable_grad, no_grad, use_interpreter
 from ..errors import CaptureError

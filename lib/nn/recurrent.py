@@ -181,7 +181,6 @@ class _Sequence(_Recurrent):
         """x: (T, N, F); states: tuple of (L*D, N, H) tensors. Returns the last layer's
         output (T, N, D*H) and the final states, stacked as the initial ones."""
         from ..ops.indexing import getitem
-        steps = x.shape[0]
         finals = [[] for _ in states]
         for layer in range(self.num_layers):
             outputs = []
