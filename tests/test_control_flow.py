@@ -472,3 +472,17 @@ def test_a_cond_on_a_constant_is_inlined_and_residuals_are_stacked_once():
     body = next(n for n in graph.nodes if n.op == "scan").attrs["body"]
     saved = body.outputs[2:]  # after the carry h and the output h: the residuals
     assert len(set(saved)) == len(saved)  # 1 - z is computed and saved once
+
+
+def test_a_loop_inside_a_branch_is_differentiated():
+    w = t(rand(3, seed=4))
+
+    def loss(x, xs):
+        inner = lambda v: rill.scan(lambda c, u: (rill.sin(c * w + u), None), v, xs)[0].sum()  # noqa: E731
+        return rill.cond(x.sum() > -10, inner, lambda v: v.sum(), x)
+
+    def unrolled(x, xs):
+        for i in range(xs.shape[0]):
+            x = rill.sin(x * w + xs[i])
+        return x.sum()
+    check_gradients(loss, unrolled, [rand(3), rand(4, 3, seed=2)])

@@ -342,7 +342,7 @@ def while_vjp(g, out, *inputs, cond, body, n_carry, state, max_iterations, backw
 def switch_vjp(g, out, index, *rest, branches, state, n_operands):
     from .cond import switch
     _refuse_higher_order("cond")
-    wrt = [i for i, t in enumerate(rest) if t.dtype.is_floating]
+    wrt = [i for i, t in enumerate(rest) if t.requires_grad]
     specs = [o for o in branches[0].outputs]
     floats = [i for i, v in enumerate(specs) if v.dtype.is_floating]
     cts = [g[i] if g[i] is not None else _zeros_spec(specs[i], index.device) for i in floats]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import operator
 
 from ..eager.bind import bind
-from ..eager.context import current
+from ..eager.context import current, is_grad_enabled
 from ..errors import ArgumentError, IndexingError, ShapeError
 from ..tensor import Tensor
 from .structure import check_same, tensor_leaves
@@ -77,10 +77,13 @@ def switch(index, branches, *operands):
 def _captured(index, branches, operands, op: str):
     from ..ops.methods import assign
     leaves, rebuild = tensor_leaves(operands, op, "operands")
-    specs = rebuild([Spec.of(x, False) for x in leaves])
+    specs = rebuild([Spec.of(x) for x in leaves])
+    # Traced in grad mode when differentiating: a loop inside a branch then saves what its
+    # own gradient needs (the branch's gradient recomputes the branch, loop included).
+    grad = is_grad_enabled()
     bodies = []
     for k, fn in enumerate(branches):
-        bodies.append(trace_body(lambda ops, fn=fn: fn(*ops), [specs], f"branch{k}"))
+        bodies.append(trace_body(lambda ops, fn=fn: fn(*ops), [specs], f"branch{k}", grad=grad))
     first = bodies[0].rebuild(bodies[0].results)
     names = ("false_fn", "true_fn") if op == "cond" else \
         tuple(f"branches[{k}]" for k in range(len(branches)))
