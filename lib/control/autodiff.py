@@ -45,8 +45,6 @@ class Joint:
 
     def after(self, sub, proxies, outs):
         """Inside the trace: add cotangent inputs and the gradient; return the gradients."""
-        from ..eager.backward import gradients
-        from ..ops.creation import zeros_like
         from .subtrace import Spec
         captured_grad = [i for i, c in enumerate(sub.captured)
                          if c.requires_grad and c.dtype.is_floating
@@ -70,14 +68,7 @@ class Joint:
             [sub.captured[i] for i in self.k_targets]
         roots = [(primal[i], ct) for i, ct in zip(self.ct_outputs, cts)
                  if primal[i].requires_grad]
-        found = gradients([r for r, _ in roots], [c for _, c in roots], targets=targets) \
-            if roots else {}
-        grads = []
-        for t in targets:
-            entry = found.get(id(t))
-            g = zeros_like(t) if entry is None else entry[1]
-            grads.append(g.to_dense() if isinstance(g, SparseRows) else g)
-        return grads
+        return gradients_or_zeros(roots, targets)
 
 
 def _is_tensor(o):
@@ -367,22 +358,26 @@ def _zeros_spec(v, device):
 def graph_vjp(graph: Graph, primals, cts: dict, wrt: list):
     """Gradients of graph's outputs (cotangents by output position) with respect to
     primals[wrt], recomputing the graph's forward; zeros where there is no dependence."""
-    from ..eager.backward import gradients
-    from ..ops.creation import zeros_like
     with enable_grad():
         proxies = [p.detach().requires_grad_() if i in wrt else p.detach()
                    for i, p in enumerate(primals)]
         outs = _evaluate(graph, proxies)
         roots = [(outs[i], c) for i, c in cts.items() if outs[i].requires_grad]
-        targets = [proxies[i] for i in wrt]
-        found = gradients([r for r, _ in roots], [c for _, c in roots], targets=targets) \
-            if roots else {}
+        return tuple(gradients_or_zeros(roots, [proxies[i] for i in wrt]))
+
+
+def gradients_or_zeros(roots, targets) -> list:
+    """Dense gradients of the (root, cotangent) pairs for each target; zeros where none."""
+    from ..eager.backward import gradients
+    from ..ops.creation import zeros_like
+    found = gradients([r for r, _ in roots], [c for _, c in roots], targets=targets) \
+        if roots else {}
     grads = []
     for t in targets:
         entry = found.get(id(t))
         grad = zeros_like(t) if entry is None else entry[1]
         grads.append(grad.to_dense() if isinstance(grad, SparseRows) else grad)
-    return tuple(grads)
+    return grads
 
 
 def _evaluate(graph, inputs):
