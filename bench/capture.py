@@ -33,24 +33,20 @@ the chain each sample is the mean of many calls) and ratios of medians.
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import importlib.util
 import json
-import multiprocessing as mp
-import os
-import platform
 import statistics
-import time
-import traceback
 
 import numpy as np
+
+# bench/harness.py: run as `python bench/capture.py`, the script's folder is on sys.path
+import harness
 
 LR = 0.1
 CHAIN_SHAPE = (64,)
 CHAIN_ROUNDS = 10          # five ops a round: 50 ops
 CHECK_CALLS = 3            # calls whose results are compared across variants
 WARMUP_CALLS = 5           # after the checked calls, before any timing
-SETTLE_S = 0.2             # pause between blocks (see bench/train.py)
 
 EAGER, CAPTURED, TORCH, NUMPY, JAX = ("rill eager", "rill captured", "torch eager",
                                       "numpy (floor)", "jax.jit")
@@ -231,71 +227,17 @@ def build(label: str, case: str):
     return {TORCH: torch_case, NUMPY: numpy_case, JAX: jax_case}[label](kind, batch)
 
 
-# ---- one process per variant ---------------------------------------------------------------
+# ---- one process per variant (bench/harness.py) -------------------------------------------
 
-def worker(label: str, conn) -> None:
-    """Serves one variant. Answers ("setup", case) with the results of the first calls
-    (then warms up), ("time", n, inner) with n samples, each the mean ms of `inner`
-    consecutive calls; None ends it. A failure is sent back as {"error": traceback}."""
-    # rill is imported in every process, as in bench/train.py: its import sets glibc's malloc
-    # to keep freed buffers (lib/cpu_memory.py), and every variant gets the same allocator.
-    importlib.import_module("rill")
-    try:
-        importlib.import_module({EAGER: "rill", CAPTURED: "rill", TORCH: "torch",
-                                 NUMPY: "numpy", JAX: "jax"}[label])
-    except Exception as e:  # an absent or broken optional framework: its rows are skipped
-        conn.send(f"{type(e).__name__}: {e}")
-        return
-    conn.send(None)
-    call = None
-    while (msg := conn.recv()) is not None:
-        try:
-            if msg[0] == "setup":
-                call = None  # drop the previous case's model before building the next
-                call, read = build(label, msg[1])
-                # The first call of a captured or jitted function traces: checked, not timed.
-                first = [np.asarray(read(call()), dtype=np.float64).tolist()
-                         for _ in range(CHECK_CALLS)]
-                for _ in range(WARMUP_CALLS):
-                    call()
-                conn.send(first)
-            else:
-                _, n, inner = msg
-                call()  # the block's first call re-warms caches after the other processes
-                samples = []
-                for _ in range(n):
-                    t = time.perf_counter()
-                    for _ in range(inner):
-                        call()
-                    samples.append((time.perf_counter() - t) * 1e3 / inner)
-                conn.send(samples)
-        except Exception:
-            conn.send({"error": traceback.format_exc()})
-            return
+MODULES = {EAGER: "rill", CAPTURED: "rill", TORCH: "torch", NUMPY: "numpy", JAX: "jax"}
 
 
-def receive(label: str, conn):
-    answer = conn.recv()
-    if isinstance(answer, dict):
-        raise SystemExit(f"{label} failed:\n{answer['error']}")
-    return answer
-
-
-def start(labels):
-    ctx = mp.get_context("spawn")
-    procs, conns, skipped = {}, {}, {}
-    for label in labels:
-        parent, child = ctx.Pipe()
-        proc = ctx.Process(target=worker, args=(label, child), daemon=True)
-        proc.start()
-        procs[label], conns[label] = proc, parent
-    for label in labels:
-        why = conns[label].recv()
-        if why is not None:
-            skipped[label] = why
-            procs.pop(label).join(timeout=10)
-            conns.pop(label)
-    return procs, conns, skipped
+def setup(label: str, case: str):
+    """Run in the variant's worker: its call and the results of its first CHECK_CALLS calls
+    (the first call of a captured or jitted function traces: checked, not timed)."""
+    call, read = build(label, case)
+    first = [np.asarray(read(call()), dtype=np.float64).tolist() for _ in range(CHECK_CALLS)]
+    return call, first
 
 
 def check(case: str, first: dict) -> None:
@@ -313,18 +255,9 @@ def check(case: str, first: dict) -> None:
 
 def run_case(case: str, conns: dict, repeats: int, block: int, inner: int,
              settle: float) -> tuple[dict, dict]:
-    labels = list(conns)
-    for label in labels:
-        conns[label].send(("setup", case))
-    first = {label: receive(label, conns[label]) for label in labels}
+    first = harness.set_up(conns, case)
     check(case, first)
-    samples = {label: [] for label in labels}
-    for r in range(-(-repeats // block)):
-        n = min(block, repeats - r * block)
-        for label in labels[r % len(labels):] + labels[:r % len(labels)]:
-            conns[label].send(("time", n, inner))
-            samples[label].extend(receive(label, conns[label]))
-            time.sleep(settle)
+    samples = harness.time_in_rotation(conns, repeats, block, settle, inner)
     return samples, first
 
 
@@ -383,16 +316,6 @@ def targets(report: dict) -> list[str]:
     return lines
 
 
-def versions() -> dict:
-    out = {}
-    for dist in ("numpy", "rill", "torch", "jax"):
-        try:
-            out[dist] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            out[dist] = None
-    return out
-
-
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
@@ -407,7 +330,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     if args.quick:
         args.repeats, args.block, args.chain_calls = 6, 3, 10
-    settle = 0.02 if args.quick else SETTLE_S
+    settle = harness.QUICK_SETTLE_S if args.quick else harness.SETTLE_S
 
     from rich.console import Console
     console = Console()
@@ -416,12 +339,12 @@ def main(argv=None) -> None:
         labels.append(JAX)
     else:
         console.print("jax is not importable: the jax.jit rows are skipped")
-    procs, conns, skipped = start(labels)
+    procs, conns, skipped, _ = harness.start({label: MODULES[label] for label in labels},
+                                              setup, WARMUP_CALLS)
     for label, why in skipped.items():
         console.print(f"{label} skipped ({why})")
 
-    report = {"machine": {"platform": platform.platform(), "python": platform.python_version(),
-                          "cpus": os.cpu_count(), **versions()},
+    report = {"machine": harness.machine(),
               "repeats": args.repeats, "block": args.block, "chain_calls": args.chain_calls,
               "skipped": skipped, "cases": {}}
     try:
@@ -437,13 +360,7 @@ def main(argv=None) -> None:
             for name, value in report["cases"][case]["ratios"].items():
                 console.print(f"  {name}: [bold]{value:.2f}[/bold]")
     finally:
-        for conn in conns.values():
-            try:
-                conn.send(None)
-            except OSError:  # that worker has already stopped (it reported a failure)
-                pass
-        for proc in procs.values():
-            proc.join(timeout=10)
+        harness.stop(procs, conns)
     for line in targets(report):
         console.print(line)
     if args.quick:

@@ -34,21 +34,16 @@ minimums in ms per step, and ratios of medians.
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import importlib.util
 import json
-import multiprocessing as mp
-import os
-import platform
 import statistics
-import sys
-import time
-import traceback
 
 import numpy as np
 
+# bench/harness.py: run as `python bench/control_flow.py`, the script's folder is on sys.path
+import harness
+
 WARMUP_CALLS = 3           # after the checked call, before any timing
-SETTLE_S = 0.2             # pause between blocks (see bench/train.py)
 FULL = {"seq": 50, "batch": 32, "input": 128, "hidden": 256}
 QUICK = {"seq": 5, "batch": 4, "input": 8, "hidden": 16}
 NAMES = ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0")
@@ -215,80 +210,17 @@ def build(label: str, sizes: dict):
     return {TORCH: torch_case, NUMPY: numpy_case, JAX: jax_case}[label](sizes)
 
 
-# ---- one process per variant ---------------------------------------------------------------
+# ---- one process per variant (bench/harness.py) -------------------------------------------
 
-def worker(label: str, conn) -> None:
-    """Serves one variant. Answers ("setup", sizes) with the first call's (loss, grads) (then
-    warms up), ("time", n) with n samples in ms; None ends it. A failure is sent back as
-    {"error": traceback}."""
-    if label == JAX:
-        # Run from another interpreter (--jax-python), this process got the parent's sys.path:
-        # add that interpreter's own site-packages, where its jax is.
-        import site
-        sys.path.extend(p for p in site.getsitepackages() if p not in sys.path)
-    # rill is imported in every process, as in bench/train.py: its import sets glibc's malloc
-    # to keep freed buffers (lib/cpu_memory.py), and every variant gets the same allocator.
-    importlib.import_module("rill")
-    try:
-        module = importlib.import_module({EAGER: "rill", CAPTURED: "rill", TORCH: "torch",
-                                          NUMPY: "numpy", JAX: "jax"}[label])
-    except Exception as e:  # noqa: BLE001 -- an absent or broken framework: rows skipped
-        conn.send(f"{type(e).__name__}: {e}")
-        return
-    conn.send(("ok", getattr(module, "__version__", None)))
-    call = None
-    while (msg := conn.recv()) is not None:
-        try:
-            if msg[0] == "setup":
-                call, read = build(label, msg[1])
-                loss, grads = read(call())  # traces and compiles where it applies: not timed
-                first = (loss, [np.array(g, dtype=np.float32) for g in grads])
-                for _ in range(WARMUP_CALLS):
-                    call()
-                conn.send(first)
-            else:
-                _, n = msg
-                call()  # the block's first call re-warms caches after the other processes
-                samples = []
-                for _ in range(n):
-                    t = time.perf_counter()
-                    call()
-                    samples.append((time.perf_counter() - t) * 1e3)
-                conn.send(samples)
-        except Exception:  # noqa: BLE001 -- any failure goes back to the parent
-            conn.send({"error": traceback.format_exc()})
-            return
+MODULES = {EAGER: "rill", CAPTURED: "rill", TORCH: "torch", NUMPY: "numpy", JAX: "jax"}
 
 
-def receive(label: str, conn):
-    answer = conn.recv()
-    if isinstance(answer, dict):
-        raise SystemExit(f"{label} failed:\n{answer['error']}")
-    return answer
-
-
-def start(labels, jax_python: str | None):
-    ctx = mp.get_context("spawn")
-    procs, conns, skipped, found = {}, {}, {}, {}
-    for label in labels:
-        parent, child = ctx.Pipe()
-        proc = ctx.Process(target=worker, args=(label, child), daemon=True)
-        if label == JAX and jax_python:
-            ctx.set_executable(jax_python)
-        try:
-            proc.start()
-        finally:
-            ctx.set_executable(sys.executable)
-        procs[label], conns[label] = proc, parent
-    for label in labels:
-        why = conns[label].recv()
-        if isinstance(why, tuple):
-            found[label] = why[1]
-        else:
-            skipped[label] = why
-            procs.pop(label).join(timeout=10)
-            conns.pop(label)
-    return procs, conns, skipped, found
+def setup(label: str, sizes: dict):
+    """Run in the variant's worker: its call and its first call's (loss, grads) (that call
+    traces and compiles where it applies: checked, not timed)."""
+    call, read = build(label, sizes)
+    loss, grads = read(call())
+    return call, (loss, [np.array(g, dtype=np.float32) for g in grads])
 
 
 def max_rel_errors(values, ref) -> list[float]:
@@ -323,22 +255,6 @@ def check(first: dict) -> dict:
     return errors
 
 
-def run(conns: dict, sizes: dict, repeats: int, block: int, settle: float):
-    labels = list(conns)
-    for label in labels:
-        conns[label].send(("setup", sizes))
-    first = {label: receive(label, conns[label]) for label in labels}
-    errors = check(first)
-    samples = {label: [] for label in labels}
-    for r in range(-(-repeats // block)):
-        n = min(block, repeats - r * block)
-        for label in labels[r % len(labels):] + labels[:r % len(labels)]:
-            conns[label].send(("time", n))
-            samples[label].extend(receive(label, conns[label]))
-            time.sleep(settle)
-    return samples, first, errors
-
-
 # ---- report --------------------------------------------------------------------------------
 
 def ratios(m: dict) -> dict:
@@ -362,16 +278,6 @@ def table(title: str, samples: dict, medians: dict):
     return t
 
 
-def versions() -> dict:
-    out = {}
-    for dist in ("numpy", "rill", "torch", "jax"):
-        try:
-            out[dist] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            out[dist] = None
-    return out
-
-
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
@@ -387,7 +293,7 @@ def main(argv=None) -> None:
     sizes = dict(QUICK if args.quick else FULL)
     if args.quick:
         args.repeats, args.block = 6, 3
-    settle = 0.02 if args.quick else SETTLE_S
+    settle = harness.QUICK_SETTLE_S if args.quick else harness.SETTLE_S
 
     from rich.console import Console
     console = Console()
@@ -397,7 +303,9 @@ def main(argv=None) -> None:
     else:
         console.print("jax is not importable: the jax.jit row is skipped (--jax-python PATH "
                       "runs it from an interpreter that has jax)")
-    procs, conns, skipped, found_versions = start(labels, args.jax_python)
+    procs, conns, skipped, found_versions = harness.start(
+        {label: MODULES[label] for label in labels}, setup, WARMUP_CALLS,
+        executables={JAX: args.jax_python} if args.jax_python else None)
     for label, why in skipped.items():
         console.print(f"{label} skipped ({why})")
     if EAGER not in conns or CAPTURED not in conns:
@@ -405,15 +313,11 @@ def main(argv=None) -> None:
 
     title = ("LSTM {input}->{hidden}, seq {seq}, batch {batch}".format(**sizes))
     try:
-        samples, first, errors = run(conns, sizes, args.repeats, args.block, settle)
+        first = harness.set_up(conns, sizes)
+        errors = check(first)
+        samples = harness.time_in_rotation(conns, args.repeats, args.block, settle)
     finally:
-        for conn in conns.values():
-            try:
-                conn.send(None)
-            except OSError:  # that worker has already stopped (it reported a failure)
-                pass
-        for proc in procs.values():
-            proc.join(timeout=10)
+        harness.stop(procs, conns)
     medians = {k: statistics.median(v) for k, v in samples.items()}
     console.print("agreement with rill eager (max error of loss and gradients, relative to "
                   "the largest value): " + ", ".join(f"{k} {max(e):.1e}"
@@ -429,9 +333,8 @@ def main(argv=None) -> None:
     if args.quick:
         console.print("(--quick: a smoke run; these figures are too few to mean anything)")
     if args.json:
-        report = {"machine": {"platform": platform.platform(),
-                              "python": platform.python_version(), "cpus": os.cpu_count(),
-                              **versions(), "versions seen by the variants": found_versions},
+        report = {"machine": {**harness.machine(),
+                              "versions seen by the variants": found_versions},
                   "sizes": sizes, "repeats": args.repeats, "block": args.block,
                   "skipped": skipped, "median_ms": medians,
                   "min_ms": {k: min(v) for k, v in samples.items()}, "ratios": found,

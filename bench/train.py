@@ -17,16 +17,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import os
 import platform
 import statistics
-import time
 
 import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+# bench/harness.py: run as `python bench/train.py`, the script's folder is on sys.path
+import harness
 import rill
 import rill.nn.functional as F
 
@@ -36,9 +36,6 @@ except ImportError:
     torch = None
 
 LR = 0.01
-# A pause between blocks: BLAS and OpenMP worker threads keep spinning for a while after
-# their last task, and would otherwise steal the cores from the next process's block.
-SETTLE_S = 0.2
 
 
 def _weights(shapes, seed=0):
@@ -143,49 +140,30 @@ def labels_for(model: str) -> list[str]:
     return out + (["numpy (floor)"] if model == "mlp" else [])
 
 
-def worker(label: str, model: str, conn) -> None:
-    """One case in its own process: no thread pool of another framework spins beside it.
-    Answers "first loss" once, then each block request with that many step times (ms)."""
+# ---- one process per case (bench/harness.py) ----------------------------------------------
+
+MODULES = {"rill": "rill", "torch": "torch", "numpy (floor)": "numpy"}
+WARMUP_CALLS = 3           # caches, allocator, first-call imports
+
+
+def setup(label: str, model: str):
+    """Run in the case's worker: its step and its first loss (the NumPy floor returns none)."""
     step = CASES[label](model)
-    conn.send(None if label == "numpy (floor)" else float(step()))
-    for _ in range(3):  # warm-up: caches, allocator, first-call imports
-        step()
-    while (n := conn.recv()) is not None:
-        step()  # the block's first step re-warms caches; not charged
-        times = []
-        for _ in range(n):
-            t = time.perf_counter()
-            step()
-            times.append((time.perf_counter() - t) * 1e3)
-        conn.send(times)
+    return step, (None if label == "numpy (floor)" else float(step()))
 
 
 def run(model: str, repeats: int, block: int) -> dict[str, list[float]]:
     """Each case in its own process; blocks of consecutive steps rotate between them, so
     machine noise falls on all cases alike while no two ever run at once."""
-    ctx = mp.get_context("spawn")
-    labels = labels_for(model)
-    procs, conns = [], {}
-    for label in labels:
-        parent, child = ctx.Pipe()
-        proc = ctx.Process(target=worker, args=(label, model, child), daemon=True)
-        proc.start()
-        procs.append(proc)
-        conns[label] = parent
-    first = {label: conns[label].recv() for label in labels}
-    if "torch" in first and abs(first["rill"] - first["torch"]) > 1e-4 * abs(first["torch"]):
-        raise SystemExit(f"{model}: rill and torch disagree on the first loss: {first}")
-    samples = {label: [] for label in labels}
-    for r in range(-(-repeats // block)):
-        for label in labels[r % len(labels):] + labels[:r % len(labels)]:
-            conns[label].send(block)
-            samples[label].extend(conns[label].recv())
-            time.sleep(SETTLE_S)
-    for label in labels:
-        conns[label].send(None)
-    for proc in procs:
-        proc.join(timeout=10)
-    return samples
+    modules = {label: MODULES[label] for label in labels_for(model)}
+    procs, conns, _, _ = harness.start(modules, setup, WARMUP_CALLS)
+    try:
+        first = harness.set_up(conns, model)
+        if "torch" in first and abs(first["rill"] - first["torch"]) > 1e-4 * abs(first["torch"]):
+            raise SystemExit(f"{model}: rill and torch disagree on the first loss: {first}")
+        return harness.time_in_rotation(conns, repeats, block, harness.SETTLE_S)
+    finally:
+        harness.stop(procs, conns)
 
 
 def main() -> None:

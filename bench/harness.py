@@ -1,0 +1,171 @@
+"""Runs benchmark variants side by side, each in its own process, and times them in rotation.
+
+Shared by bench/capture.py, bench/control_flow.py and bench/train.py. Why a process per
+variant: no framework's BLAS or OpenMP threads spin beside another's, and each variant keeps
+its libraries' default thread counts. Why rotation: the parent hands out blocks of
+consecutive calls to one variant at a time, starting each round at the next variant, with a
+pause between blocks, so machine noise falls on all variants alike while no two ever run at
+once.
+
+A script supplies a module-level `setup(label, what) -> (call, first)`: `call()` runs once
+what is timed, and `first` is what the script checks across variants before any timing
+(making it may call `call()`: the first call of a captured or jitted function traces and
+compiles, and is never timed). `setup` travels to the workers by name, so it must live at
+the top level of the script. The scripts are run as `python bench/X.py`, which puts bench/
+on sys.path; spawned workers get the parent's sys.path, so they import this module too.
+
+    procs, conns, skipped, found = harness.start(modules, setup, warmup_calls)
+    try:
+        first = harness.set_up(conns, what)
+        ...                                   # the script checks `first`
+        samples = harness.time_in_rotation(conns, repeats, block, settle)
+    finally:
+        harness.stop(procs, conns)
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import multiprocessing as mp
+import os
+import platform
+import sys
+import time
+import traceback
+
+# A pause between blocks: BLAS and OpenMP worker threads keep spinning for a while after
+# their last task, and would otherwise steal the cores from the next process's block.
+SETTLE_S = 0.2
+QUICK_SETTLE_S = 0.02      # --quick smoke runs: the figures do not matter there
+
+
+def versions() -> dict:
+    out = {}
+    for dist in ("numpy", "rill", "torch", "jax"):
+        try:
+            out[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
+def machine() -> dict:
+    """The machine and library versions, for a --json report."""
+    return {"platform": platform.platform(), "python": platform.python_version(),
+            "cpus": os.cpu_count(), **versions()}
+
+
+# ---- one process per variant ---------------------------------------------------------------
+
+def worker(label: str, module: str, setup, warmup_calls: int, from_other_interpreter: bool,
+           conn) -> None:
+    """Serves one variant. First answers ("ok", version of `module`), or why `module` does
+    not import. Then answers ("setup", what) with the `first` of `setup(label, what)` (then
+    warms up), ("time", n, inner) with n samples, each the mean ms of `inner` consecutive
+    calls; None ends it. A failure is sent back as {"error": traceback}."""
+    if from_other_interpreter:
+        # Started from another interpreter (see `start`), this process got the parent's
+        # sys.path: add that interpreter's own site-packages, where its extra libraries are.
+        import site
+        sys.path.extend(p for p in site.getsitepackages() if p not in sys.path)
+    # rill is imported in every process: its import sets glibc's malloc to keep freed
+    # buffers (lib/cpu_memory.py), and every variant gets the same allocator.
+    importlib.import_module("rill")
+    try:
+        imported = importlib.import_module(module)
+    except Exception as e:  # noqa: BLE001 -- an absent or broken framework: rows skipped
+        conn.send(f"{type(e).__name__}: {e}")
+        return
+    conn.send(("ok", getattr(imported, "__version__", None)))
+    call = None
+    while (msg := conn.recv()) is not None:
+        try:
+            if msg[0] == "setup":
+                call = None  # drop the previous setup's model before building the next
+                call, first = setup(label, msg[1])
+                for _ in range(warmup_calls):
+                    call()
+                conn.send(first)
+            else:
+                _, n, inner = msg
+                call()  # the block's first call re-warms caches after the other processes
+                samples = []
+                for _ in range(n):
+                    t = time.perf_counter()
+                    for _ in range(inner):
+                        call()
+                    samples.append((time.perf_counter() - t) * 1e3 / inner)
+                conn.send(samples)
+        except Exception:  # noqa: BLE001 -- any failure goes back to the parent
+            conn.send({"error": traceback.format_exc()})
+            return
+
+
+def receive(label: str, conn):
+    answer = conn.recv()
+    if isinstance(answer, dict):
+        raise SystemExit(f"{label} failed:\n{answer['error']}")
+    return answer
+
+
+def start(modules: dict, setup, warmup_calls: int, executables: dict | None = None):
+    """One worker per variant: `modules` maps each label, in table order, to the module it
+    needs; `executables` optionally maps a label to another Python interpreter to run it.
+    Returns (procs, conns, skipped, found): skipped maps a label whose module did not import
+    to why, found the others to their module's __version__."""
+    executables = executables or {}
+    ctx = mp.get_context("spawn")
+    procs, conns, skipped, found = {}, {}, {}, {}
+    for label, module in modules.items():
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=worker, daemon=True,
+                           args=(label, module, setup, warmup_calls, label in executables,
+                                 child))
+        if label in executables:
+            ctx.set_executable(executables[label])
+        try:
+            proc.start()
+        finally:
+            ctx.set_executable(sys.executable)
+        procs[label], conns[label] = proc, parent
+    for label in modules:
+        answer = conns[label].recv()
+        if isinstance(answer, tuple):
+            found[label] = answer[1]
+        else:
+            skipped[label] = answer
+            procs.pop(label).join(timeout=10)
+            conns.pop(label)
+    return procs, conns, skipped, found
+
+
+def set_up(conns: dict, what) -> dict:
+    """Has every worker set up `what`; returns each variant's `first`, to be checked."""
+    for conn in conns.values():
+        conn.send(("setup", what))
+    return {label: receive(label, conn) for label, conn in conns.items()}
+
+
+def time_in_rotation(conns: dict, repeats: int, block: int, settle: float,
+                     inner: int = 1) -> dict[str, list[float]]:
+    """`repeats` samples per variant, in blocks of `block`, each round starting at the next
+    variant, with `settle` seconds' pause after every block."""
+    labels = list(conns)
+    samples = {label: [] for label in labels}
+    for r in range(-(-repeats // block)):
+        n = min(block, repeats - r * block)
+        for label in labels[r % len(labels):] + labels[:r % len(labels)]:
+            conns[label].send(("time", n, inner))
+            samples[label].extend(receive(label, conns[label]))
+            time.sleep(settle)
+    return samples
+
+
+def stop(procs: dict, conns: dict) -> None:
+    for conn in conns.values():
+        try:
+            conn.send(None)
+        except OSError:  # that worker has already stopped (it reported a failure)
+            pass
+    for proc in procs.values():
+        proc.join(timeout=10)
