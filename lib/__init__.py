@@ -12,6 +12,7 @@ from .dtypes import (DType, bfloat16, bool_, float16, float32, float64, int8, in
 from .devices import Device, device
 from .errors import (Error, ArgumentError, DeviceError, DTypeError, GradientError,
                      IndexingError, KernelError, ShapeError, CheckpointError, DataError, CaptureError,
+                     DistributedError,
                      install_traceback_filter)
 from .tensor import Tensor
 from .sparse import SparseRows

@@ -63,6 +63,11 @@ class CheckpointError(Error):
     """A checkpoint or saved file that is missing, truncated, corrupted, or does not match."""
 
 
+class DistributedError(Error):
+    """A distributed exchange failed or timed out: the message names the ranks that did not
+    arrive and what each was last doing."""
+
+
 class DataError(Error):
     """An input pipeline failed: a worker raised, a queue was closed or timed out."""
 

@@ -1,0 +1,14 @@
+"""Distributed training over MPI: who this process is (`init`), collectives and
+point-to-point exchanges with deadlines, and the `rill-launch` launcher.
+
+>>> import rill.distributed as dist
+>>> dist.init().size      # a script run without a launcher is a world of one
+1
+"""
+from ..errors import DistributedError
+from .collectives import (Handle, all_gather, all_reduce, barrier, broadcast, recv,
+                          reduce_scatter, send)
+from .world import World, init, world
+
+__all__ = ["init", "world", "World", "Handle", "all_reduce", "broadcast", "all_gather",
+           "reduce_scatter", "barrier", "send", "recv", "DistributedError"]

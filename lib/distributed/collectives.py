@@ -1,0 +1,235 @@
+"""Collectives and point-to-point exchanges of tensors between the ranks of a job.
+
+Every exchange is posted non-blocking to MPI and waited on with a deadline (the World's
+timeout, `rill-launch --timeout`): a blocking call is the non-blocking one waited on at once,
+and `async_op=True` returns the Handle instead. A missed deadline raises DistributedError
+naming the ranks that did not arrive and what each was last doing (see status.py) — a job
+never hangs without a message.
+
+Tensors travel through host memory (a device tensor is copied to the host and back); results
+are new tensors: rill's buffers are never written in place. In a world of one, collectives
+return copies of their input and point-to-point calls have no peer.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ..errors import ArgumentError, DistributedError, DTypeError
+from ..tensor import Tensor
+from .world import World, world
+
+REDUCTIONS = ("sum", "mean", "max", "min")
+
+
+class Handle:
+    """A posted exchange: `wait()` returns its result (a Tensor, or None for sends and
+    barriers); `done()` says whether it has finished, without waiting."""
+
+    def __init__(self, w: World, requests, finish, what: str, peers=None, keep=()):
+        self.world, self.requests, self.finish = w, requests, finish
+        self.what, self.peers, self.keep = what, peers, keep  # keep: buffers MPI still reads
+        self.deadline = time.monotonic() + w.timeout
+        self.result, self.finished = None, not requests
+
+    def done(self) -> bool:
+        if not self.finished:
+            from mpi4py import MPI
+            self.finished = MPI.Request.Testall(self.requests)
+        return self.finished
+
+    def wait(self):
+        spins = 0
+        while not self.done():
+            if time.monotonic() > self.deadline:
+                raise timeout_error(self.world, self.what, self.peers)
+            spins += 1
+            # Spin briefly (exchanges of small tensors finish in microseconds), then back off
+            # so that ranks sharing a core can make progress.
+            if spins > 200:
+                time.sleep(min(2e-5 * (spins - 200), 5e-3))
+        if self.finish is not None:
+            self.result, self.finish = self.finish(), None
+        return self.result
+
+
+def timeout_error(w: World, what: str, peers=None) -> DistributedError:
+    """What a missed deadline says: who did not arrive and what each was last doing."""
+    head = f"{what} on {w.name} (rank {w.rank}) did not complete within {w.timeout:g} s"
+    if w.board is None:
+        return DistributedError(head + " (launch with rill-launch to learn which ranks did "
+                                "not arrive)", op=what.split(" ")[0])
+    rows = w.board.read()
+    mine = rows[w.rank][0]
+    if peers is None:  # a collective: the ranks that have not entered this one yet
+        peers = [r for r, (count, _, _) in enumerate(rows) if r != w.rank and count < mine]
+    parts = []
+    for r in peers:
+        count, operation, ago = rows[r]
+        when = f", {ago:.1f} s ago" if ago is not None else ""
+        parts.append(f"rank {r} ({_name(w, r)}), last seen entering {operation} (its "
+                     f"collective #{count}{when})")
+    if not parts:
+        return DistributedError(head, op=what.split(" ")[0])
+    return DistributedError(f"{head}: waiting for {'; '.join(parts)}", op=what.split(" ")[0])
+
+
+def _name(w: World, rank: int) -> str:
+    return f"ps{rank}" if rank < w.num_ps else f"worker{rank - w.num_ps}"
+
+
+# ---- host buffers --------------------------------------------------------------------------
+
+def _host(t, op: str, reduce: bool = False):
+    """(contiguous host array, function making a tensor like t from an array)."""
+    if not isinstance(t, Tensor):
+        raise ArgumentError(f"expects a tensor, got {type(t).__name__}", op=op)
+    array = np.ascontiguousarray(t.numpy())
+    if array.dtype == np.float16:  # MPI has no float16 arithmetic; exact in float32
+        array = array.astype(np.float32)
+    if reduce and array.dtype == np.bool_:
+        raise DTypeError(f"cannot reduce a {t.dtype} tensor", op=op)
+
+    def like_t(result):
+        from ..ops.creation import tensor
+        return tensor(result, dtype=t.dtype, device=t.device)
+    return array, like_t
+
+
+def _post(w: World, operation: str, start, finish, peers=None, keep=(), async_op=False):
+    """Note the operation on the status board, post it, and wait unless async_op."""
+    if w.board is not None:
+        w.board.note(operation, collective=peers is None)
+    handle = Handle(w, [start()], finish, operation, peers, keep)
+    return handle if async_op else handle.wait()
+
+
+def _done(value, async_op: bool):
+    """A world of one: the result is ready now."""
+    if not async_op:
+        return value
+    handle = Handle(world(), [], None, "local")
+    handle.result = value
+    return handle
+
+
+def _mpi_op(op: str):
+    from mpi4py import MPI
+    if op not in REDUCTIONS:
+        raise ArgumentError(f"unknown reduction {op!r}; expected one of {REDUCTIONS}",
+                            op="all_reduce")
+    return {"sum": MPI.SUM, "mean": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}[op]
+
+
+def _check_rank(w: World, rank, what: str, op: str) -> None:
+    if not isinstance(rank, int) or not 0 <= rank < w.size:
+        raise ArgumentError(f"{what} must be a rank in [0, {w.size}), got {rank!r}", op=op)
+
+
+# ---- collectives ---------------------------------------------------------------------------
+
+def all_reduce(t: Tensor, op: str = "sum", *, async_op: bool = False):
+    """The elementwise sum (mean, max, min) of t over all ranks, on every rank.
+
+    >>> import rill, rill.distributed as dist
+    >>> dist.all_reduce(rill.tensor([1.0, 2.0]), "mean")   # a world of one
+    tensor([1., 2.])
+    """
+    w = world()
+    if op not in REDUCTIONS:
+        raise ArgumentError(f"unknown reduction {op!r}; expected one of {REDUCTIONS}",
+                            op="all_reduce")
+    if op == "mean" and not t.dtype.is_floating:
+        raise DTypeError(f"the mean of {t.dtype} tensors is not a {t.dtype}; use sum",
+                         op="all_reduce")
+    array, like_t = _host(t, "all_reduce", reduce=True)
+    if w.comm is None:
+        return _done(like_t(array.copy()), async_op)
+    out = np.empty_like(array)
+
+    def finish():
+        if op == "mean":
+            out[...] /= w.size
+        return like_t(out)
+    return _post(w, "all_reduce", lambda: w.comm.Iallreduce(array, out, _mpi_op(op)), finish,
+                 keep=(array,), async_op=async_op)
+
+
+def broadcast(t: Tensor, root: int = 0, *, async_op: bool = False):
+    """root's t, on every rank (the others pass a tensor of the same shape and dtype)."""
+    w = world()
+    _check_rank(w, root, "root", "broadcast")
+    array, like_t = _host(t, "broadcast")
+    if w.comm is None:
+        return _done(like_t(array.copy()), async_op)
+    buf = array.copy()
+    return _post(w, "broadcast", lambda: w.comm.Ibcast(buf, root), lambda: like_t(buf),
+                 async_op=async_op)
+
+
+def all_gather(t: Tensor, *, async_op: bool = False):
+    """Every rank's t stacked along a new first axis (rank order), on every rank."""
+    w = world()
+    array, like_t = _host(t, "all_gather")
+    if w.comm is None:
+        return _done(like_t(array[None].copy()), async_op)
+    out = np.empty((w.size,) + array.shape, array.dtype)
+    return _post(w, "all_gather", lambda: w.comm.Iallgather(array, out), lambda: like_t(out),
+                 keep=(array,), async_op=async_op)
+
+
+def reduce_scatter(t: Tensor, op: str = "sum", *, async_op: bool = False):
+    """The reduction of t over ranks, split along the first axis: rank r gets part r."""
+    w = world()
+    if t.ndim == 0 or t.shape[0] % w.size:
+        raise ArgumentError(f"the first axis ({t.shape}) must split evenly over {w.size} ranks",
+                            op="reduce_scatter")
+    if op == "mean" and not t.dtype.is_floating:
+        raise DTypeError(f"the mean of {t.dtype} tensors is not a {t.dtype}; use sum",
+                         op="reduce_scatter")
+    array, like_t = _host(t, "reduce_scatter", reduce=True)
+    if w.comm is None:
+        return _done(like_t(array.copy()), async_op)
+    out = np.empty((array.shape[0] // w.size,) + array.shape[1:], array.dtype)
+
+    def finish():
+        if op == "mean":
+            out[...] /= w.size
+        return like_t(out)
+    return _post(w, "reduce_scatter",
+                 lambda: w.comm.Ireduce_scatter_block(array, out, _mpi_op(op)), finish,
+                 keep=(array,), async_op=async_op)
+
+
+def barrier(*, async_op: bool = False):
+    """Wait until every rank has reached this barrier."""
+    w = world()
+    if w.comm is None:
+        return _done(None, async_op)
+    return _post(w, "barrier", w.comm.Ibarrier, None, async_op=async_op)
+
+
+# ---- point to point ------------------------------------------------------------------------
+
+def send(t: Tensor, dest: int, tag: int = 0, *, async_op: bool = False):
+    """Send t to rank `dest` (which calls recv with a tensor like t)."""
+    w = world()
+    _check_rank(w, dest, "dest", "send")
+    if w.comm is None or dest == w.rank:
+        raise DistributedError("send needs another rank to receive it", op="send")
+    array, _ = _host(t, "send")
+    return _post(w, "send", lambda: w.comm.Isend(array, dest, tag), None, peers=[dest],
+                 keep=(array,), async_op=async_op)
+
+
+def recv(like: Tensor, source: int, tag: int = 0, *, async_op: bool = False):
+    """A tensor of like's shape and dtype, sent by rank `source`."""
+    w = world()
+    _check_rank(w, source, "source", "recv")
+    if w.comm is None or source == w.rank:
+        raise DistributedError("recv needs another rank to send to it", op="recv")
+    array, like_t = _host(like, "recv")
+    out = np.empty_like(array)
+    return _post(w, "recv", lambda: w.comm.Irecv(out, source, tag), lambda: like_t(out),
+                 peers=[source], async_op=async_op)

@@ -1,0 +1,72 @@
+"""rill.distributed: the world of one in process; real multi-process jobs through
+rill-launch (mpiexec of the MPICH wheel), each bounded in time."""
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import rill
+import rill.distributed as dist
+
+SCRIPTS = pathlib.Path(__file__).parent / "distributed"
+
+
+def launch(*args, timeout=120):
+    """rill-launch ARGS; returns (exit code, combined output)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "RILL_"))}
+    proc = subprocess.run([sys.executable, "-m", "rill.distributed.launch", *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout, env=env)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def test_a_process_without_a_launcher_is_a_world_of_one():
+    w = dist.init()
+    assert (w.rank, w.size, w.role, w.chief, w.name) == (0, 1, "worker", True, "worker0")
+    x = rill.tensor([1.0, -2.0])
+    np.testing.assert_array_equal(dist.all_reduce(x, "mean").numpy(), x.numpy())
+    assert dist.all_gather(x).shape == (1, 2)
+    assert dist.all_reduce(x, async_op=True).wait().shape == (2,)
+    with pytest.raises(rill.DistributedError, match="another rank"):
+        dist.send(x, 0)
+    with pytest.raises(rill.ArgumentError, match="reduction"):
+        dist.all_reduce(x, "median")
+    with pytest.raises(rill.DTypeError, match="mean"):
+        dist.all_reduce(rill.tensor([1, 2]), "mean")
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_collectives_on_real_processes(n):
+    rc, out = launch("-n", n, "--timeout", 30, SCRIPTS / "collectives.py")
+    assert rc == 0, out
+    for k in range(n):
+        assert f"worker{k} | collectives ok on worker{k}" in out
+
+
+def test_roles_with_parameter_servers_label_the_output():
+    rc, out = launch("-n", 3, "--ps", 1, "--timeout", 30, SCRIPTS / "collectives.py")
+    assert rc == 0, out
+    assert "ps0     | collectives ok on ps0" in out and "worker1 | collectives ok" in out
+
+
+def test_a_rank_that_never_arrives_gives_a_named_timeout():
+    rc, out = launch("-n", 3, "--timeout", 2, SCRIPTS / "stall.py", timeout=50)
+    assert rc != 0
+    assert "DistributedError" in out and "did not complete within 2 s" in out
+    assert "rank 1 (worker1), last seen entering all_reduce (its collective #1" in out
+
+
+def test_a_failed_job_is_started_again():
+    rc, out = launch("-n", 2, "--max-restarts", 1, "--timeout", 30, SCRIPTS / "flaky.py")
+    assert rc == 0, out
+    assert "starting it again (1 of 1 restarts)" in out
+    assert "attempt 1 finished" in out and "attempt 0 finished" not in out
+
+
+def test_launcher_arguments_are_checked():
+    rc, out = launch("-n", 2, "--ps", 2, SCRIPTS / "flaky.py")
+    assert rc == 2 and "leaves no worker" in out
