@@ -70,3 +70,16 @@ def test_a_failed_job_is_started_again():
 def test_launcher_arguments_are_checked():
     rc, out = launch("-n", 2, "--ps", 2, SCRIPTS / "flaky.py")
     assert rc == 2 and "leaves no worker" in out
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_allreduce_training_equals_one_process_on_the_combined_batch(n):
+    rc, out = launch("-n", n, "--timeout", 30, SCRIPTS / "allreduce_training.py")
+    assert rc == 0, out
+    assert out.count("allreduce training ok") == n
+
+
+def test_allreduce_names_parameters_that_differ_between_ranks():
+    rc, out = launch("-n", 2, "--timeout", 30, SCRIPTS / "allreduce_training.py", "mismatch")
+    assert rc != 0
+    assert "models differ: 2.bias: float32[3] on rank 0, float32[4] on rank 1" in out

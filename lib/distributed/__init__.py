@@ -9,6 +9,7 @@ from ..errors import DistributedError
 from .collectives import (Handle, all_gather, all_reduce, barrier, broadcast, recv,
                           reduce_scatter, send)
 from .world import World, init, world
+from .allreduce import AllReduce
 
 __all__ = ["init", "world", "World", "Handle", "all_reduce", "broadcast", "all_gather",
-           "reduce_scatter", "barrier", "send", "recv", "DistributedError"]
+           "reduce_scatter", "barrier", "send", "recv", "DistributedError", "AllReduce"]

@@ -9,7 +9,6 @@ import io
 import os
 import runpy
 import sys
-import traceback
 
 from .launch import role_of
 
@@ -53,7 +52,7 @@ def main() -> None:
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except BaseException:  # noqa: BLE001 - reported here, then the whole job is stopped
-        traceback.print_exc()
+        sys.excepthook(*sys.exc_info())  # rill hides its own frames there
         code = 1
     for s in streams:
         s.close_line()

@@ -110,10 +110,16 @@ def gradients(roots, cotangents, targets=None, *, create_graph=False, retain_gra
     for root, ct in zip(roots, cotangents):
         route(root, ct)
 
+    order = _toposort(roots, target_ids)
+    # Leaves someone waits on (a distributed strategy reducing gradients during backward):
+    # how many uses each has left in the walk; at 0 its cotangent is final.
+    uses = _uses_of_hooked_leaves(order) if GRAD_READY_HOOKS else None
     with (context.enable_grad() if create_graph else context.no_grad()):
-        for node in reversed(_toposort(roots, target_ids)):
+        for node in reversed(order):
             cts = pending.pop(node, None)
             if cts is None:
+                if uses:
+                    _count_down(node, uses, collected)
                 continue
             for inp, version in zip(node.inputs, node.versions):
                 if inp._version != version:
@@ -138,9 +144,38 @@ def gradients(roots, cotangents, targets=None, *, create_graph=False, retain_gra
                     raise AssertionError(f"vjp of {node.prim.name} gave a cotangent of shape "
                                          f"{ct.shape} for an input of shape {inp.shape}")
                 route(inp, ct)
+            if uses:
+                _count_down(node, uses, collected)
             if not retain_graph:
                 node.release()
     return collected
+
+
+# id(leaf) -> fn(leaf, cotangent), called as soon as backward has the leaf's final cotangent
+# (before it is added to .grad). Kept by whoever registered it; see distributed/allreduce.py.
+GRAD_READY_HOOKS: dict = {}
+
+
+def _uses_of_hooked_leaves(order) -> dict:
+    uses: dict = {}
+    for node in order:
+        for inp in node.inputs:
+            if inp._node is None and id(inp) in GRAD_READY_HOOKS:
+                uses[id(inp)] = uses.get(id(inp), 0) + 1
+    return uses
+
+
+def _count_down(node, uses, collected) -> None:
+    """node has routed its cotangents: a hooked leaf it was the last user of is final."""
+    for inp in node.inputs:
+        key = id(inp)
+        if key in uses:
+            uses[key] -= 1
+            if uses[key] == 0:
+                del uses[key]
+                entry = collected.get(key)
+                if entry is not None:
+                    GRAD_READY_HOOKS[key](inp, entry[1])
 
 
 def _n_outputs(node) -> int:
