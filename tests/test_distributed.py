@@ -83,3 +83,32 @@ def test_allreduce_names_parameters_that_differ_between_ranks():
     rc, out = launch("-n", 2, "--timeout", 30, SCRIPTS / "allreduce_training.py", "mismatch")
     assert rc != 0
     assert "models differ: 2.bias: float32[3] on rank 0, float32[4] on rank 1" in out
+
+
+def test_sync_parameter_server_without_backups_equals_one_process():
+    rc, out = launch("-n", 3, "--ps", 1, "--timeout", 30, SCRIPTS / "ps_training.py", "sync0")
+    assert rc == 0, out
+    assert out.count("sync ps equals one process") == 2
+    assert "ps stats {'applied': 6, 'dropped': 0, 'pushes': 12}" in out
+
+
+def test_sync_parameter_server_drops_and_counts_a_stragglers_gradients():
+    rc, out = launch("-n", 4, "--ps", 1, "--timeout", 30, SCRIPTS / "ps_training.py",
+                     "straggler")
+    assert rc == 0, out
+    stats = eval(out.split("ps stats ")[1].splitlines()[0])  # noqa: S307 - our own print
+    assert stats["applied"] == 6 and stats["dropped"] >= 1
+
+
+def test_async_parameter_server_converges_on_digits():
+    rc, out = launch("-n", 3, "--ps", 1, "--timeout", 60, SCRIPTS / "ps_training.py", "async",
+                     timeout=180)
+    assert rc == 0, out
+    assert out.count("async accuracy") == 2
+
+
+def test_sparse_embedding_updates_touch_only_the_rows_looked_up():
+    rc, out = launch("-n", 3, "--ps", 2, "--timeout", 30, SCRIPTS / "ps_training.py", "sparse")
+    assert rc == 0, out
+    assert "ps0     | sparse ok: rows [1, 5] of [0, 10) changed" in out
+    assert "ps1     | sparse ok: rows [17] of [10, 20) changed" in out

@@ -10,6 +10,8 @@ from .collectives import (Handle, all_gather, all_reduce, barrier, broadcast, re
                           reduce_scatter, send)
 from .world import World, init, world
 from .allreduce import AllReduce
+from .ps import ParameterServer
 
 __all__ = ["init", "world", "World", "Handle", "all_reduce", "broadcast", "all_gather",
-           "reduce_scatter", "barrier", "send", "recv", "DistributedError", "AllReduce"]
+           "reduce_scatter", "barrier", "send", "recv", "DistributedError", "AllReduce",
+           "ParameterServer"]

@@ -1,0 +1,248 @@
+"""Parameter servers: variables live on the ps ranks, workers pull them and push gradients.
+
+Every rank builds the same model and optimizer (same code, same seed). Each variable is
+placed on one ps (largest first, on the least loaded), except embedding tables, whose rows
+are split in contiguous ranges over all the ps ranks. A ps owns the values of what is
+placed on it and applies the optimizer to them (any rill.optim optimizer: it runs there on
+the gradients the workers send). Workers:
+
+    ps = dist.ParameterServer(model, opt, mode="sync", backup_workers=1)
+    if dist.world().role == "ps":
+        stats = ps.serve()                # until every worker has closed
+    else:
+        for x, y in batches:
+            ps.pull(rows={"emb.weight": ids})   # current values (and those rows only)
+            if ps.step >= total_steps:          # the global step: optimizer steps applied
+                break
+            ps.backward(loss_fn(model(x), y))   # gradients computed and pushed
+        ps.close()
+
+mode="async": each push is applied when it arrives. mode="sync": step s is applied once the
+first n - b pushes for it have arrived (n workers, b backup workers), as their mean; pushes
+that arrive later for a step already applied are dropped and counted; a worker's next pull
+waits until the ps has applied the step it pushed for, and a straggler catches up to the
+current step.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ..eager.context import no_grad
+from ..errors import ArgumentError, DistributedError
+from ..ops.creation import tensor
+from ..sparse import SparseRows
+from .collectives import timeout_error
+from .world import world
+
+REQUEST, REPLY = 11, 12
+
+
+class ParameterServer:
+    def __init__(self, model, optimizer, *, mode: str = "async", backup_workers: int = 0):
+        self.world = w = world()
+        if w.num_ps < 1 or w.comm is None:
+            raise DistributedError("ParameterServer needs ps ranks: launch with rill-launch "
+                                   "--ps P", op="ParameterServer")
+        if mode not in ("async", "sync"):
+            raise ArgumentError(f"mode must be 'async' or 'sync', got {mode!r}",
+                                op="ParameterServer")
+        n = len(w.worker_ranks)
+        if not 0 <= backup_workers < n or (backup_workers and mode != "sync"):
+            raise ArgumentError(f"backup_workers={backup_workers} needs mode='sync' and fewer "
+                                f"than the {n} workers", op="ParameterServer")
+        self.model, self.optimizer = model, optimizer
+        self.mode, self.backup = mode, backup_workers
+        self.params = dict(model.named_parameters())
+        self.place, self.ranges = _placement(model, self.params, w.num_ps)
+        self.step = 0
+        self.stats = {"applied": 0, "dropped": 0, "pushes": 0}
+
+    # ---- worker side -----------------------------------------------------------------------
+
+    def pull(self, rows: dict | None = None) -> None:
+        """Copy the current values of the variables into the model (for embedding tables in
+        `rows`, only the rows with those indices)."""
+        rows = {k: np.unique(np.asarray(v.numpy() if hasattr(v, "numpy") else v).reshape(-1))
+                for k, v in (rows or {}).items()}
+        for k in self.world.ps_ranks:
+            want_rows = {name: idx[(idx >= lo) & (idx < hi)]
+                         for name, idx in rows.items() for lo, hi in [self.ranges[name][k]]}
+            dense = [n for n, owner in self.place.items() if owner == k]
+            self._send({"op": "pull", "step": self.step, "dense": dense, "rows": want_rows}, k)
+        with no_grad():
+            for k in self.world.ps_ranks:
+                reply = self._recv(k, REPLY, "pull")
+                self.step = max(self.step, reply["step"])
+                for name, value in reply["dense"].items():
+                    _set(self.params[name], value)
+                for name, (idx, values) in reply["rows"].items():
+                    p = self.params[name]
+                    full = p.numpy().copy()
+                    full[idx] = values
+                    _set(p, full)
+
+    def push(self) -> None:
+        """Send each variable's .grad to the ps that owns it (sparse rows to their owners)."""
+        for k in self.world.ps_ranks:
+            dense, sparse = {}, {}
+            for name, p in self.params.items():
+                g = p.grad
+                if g is None:
+                    continue
+                if name in self.ranges:
+                    lo, hi = self.ranges[name][k]
+                    if isinstance(g, SparseRows):
+                        idx, vals = g.indices.numpy().reshape(-1), g.rows.numpy()
+                        vals = vals.reshape(len(idx), -1)
+                    else:
+                        idx = np.arange(p.shape[0])
+                        vals = g.numpy()
+                    keep = (idx >= lo) & (idx < hi)
+                    sparse[name] = (idx[keep], vals[keep])
+                elif self.place[name] == k:
+                    dense[name] = (g.to_dense() if isinstance(g, SparseRows) else g).numpy()
+            self._send({"op": "push", "step": self.step, "dense": dense, "sparse": sparse}, k)
+        self.step += 1
+
+    def backward(self, loss) -> None:
+        """Gradients of loss into .grad (cleared first), then pushed."""
+        for p in self.params.values():
+            p.grad = None
+        loss.backward()
+        self.push()
+
+    def close(self) -> None:
+        """This worker is done; serve() returns on the ps once every worker has closed."""
+        for k in self.world.ps_ranks:
+            self._send({"op": "close"}, k)
+
+    # ---- ps side ---------------------------------------------------------------------------
+
+    def serve(self) -> dict:
+        """Answer pulls and apply pushes until every worker has closed; returns counts:
+        applied (optimizer steps), pushes (received), dropped (stale, in sync mode)."""
+        w = self.world
+        n = len(w.worker_ranks)
+        open_workers = set(w.worker_ranks)
+        waiting: list = []   # pulls asking for a step not applied yet (sync)
+        arrived: list = []   # pushes for the current step (sync)
+        while open_workers:
+            msg, source = self._recv_any()
+            if msg["op"] == "close":
+                open_workers.discard(source)
+            elif msg["op"] == "pull":
+                if self.mode == "sync" and msg["step"] > self.step:
+                    waiting.append((msg, source))
+                else:
+                    self._answer(msg, source)
+            else:
+                self.stats["pushes"] += 1
+                if self.mode == "async":
+                    self._apply([msg])
+                elif msg["step"] < self.step:
+                    self.stats["dropped"] += 1   # a backup worker's late gradient
+                else:
+                    arrived.append(msg)
+                    if len(arrived) >= n - self.backup:
+                        self._apply(arrived)
+                        arrived = []
+                        ready = [(m, s) for m, s in waiting if m["step"] <= self.step]
+                        waiting = [(m, s) for m, s in waiting if m["step"] > self.step]
+                        for m, s in ready:
+                            self._answer(m, s)
+        return dict(self.stats)
+
+    def _answer(self, msg, worker) -> None:
+        dense = {name: self.params[name].numpy() for name in msg["dense"]}
+        rows = {name: (idx, self.params[name].numpy()[idx]) for name, idx in msg["rows"].items()}
+        self._send({"step": self.step, "dense": dense, "rows": rows}, worker, REPLY)
+
+    def _apply(self, pushes) -> None:
+        """The mean of these pushes' gradients as .grad of the variables here; one step."""
+        grads: dict = {}
+        for msg in pushes:
+            for name, g in msg["dense"].items():
+                grads.setdefault(name, []).append(g)
+        for p in self.params.values():
+            p.grad = None
+        for name, gs in grads.items():
+            p = self.params[name]
+            p.grad = tensor(np.mean(gs, axis=0), dtype=p.dtype)
+        sparse: dict = {}
+        for msg in pushes:
+            for name, (idx, vals) in msg["sparse"].items():
+                sparse.setdefault(name, []).append((idx, vals))
+        for name, parts in sparse.items():
+            p = self.params[name]
+            idx = np.concatenate([i for i, _ in parts]).astype(np.int64)
+            vals = np.concatenate([v for _, v in parts]) / len(pushes)
+            if len(idx):
+                p.grad = SparseRows(tensor(idx), tensor(vals.reshape((len(idx),) + p.shape[1:]),
+                                                        dtype=p.dtype), p.shape)
+        self.optimizer.step()
+        self.step += 1
+        self.stats["applied"] += 1
+
+    # ---- messages --------------------------------------------------------------------------
+
+    def _send(self, msg, dest: int, tag: int = REQUEST) -> None:
+        w = self.world
+        if w.board is not None:
+            w.board.note("push" if msg.get("op") == "push" else "send", collective=False)
+        request = w.comm.isend(msg, dest, tag)
+        self._wait(lambda: request.Test(), f"send to rank {dest}", [dest])
+
+    def _recv(self, source: int, tag: int, what: str):
+        w = self.world
+        if w.board is not None:
+            w.board.note("pull" if what == "pull" else "recv", collective=False)
+        found = []
+        self._wait(lambda: found.append(w.comm.improbe(source, tag)) or found[-1] is not None,
+                   f"{what} from rank {source}", [source])
+        return found[-1].recv()
+
+    def _recv_any(self):
+        from mpi4py import MPI
+        w = self.world
+        status = MPI.Status()
+        found = []
+        self._wait(lambda: found.append(w.comm.improbe(MPI.ANY_SOURCE, REQUEST, status))
+                   or found[-1] is not None, "serve (waiting for any worker)",
+                   w.worker_ranks)
+        return found[-1].recv(), status.Get_source()
+
+    def _wait(self, done, what: str, peers) -> None:
+        deadline = time.monotonic() + self.world.timeout
+        spins = 0
+        while not done():
+            if time.monotonic() > deadline:
+                raise timeout_error(self.world, what, peers)
+            spins += 1
+            if spins > 200:
+                time.sleep(min(2e-5 * (spins - 200), 2e-3))
+
+
+def _set(p, value) -> None:
+    from ..ops.methods import assign
+    assign(p, tensor(value, dtype=p.dtype, device=p.device))
+
+
+def _placement(model, params: dict, num_ps: int):
+    """({name: ps rank} for whole variables, {name: [(lo, hi) per ps]} for tables by rows)."""
+    from ..nn.linear import Embedding
+    tables = {f"{prefix}.weight" if prefix else "weight"
+              for prefix, m in model.named_modules() if isinstance(m, Embedding)}
+    ranges: dict = {}
+    for name in tables & set(params):
+        rows = params[name].shape[0]
+        cuts = [rows * k // num_ps for k in range(num_ps + 1)]
+        ranges[name] = [(cuts[k], cuts[k + 1]) for k in range(num_ps)]
+    load = [0] * num_ps
+    place: dict = {}
+    for name in sorted((n for n in params if n not in ranges), key=lambda n: -params[n].size):
+        k = load.index(min(load))
+        place[name] = k
+        load[k] += params[name].size
+    return place, ranges
