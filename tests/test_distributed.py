@@ -112,3 +112,13 @@ def test_sparse_embedding_updates_touch_only_the_rows_looked_up():
     assert rc == 0, out
     assert "ps0     | sparse ok: rows [1, 5] of [0, 10) changed" in out
     assert "ps1     | sparse ok: rows [17] of [10, 20) changed" in out
+
+
+def test_a_killed_worker_restarts_from_the_last_checkpoint(tmp_path):
+    rc, out = launch("-n", 2, "--max-restarts", 1, "--timeout", 30,
+                     SCRIPTS / "fault_tolerance.py", tmp_path / "ckpt", timeout=120)
+    assert rc == 0, out
+    assert "starting it again (1 of 1 restarts)" in out
+    assert "worker0 | attempt 1 starts at step 12" in out  # the chief saved every 4 steps
+    assert "finished at step 20, checkpoints ['ckpt-12.rill', 'ckpt-16.rill', 'ckpt-20.rill']" \
+        in out
