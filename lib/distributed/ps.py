@@ -78,10 +78,7 @@ class ParameterServer:
                 for name, value in reply["dense"].items():
                     _set(self.params[name], value)
                 for name, (idx, values) in reply["rows"].items():
-                    p = self.params[name]
-                    full = p.numpy().copy()
-                    full[idx] = values
-                    _set(p, full)
+                    _set_rows(self.params[name], idx, values)
 
     def push(self) -> None:
         """Send each variable's .grad to the ps that owns it (sparse rows to their owners)."""
@@ -227,6 +224,19 @@ class ParameterServer:
 def _set(p, value) -> None:
     from ..ops.methods import assign
     assign(p, tensor(value, dtype=p.dtype, device=p.device))
+
+
+def _set_rows(p, idx, values) -> None:
+    """Write rows of a table in place. An exception to rill's value semantics, on purpose:
+    copying a large table to change 32 rows would cost more than the whole exchange. The
+    table's own buffer is written (made private first if it is shared or read-only), and
+    its version moves, so a tape that saved the old value refuses a stale backward."""
+    data = p._data
+    if not isinstance(data, np.ndarray) or not data.flags.writeable or data.base is not None:
+        data = np.array(p.numpy(), dtype=p.dtype.storage)
+        p._data = data
+    data[idx] = values
+    p._version += 1
 
 
 def _placement(model, params: dict, num_ps: int):
