@@ -30,7 +30,7 @@ TARGET_MS = {"scalar": 0.2, "sparse": 1.0}
 
 # ---- the job every rank runs ---------------------------------------------------------------
 
-def job(case: str, steps: int, extra: str) -> None:
+def job(case: str, steps: int, extra: str, quick: bool) -> None:
     import rill
     import rill.distributed as dist
     from rill import nn
@@ -46,9 +46,11 @@ def job(case: str, steps: int, extra: str) -> None:
         if case == "sparse":
             model = nn.Module()
             model.table = nn.Embedding(1, 256)
-            model.table.weight = nn.Parameter(rill.zeros(2 ** 20, 256))  # 1 GiB, lazily zero
+            rows = 2 ** 12 if quick else 2 ** 20  # 1 GiB (lazily zero until written)
+            model.table.weight = nn.Parameter(rill.zeros(rows, 256))
         else:
-            model = Null((25 * 2 ** 20 // 4,) if case == "dense" else ())
+            dense = (2 ** 16 if quick else 25 * 2 ** 20 // 4,)  # 100 MB of float32
+            model = Null(dense if case == "dense" else ())
         opt = rill.optim.SGD(model.parameters(), lr=0.0)
         backups = int(extra) if case == "straggler" else 0
         ps = dist.ParameterServer(model, opt, mode="sync", backup_workers=backups)
@@ -61,7 +63,7 @@ def job(case: str, steps: int, extra: str) -> None:
         while True:
             t0 = time.perf_counter()
             if case == "sparse":
-                ids = rng.integers(0, 2 ** 20, size=32)
+                ids = rng.integers(0, params[0].shape[0], size=32)
                 ps.pull(rows={"table.weight": ids})
             else:
                 ps.pull()
@@ -99,10 +101,11 @@ def job(case: str, steps: int, extra: str) -> None:
 
 # ---- the driver ----------------------------------------------------------------------------
 
-def run(case: str, workers: int, steps: int, ps: int = 1, extra: str = "0") -> dict:
+def run(case: str, workers: int, steps: int, ps: int = 1, extra: str = "0",
+        quick: bool = False) -> dict:
     cmd = [sys.executable, "-m", "rill.distributed.launch", "-n", str(workers + ps),
            "--ps", str(ps), "--timeout", "120", os.path.abspath(__file__), "--job", case,
-           "--steps", str(steps), "--extra", extra]
+           "--steps", str(steps), "--extra", extra] + (["--quick"] if quick else [])
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "RILL_"))}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
     result, stats = None, None
@@ -121,14 +124,15 @@ def run(case: str, workers: int, steps: int, ps: int = 1, extra: str = "0") -> d
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="a smoke run: few steps, 1 worker")
+    p.add_argument("--quick", action="store_true",
+                   help="a smoke run: few steps, 1 worker, small tables (figures not meaningful)")
     p.add_argument("--json", help="write the results here")
     p.add_argument("--job", help=argparse.SUPPRESS)
     p.add_argument("--steps", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--extra", default="0", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.job:
-        return job(a.job, a.steps, a.extra)
+        return job(a.job, a.steps, a.extra, a.quick)
     from rich.console import Console
     from rich.table import Table
     console = Console()
@@ -142,7 +146,7 @@ def main(argv=None) -> None:
                 "target"):
         table.add_column(col, justify="right")
     for case in ("scalar", "dense", "sparse"):
-        row = [run(case, n, steps[case]) for n in counts]
+        row = [run(case, n, steps[case], quick=a.quick) for n in counts]
         results[case] = row
         target = TARGET_MS.get(case)
         verdict = "-" if target is None else \

@@ -103,7 +103,6 @@ def _buckets(params, limit_bytes: float) -> list:
 def check_same_parameters(named) -> None:
     """Raise DistributedError on every rank unless all ranks have the same parameter names,
     shapes and dtypes; the message names what differs and on which rank."""
-    w = world()
     mine = json.dumps([[n, list(p.shape), p.dtype.name] for n, p in named]).encode()
     length = all_gather(tensor([len(mine)])).numpy().reshape(-1)
     padded = np.zeros(int(length.max()), np.uint8)

@@ -40,18 +40,28 @@ class Handle:
         return self.finished
 
     def wait(self):
-        spins = 0
-        while not self.done():
-            if time.monotonic() > self.deadline:
-                raise timeout_error(self.world, self.what, self.peers)
-            spins += 1
-            # Spin briefly (exchanges of small tensors finish in microseconds), then back off
-            # so that ranks sharing a core can make progress.
-            if spins > 200:
-                time.sleep(min(2e-5 * (spins - 200), 5e-3))
+        wait_until(self.done, self.world, self.what, self.peers, self.deadline)
         if self.finish is not None:
             self.result, self.finish = self.finish(), None
         return self.result
+
+
+def wait_until(done, w: World, what: str, peers=None, deadline: float | None = None) -> None:
+    """Poll done() until it is true; past the deadline (now + the World's timeout), raise
+    the timeout error naming who did not arrive. Polling, not a blocking MPI call, because
+    a blocking call cannot be given up on."""
+    start = time.monotonic()
+    deadline = start + w.timeout if deadline is None else deadline
+    pause = 2e-5
+    while not done():
+        now = time.monotonic()
+        if now > deadline:
+            raise timeout_error(w, what, peers)
+        if now - start < 1e-3:
+            time.sleep(0)  # the first millisecond only yields the core: most exchanges end
+        else:              # within it; then back off, so a rank waiting on a slow one idles
+            time.sleep(pause)
+            pause = min(pause * 1.5, 2e-3)
 
 
 def timeout_error(w: World, what: str, peers=None) -> DistributedError:

@@ -25,15 +25,13 @@ current step.
 """
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 from ..eager.context import no_grad
 from ..errors import ArgumentError, DistributedError
 from ..ops.creation import tensor
 from ..sparse import SparseRows
-from .collectives import timeout_error
+from .collectives import wait_until
 from .world import world
 
 REQUEST, REPLY = 11, 12
@@ -211,14 +209,7 @@ class ParameterServer:
         return found[-1].recv(), status.Get_source()
 
     def _wait(self, done, what: str, peers) -> None:
-        deadline = time.monotonic() + self.world.timeout
-        spins = 0
-        while not done():
-            if time.monotonic() > deadline:
-                raise timeout_error(self.world, what, peers)
-            spins += 1
-            if spins > 200:
-                time.sleep(min(2e-5 * (spins - 200), 2e-3))
+        wait_until(done, self.world, what, peers)
 
 
 def _set(p, value) -> None:
