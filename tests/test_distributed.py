@@ -122,3 +122,9 @@ def test_a_killed_worker_restarts_from_the_last_checkpoint(tmp_path):
     assert "worker0 | attempt 1 starts at step 12" in out  # the chief saved every 4 steps
     assert "finished at step 20, checkpoints ['ckpt-12.rill', 'ckpt-16.rill', 'ckpt-20.rill']" \
         in out
+
+
+def test_a_stateful_optimizer_updates_table_rows_lazily_on_the_ps():
+    rc, out = launch("-n", 2, "--ps", 1, "--timeout", 30, SCRIPTS / "ps_sparse_adam.py")
+    assert rc == 0, out
+    assert "lazy adam on the ps equals SparseAdam" in out

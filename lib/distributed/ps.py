@@ -169,16 +169,50 @@ class ParameterServer:
         for msg in pushes:
             for name, (idx, vals) in msg["sparse"].items():
                 sparse.setdefault(name, []).append((idx, vals))
+        self.optimizer.step()
         for name, parts in sparse.items():
             p = self.params[name]
             idx = np.concatenate([i for i, _ in parts]).astype(np.int64)
-            vals = np.concatenate([v for _, v in parts]) / len(pushes)
-            if len(idx):
-                p.grad = SparseRows(tensor(idx), tensor(vals.reshape((len(idx),) + p.shape[1:]),
-                                                        dtype=p.dtype), p.shape)
-        self.optimizer.step()
+            vals = np.concatenate([v for _, v in parts]).reshape((len(idx),) + p.shape[1:])
+            rows, where = np.unique(idx, return_inverse=True)
+            summed = np.zeros((len(rows),) + p.shape[1:], np.float64)
+            np.add.at(summed, where, vals)
+            if len(rows):
+                self._apply_rows(p, rows, summed / len(pushes))
         self.step += 1
         self.stats["applied"] += 1
+
+    def _apply_rows(self, table, rows, grad) -> None:
+        """One optimizer step on these rows of a table only, in place: a row-sized copy of
+        the table and of its optimizer slots takes the step, and is written back. Copying a
+        1 GB table to update 32 rows would cost more than the exchange itself. For optimizers
+        with slots this is the lazy sparse update (rows not looked up keep their slots as
+        they are), as parameter servers do."""
+        from ..nn.parameter import Parameter
+        from ..tensor import Tensor
+        opt = self.optimizer
+        group = next(g for g in opt.param_groups if any(q is table for q in g["params"]))
+        part = Parameter(tensor(table.numpy()[rows], dtype=table.dtype))
+        slots = opt.state.get(table)
+        if slots is not None:
+            opt.state[part] = {k: tensor(v.numpy()[rows], dtype=v.dtype)
+                               if isinstance(v, Tensor) and v.shape == table.shape else v
+                               for k, v in slots.items()}
+        part.grad = tensor(grad, dtype=table.dtype)
+        with no_grad():
+            opt.update_group({**group, "params": [part]})
+        _set_rows(table, rows, part.numpy())
+        new = opt.state.pop(part, None)
+        if new:
+            slots = opt.state.setdefault(table, {})
+            for k, v in new.items():
+                if isinstance(v, Tensor) and v.shape == part.shape:
+                    if k not in slots:  # made at this first step: full size, zero elsewhere
+                        from ..ops.creation import zeros
+                        slots[k] = zeros(*table.shape, dtype=v.dtype)
+                    _set_rows(slots[k], rows, v.numpy())
+                else:
+                    slots[k] = v
 
     # ---- messages --------------------------------------------------------------------------
 
