@@ -64,6 +64,11 @@ class ParameterServer:
         `rows`, only the rows with those indices)."""
         rows = {k: np.unique(np.asarray(v.numpy() if hasattr(v, "numpy") else v).reshape(-1))
                 for k, v in (rows or {}).items()}
+        for name in rows:
+            if name not in self.ranges:
+                raise ArgumentError(f"rows= names {name!r}, which is not an embedding table "
+                                    f"split over the ps (tables: {sorted(self.ranges)})",
+                                    op="ParameterServer.pull")
         for k in self.world.ps_ranks:
             want_rows = {name: idx[(idx >= lo) & (idx < hi)]
                          for name, idx in rows.items() for lo, hi in [self.ranges[name][k]]}
