@@ -60,8 +60,9 @@ class ParameterServer:
     # ---- worker side -----------------------------------------------------------------------
 
     def pull(self, rows: dict | None = None) -> None:
-        """Copy the current values of the variables into the model (for embedding tables in
-        `rows`, only the rows with those indices)."""
+        """Copy the current values of the variables into the model. Embedding tables are
+        fetched only as rows: those named in `rows` ({table name: indices}); a table not
+        named there is not fetched."""
         rows = {k: np.unique(np.asarray(v.numpy() if hasattr(v, "numpy") else v).reshape(-1))
                 for k, v in (rows or {}).items()}
         for name in rows:
