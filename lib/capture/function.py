@@ -47,8 +47,12 @@ class Variant:
         for owner, grad_was_none in self.guards:
             if (owner.grad is None) != grad_was_none:
                 state = "None" if grad_was_none else "set"
+                hint = ("; if the function clears gradients itself, use zero_grad(), which a "
+                        "capture sees (p.grad = None written directly is invisible to it, so "
+                        "every call retraces)") if grad_was_none else ""
                 return (f"{name} is traced again because a .grad it accumulates into was "
-                        f"{state} when traced and is {'set' if grad_was_none else 'None'} now")
+                        f"{state} when traced and is {'set' if grad_was_none else 'None'} now"
+                        f"{hint}")
         return None
 
 
