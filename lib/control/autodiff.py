@@ -114,9 +114,12 @@ def split(graph: Graph, n_carry: int, n_x: int, n_captured: int, state: list, n_
         elif node not in tangent and not is_random(node) and not node.subgraphs and \
                 all(v.node in recomputable for v in node.inputs):
             recomputable.add(node)
-    residuals = [v for v in needed if v not in set(sliced) and v.node not in recomputable]
-    recompute: set = set()
+    residuals, remat = _rematerialize(
+        graph, [v for v in needed if v not in set(sliced) and v.node not in recomputable],
+        set(sliced), recomputable, tangent)
+    recompute: set = set(remat)
     stack = [v.node for v in needed if v.node in recomputable]
+    stack += [u.node for n in remat for u in n.inputs if u.node in recomputable]
     while stack:
         node = stack.pop()
         if node not in recompute and node.op != "input":
@@ -139,6 +142,44 @@ def split(graph: Graph, n_carry: int, n_x: int, n_captured: int, state: list, n_
           backward, mapping)
     backward.outputs = [mapping[v] for v in grads]
     return forward, backward, len(residuals)
+
+
+# Arithmetic cheap enough to redo in the backward body rather than save per iteration.
+CHEAP = frozenset({"add", "subtract", "multiply", "neg", "cast"})
+
+
+def _rematerialize(graph, candidates, sliced, recomputable, tangent):
+    """(residuals to stack, nodes the backward body recomputes instead): a candidate made
+    by cheap arithmetic from values that are stacked or available anyway (1 - s, 1 - t * t
+    in gate gradients, where s and t are saved) costs less to recompute than to store and
+    load once per iteration. Decided in graph order, so chains build on earlier choices."""
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    available = set(sliced)
+    kept, remat = [], set()
+
+    def chain(v, depth, found):
+        """Nodes recomputing v from available values (None if v is out of reach)."""
+        if v in available or v.node in recomputable or v.node.op == "constant":
+            if v.node.op == "constant":
+                found.add(v.node)
+            return found
+        node = v.node
+        if depth > 3 or node.op not in CHEAP or node in tangent:
+            return None
+        found.add(node)
+        for u in node.inputs:
+            if chain(u, depth + 1, found) is None:
+                return None
+        return found
+
+    for v in sorted(candidates, key=lambda v: order[v.node]):
+        nodes = chain(v, 0, set()) if v.node.op in CHEAP else None
+        if nodes is None:
+            kept.append(v)
+        else:
+            remat |= nodes
+        available.add(v)
+    return kept, remat
 
 
 def hoist_sums(backward: Graph, n_carried: int, n_xt: int, n_res: int, n_x: int):
