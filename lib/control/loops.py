@@ -132,10 +132,7 @@ def scan(fn, init, xs, reverse: bool = False, length: int | None = None):
                 length=steps, reverse=bool(reverse), n_carry=len(leaves), n_x=len(x_leaves),
                 state=state, n_y=n_y, backward=backward, grad_of=grad_of)
     nc, ns = len(leaves), len(state)
-    for t, new in zip(body.updated, outs[nc:nc + ns]):
-        from ..ops.methods import assign
-        assign(t, new)
-    carry = rebuild(list(outs[:nc]))
+    carry = _results(outs, rebuild, nc, body.updated)
     _, y_rebuild = tensor_leaves(y_out, "scan", "y")
     return carry, y_rebuild(list(outs[nc + ns:nc + ns + n_y]))
 
