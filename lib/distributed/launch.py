@@ -6,7 +6,8 @@
 It wraps the mpiexec of the installed MPI (the MPICH wheel's by default), tells every rank
 the job's layout through the environment (RILL_NUM_PS, RILL_TIMEOUT, RILL_STATUS_FILE,
 RILL_ATTEMPT), prefixes each line a rank prints with its role ("worker1 | ..."), and shows
-a table of the ranks when the job ends. A job that fails (a rank exits non-zero or is killed)
+a table of the ranks (role, the exchange each last entered): live on a terminal, and when the
+job ends. A job that fails (a rank exits non-zero or is killed)
 is started again up to --max-restarts times; the script resumes from its latest checkpoint
 (RILL_ATTEMPT tells it which attempt this is).
 """
@@ -61,25 +62,42 @@ def parse(argv):
     return a
 
 
-def run_once(a, mpiexec: str, status: str, attempt: int) -> int:
+def run_once(a, mpiexec: str, status: str, attempt: int, console: Console) -> int:
     env = dict(os.environ, RILL_LAUNCHED="1", RILL_NUM_PS=str(a.ps), RILL_TIMEOUT=str(a.timeout),
                RILL_STATUS_FILE=status, RILL_ATTEMPT=str(attempt), PYTHONUNBUFFERED="1")
     # Each rank starts in bootstrap.py, which labels its output lines and runs the script.
     cmd = [mpiexec, "-n", str(a.n), sys.executable, "-u", "-m", "rill.distributed.bootstrap",
            a.script, *a.args]
-    return subprocess.call(cmd, env=env)
+    if not console.is_terminal:
+        return subprocess.call(cmd, env=env)
+    # On a terminal: the ranks' lines scroll above a live table of the ranks.
+    from rich.live import Live
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, bufsize=1)
+    class Running:  # re-read at every refresh, so a silent job's table still moves
+        def __rich__(self):
+            return rank_table(a, status, "running")
+
+    with Live(Running(), console=console, refresh_per_second=4) as live:
+        for line in proc.stdout:
+            live.console.print(line.rstrip("\n"), markup=False, highlight=False)
+        rc = proc.wait()
+        live.update(rank_table(a, status, f"exited with {rc}"))
+    return rc
 
 
-def show_ranks(a, status: str, console: Console, rc: int) -> None:
+def rank_table(a, status: str, state: str) -> Table:
+    """Each rank's role, the exchange it last entered and how many collectives it made."""
     from .status import StatusBoard
-    table = Table(title=f"rill-launch: {a.script} exited with {rc}", title_justify="left")
+    table = Table(title=f"rill-launch: {os.path.basename(a.script)} {state}",
+                  title_justify="left")
     for col in ("rank", "role", "last operation", "collectives"):
         table.add_column(col)
     rows = StatusBoard(status, a.n).read() if os.path.getsize(status) else \
         [(0, "not started", None)] * a.n
     for rank, (count, operation, _) in enumerate(rows):
         table.add_row(str(rank), role_of(rank, a.ps), operation, str(count))
-    console.print(table)
+    return table
 
 
 def main(argv=None) -> int:
@@ -91,8 +109,9 @@ def main(argv=None) -> int:
         for attempt in range(a.max_restarts + 1):
             status = os.path.join(tmp, f"status-{attempt}")
             open(status, "wb").close()
-            rc = run_once(a, mpiexec, status, attempt)
-            show_ranks(a, status, console, rc)
+            rc = run_once(a, mpiexec, status, attempt, console)
+            if not console.is_terminal:  # a terminal has seen the live table
+                console.print(rank_table(a, status, f"exited with {rc}"))
             if rc == 0:
                 break
             if attempt < a.max_restarts:
