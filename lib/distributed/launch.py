@@ -7,9 +7,9 @@ It wraps the mpiexec of the installed MPI (the MPICH wheel's by default), tells 
 the job's layout through the environment (RILL_NUM_PS, RILL_TIMEOUT, RILL_STATUS_FILE,
 RILL_ATTEMPT), prefixes each line a rank prints with its role ("worker1 | ..."), and shows
 a table of the ranks (role, the exchange each last entered): live on a terminal, and when the
-job ends. A job that fails (a rank exits non-zero or is killed)
-is started again up to --max-restarts times; the script resumes from its latest checkpoint
-(RILL_ATTEMPT tells it which attempt this is).
+job ends. A job that fails (a rank exits non-zero or is killed) is started again up to
+--max-restarts times; the script resumes from its latest checkpoint (RILL_ATTEMPT tells it
+which attempt this is).
 """
 from __future__ import annotations
 
