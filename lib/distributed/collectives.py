@@ -130,12 +130,27 @@ def _done(value, async_op: bool):
     return handle
 
 
-def _mpi_op(op: str):
+def _MPI_OPS() -> dict:
     from mpi4py import MPI
+    return {"sum": MPI.SUM, "mean": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
+
+
+def _reduced(t, op: str, what: str):
+    """The checks every reduction makes; then t's host buffer, as _host gives it."""
     if op not in REDUCTIONS:
-        raise ArgumentError(f"unknown reduction {op!r}; expected one of {REDUCTIONS}",
-                            op="all_reduce")
-    return {"sum": MPI.SUM, "mean": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}[op]
+        raise ArgumentError(f"unknown reduction {op!r}; expected one of {REDUCTIONS}", op=what)
+    if op == "mean" and isinstance(t, Tensor) and not t.dtype.is_floating:
+        raise DTypeError(f"the mean of {t.dtype} tensors is not a {t.dtype}; use sum", op=what)
+    return _host(t, what, reduce=True)
+
+
+def _finish_reduction(out, op: str, w: World, like_t):
+    """What a posted reduction's wait returns: a mean divides the sum by the ranks."""
+    def finish():
+        if op == "mean":
+            out[...] /= w.size
+        return like_t(out)
+    return finish
 
 
 def _check_rank(w: World, rank, what: str, op: str) -> None:
@@ -153,23 +168,12 @@ def all_reduce(t: Tensor, op: str = "sum", *, async_op: bool = False):
     tensor([1., 2.])
     """
     w = world()
-    if op not in REDUCTIONS:
-        raise ArgumentError(f"unknown reduction {op!r}; expected one of {REDUCTIONS}",
-                            op="all_reduce")
-    if op == "mean" and not t.dtype.is_floating:
-        raise DTypeError(f"the mean of {t.dtype} tensors is not a {t.dtype}; use sum",
-                         op="all_reduce")
-    array, like_t = _host(t, "all_reduce", reduce=True)
+    array, like_t = _reduced(t, op, "all_reduce")
     if w.comm is None:
         return _done(like_t(array.copy()), async_op)
     out = np.empty_like(array)
-
-    def finish():
-        if op == "mean":
-            out[...] /= w.size
-        return like_t(out)
-    return _post(w, "all_reduce", lambda: w.comm.Iallreduce(array, out, _mpi_op(op)), finish,
-                 keep=(array,), async_op=async_op)
+    return _post(w, "all_reduce", lambda: w.comm.Iallreduce(array, out, _MPI_OPS()[op]),
+                 _finish_reduction(out, op, w, like_t), keep=(array,), async_op=async_op)
 
 
 def broadcast(t: Tensor, root: int = 0, *, async_op: bool = False):
@@ -201,21 +205,13 @@ def reduce_scatter(t: Tensor, op: str = "sum", *, async_op: bool = False):
     if t.ndim == 0 or t.shape[0] % w.size:
         raise ArgumentError(f"the first axis ({t.shape}) must split evenly over {w.size} ranks",
                             op="reduce_scatter")
-    if op == "mean" and not t.dtype.is_floating:
-        raise DTypeError(f"the mean of {t.dtype} tensors is not a {t.dtype}; use sum",
-                         op="reduce_scatter")
-    array, like_t = _host(t, "reduce_scatter", reduce=True)
+    array, like_t = _reduced(t, op, "reduce_scatter")
     if w.comm is None:
         return _done(like_t(array.copy()), async_op)
     out = np.empty((array.shape[0] // w.size,) + array.shape[1:], array.dtype)
-
-    def finish():
-        if op == "mean":
-            out[...] /= w.size
-        return like_t(out)
     return _post(w, "reduce_scatter",
-                 lambda: w.comm.Ireduce_scatter_block(array, out, _mpi_op(op)), finish,
-                 keep=(array,), async_op=async_op)
+                 lambda: w.comm.Ireduce_scatter_block(array, out, _MPI_OPS()[op]),
+                 _finish_reduction(out, op, w, like_t), keep=(array,), async_op=async_op)
 
 
 def barrier(*, async_op: bool = False):
