@@ -2,16 +2,16 @@
 
 `cpu` buffers are NumPy arrays. `cpu:1`, `cpu:2`, ... are virtual CPU devices with the same
 buffers, so that placement and mixed-device errors are testable on one machine. `gpu:N`
-devices come from a backend registered by the GPU package; until one is registered, asking
-for `gpu` says what is missing.
+buffers are CuPy arrays (or host arrays under RILL_TRITON_INTERPRET=1; see rill.gpu); the gpu
+backend is built the first time a gpu device is asked for, and asking for one where it cannot
+be built says what is missing.
 """
 from __future__ import annotations
-
-import importlib.util
 
 import numpy as np
 
 from . import cpu_memory  # noqa: F401  (tunes the CPU allocator once, at import)
+from .dtypes import round_to_bfloat16
 from .errors import DeviceError
 
 
@@ -29,12 +29,16 @@ class Backend:
 
 class CpuBackend(Backend):
     kind = "cpu"
+    xp = np
 
     def from_host(self, array, device):
         return array
 
     def to_host(self, buffer):
         return buffer
+
+    as_buffer = staticmethod(np.asarray)
+    round_to_bfloat16 = staticmethod(round_to_bfloat16)
 
 
 _BACKENDS: dict[str, Backend] = {"cpu": CpuBackend()}
@@ -67,14 +71,6 @@ class Device:
 _DEVICES: dict[tuple[str, int], Device] = {}
 
 
-def _missing_gpu_parts() -> list[str]:
-    missing = []
-    for module, what in (("cupy", "CuPy"), ("triton", "Triton")):
-        if importlib.util.find_spec(module) is None:
-            missing.append(f"{what} is not installed")
-    return missing
-
-
 def device(spec="cpu") -> Device:
     """Parse 'cpu', 'cpu:1', 'gpu', 'gpu:0' (or pass a Device through)."""
     if isinstance(spec, Device):
@@ -94,11 +90,14 @@ def device(spec="cpu") -> Device:
     if found is not None:
         return found
     backend = _BACKENDS.get(kind)
+    if backend is None and kind == "gpu":
+        from . import gpu
+        try:
+            backend = gpu.backend()
+        except DeviceError as e:
+            raise DeviceError(e.message.replace("'gpu'", repr(spec), 1), op="device") from None
+        register_backend(backend)
     if backend is None:
-        if kind == "gpu":
-            reasons = _missing_gpu_parts() or ["no GPU backend is registered in this build of rill"]
-            raise DeviceError(f"device {spec!r} is not available: {'; '.join(reasons)}",
-                              op="device")
         raise DeviceError(f"unknown device kind {kind!r}; expected 'cpu' or 'gpu'",
                           op="device")
     found = _DEVICES[key] = Device(kind, index, backend)

@@ -1,8 +1,24 @@
-"""Test configuration: every kernel result is checked against its op's shape/dtype rule."""
+"""Test configuration: every kernel result is checked against its op's shape/dtype rule, and
+the gpu device runs through Triton's interpreter unless this machine has a real GPU."""
+import importlib.util
 import os
 
 # Must be set before rill is imported: the eager interpreter reads it once.
 os.environ.setdefault("RILL_CHECK_KERNELS", "1")
+
+
+def _has_cuda_gpu() -> bool:
+    if importlib.util.find_spec("cupy") is None:
+        return False
+    try:
+        import cupy
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        return False
+
+
+if "RILL_TRITON_INTERPRET" not in os.environ and not _has_cuda_gpu():
+    os.environ["RILL_TRITON_INTERPRET"] = "1"
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402

@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ..dtypes import bfloat16, round_to_bfloat16
+from ..dtypes import bfloat16
 from ..eager.interpreter import CHECK_KERNELS, check_kernel_result, kernel_error
 from ..errors import CaptureError, DeviceError
 from ..tensor import new_tensor
@@ -60,8 +60,7 @@ class Program:
                 last_use[v] = i
         for v in graph.outputs:
             last_use[v] = len(graph.nodes)
-        scope = {"asarray": np.asarray, "round_bf16": round_to_bfloat16,
-                 "read_grad": _read_grad, "assign": _assign, "check": check_kernel_result}
+        scope = {"read_grad": _read_grad, "assign": _assign, "check": check_kernel_result}
         lines = ["def run(args, V):"]
         self.lines: dict = {}
         for i, (node, step) in enumerate(zip(graph.nodes, self.steps)):
@@ -90,6 +89,7 @@ class Program:
                     fix = _fixup(v)
                     if fix:
                         code += f"; {name} = {fix.format(name)}"
+                        scope.update(_fixup_scope(v.device))
                     if CHECK_KERNELS:
                         scope[f"S{i}_{v.index}"] = (v.shape, v.dtype)
                         code += f"; check(P{i}, {name}, S{i}_{v.index})"
@@ -191,10 +191,11 @@ def _execute(node, graph, step, inputs, args):
     outs = out if node.primitive.multiple_results else (out,)
     fixed = []
     for v, o in zip(node.outputs, outs):
-        if type(o) is not np.ndarray and not hasattr(o, "__cuda_array_interface__"):
-            o = np.asarray(o)
+        backend = v.device.backend
+        if type(o) is not np.ndarray:
+            o = backend.as_buffer(o)
         if v.dtype is bfloat16:
-            o = round_to_bfloat16(o)
+            o = backend.round_to_bfloat16(o)
         if CHECK_KERNELS:
             check_kernel_result(node.primitive, o, (v.shape, v.dtype))
         fixed.append(o)
@@ -254,12 +255,20 @@ def _kernel_of(node):
 
 
 def _fixup(v) -> str:
-    """Code that brings a kernel's raw result to the value's spec ('' if none is needed)."""
+    """Code that brings a kernel's raw result to the value's spec ('' if none is needed).
+    Names are per device kind ({kind}_asarray, {kind}_round_bf16): see _fixup_scope."""
+    kind = v.device.kind
     if v.dtype is bfloat16:
-        return "round_bf16(asarray({}))"
+        return f"{kind}_round_bf16({kind}_asarray({{}}))"
     if v.shape == ():
-        return "asarray({})"  # reductions to 0-d may return NumPy scalars
+        return f"{kind}_asarray({{}})"  # reductions to 0-d may return NumPy scalars
     return ""
+
+
+def _fixup_scope(device) -> dict:
+    backend = device.backend
+    return {f"{device.kind}_asarray": backend.as_buffer,
+            f"{device.kind}_round_bf16": backend.round_to_bfloat16}
 
 
 def _on_device(constant):

@@ -5,7 +5,7 @@ import os
 
 import numpy as np
 
-from ..dtypes import bfloat16, round_to_bfloat16
+from ..dtypes import bfloat16
 from ..errors import DeviceError, Error, IndexingError, KernelError
 from ..tensor import Tensor, new_tensor
 
@@ -47,10 +47,10 @@ def kernel_error(e: Exception, op: str, kind: str) -> Error:
 def wrap(prim, out, aval, device) -> Tensor:
     """A kernel's result as a Tensor of the inferred dtype (the hot path of every op)."""
     if type(out) is not _ndarray:
-        out = np.asarray(out)
+        out = device.backend.as_buffer(out)  # NumPy scalars from reductions; CuPy arrays
     dtype = aval[1]
     if dtype is bfloat16:
-        out = round_to_bfloat16(out)
+        out = device.backend.round_to_bfloat16(out)
     if CHECK_KERNELS:
         check_kernel_result(prim, out, aval)
     return new_tensor(out, dtype, device)

@@ -1,0 +1,288 @@
+"""Elementwise GPU kernels, generated from one table of Triton expressions.
+
+Each entry of EXPRESSIONS is one primitive: its inputs (x, y, ...) and its value as a Triton
+expression. `_kernel_source` writes the kernel around it: a flat index per program, the
+N-d index decomposed only for inputs that are not flat, each input read through its own
+strides (a broadcast input has stride 0, so broadcasting never copies), float16 computed in
+float32, the result stored contiguously in the output dtype. Scalar attrs (alpha, approximate)
+are compile-time constants.
+
+Per call: bytes moved = sum of input bytes + output bytes; FLOPs ~ one expression per element.
+"""
+from __future__ import annotations
+
+import linecache
+import math
+
+import numpy as np
+
+from rill.ops.primitive import register_kernels
+
+from . import libdevice
+from .launch import cdiv, empty, pointer, strides, block_for
+
+MAX_DIMS = 8
+_SQRT_HALF = 1 / math.sqrt(2.0)
+_GELU_TANH = math.sqrt(2.0 / math.pi)
+
+# name -> (inputs, expression). The result dtype comes from the inputs (or BOOL / the cast's
+# dtype); float16 inputs are widened to float32 first.
+EXPRESSIONS = {
+    "copy": ("x", "x"),
+    "neg": ("x", "-x"),
+    "abs": ("x", "tl.abs(x)"),
+    "sign": ("x", "tl.where(x != x, x, tl.where(x > 0, 1, tl.where(x < 0, -1, 0)).to(x.dtype))"),
+    "square": ("x", "x * x"),
+    "relu": ("x", "tl.where(x < 0, 0, x).to(x.dtype)"),
+    "floor": ("x", "libdevice.floor(x)"), "ceil": ("x", "libdevice.ceil(x)"),
+    "round": ("x", "libdevice.rint(x)"), "trunc": ("x", "libdevice.trunc(x)"),
+    "exp": ("x", "tl.exp(x)"), "exp2": ("x", "tl.exp2(x)"), "log": ("x", "tl.log(x)"),
+    "log2": ("x", "tl.log2(x)"), "log1p": ("x", "libdevice.log1p(x)"),
+    "expm1": ("x", "libdevice.expm1(x)"), "sqrt": ("x", "tl.sqrt(x)"),
+    "rsqrt": ("x", "1.0 / tl.sqrt(x)"), "reciprocal": ("x", "1.0 / x"),
+    "sin": ("x", "tl.sin(x)"), "cos": ("x", "tl.cos(x)"), "tan": ("x", "libdevice.tan(x)"),
+    "tanh": ("x", "libdevice.tanh(x)"), "sinh": ("x", "libdevice.sinh(x)"),
+    "cosh": ("x", "libdevice.cosh(x)"), "arcsin": ("x", "libdevice.asin(x)"),
+    "arccos": ("x", "libdevice.acos(x)"), "arctan": ("x", "libdevice.atan(x)"),
+    "sigmoid": ("x", "1.0 / (1.0 + tl.exp(-x))"),
+    "softplus": ("x", "tl.where(x > 0, x, 0.0) + libdevice.log1p(tl.exp(-tl.abs(x)))"),
+    "silu": ("x", "x / (1.0 + tl.exp(-x))"),
+    "erf": ("x", "libdevice.erf(x)"),
+    "leaky_relu": ("x", "tl.where(x > 0, x, x * ALPHA)"),
+    "elu": ("x", "tl.where(x > 0, x, ALPHA * libdevice.expm1(tl.where(x < 0, x, 0.0)))"),
+    "gelu_exact": ("x", f"0.5 * x * (1.0 + libdevice.erf(x * {_SQRT_HALF!r}))"),
+    "gelu_tanh": ("x", f"0.5 * x * (1.0 + libdevice.tanh({_GELU_TANH!r} * "
+                       "(x + 0.044715 * x * x * x)))"),
+    "isnan": ("x", "x != x"),
+    "isinf": ("x", "(x == x) & ((x - x) != 0)"),
+    "isfinite": ("x", "(x - x) == 0"),
+    "logical_not": ("x", "x == 0"),
+    "cast": ("x", "x"),
+    "cast_to_bool": ("x", "x != 0"),
+    "add": ("xy", "x + y"), "subtract": ("xy", "x - y"), "multiply": ("xy", "x * y"),
+    "divide": ("xy", "x / y"),
+    "floor_divide_int": ("xy", "x // y - ((x % y != 0) & ((x < 0) != (y < 0))).to(x.dtype)"),
+    "floor_divide": ("xy", "libdevice.floor(x / y)"),
+    "remainder": ("xy", "tl.where((x % y != 0) & ((x % y < 0) != (y < 0)), x % y + y, x % y)"),
+    "power": ("xy", "libdevice.pow(x, y)"),
+    "maximum": ("xy", "tl.where((x > y) | (x != x), x, y)"),
+    "minimum": ("xy", "tl.where((x < y) | (x != x), x, y)"),
+    "arctan2": ("xy", "libdevice.atan2(x, y)"),
+    "equal": ("xy", "x == y"), "not_equal": ("xy", "x != y"), "less": ("xy", "x < y"),
+    "less_equal": ("xy", "x <= y"), "greater": ("xy", "x > y"),
+    "greater_equal": ("xy", "x >= y"),
+    "logical_and": ("xy", "(x != 0) & (y != 0)"), "logical_or": ("xy", "(x != 0) | (y != 0)"),
+    "logical_xor": ("xy", "(x != 0) ^ (y != 0)"),
+    "bitwise_and": ("xy", "x & y"), "bitwise_or": ("xy", "x | y"), "bitwise_xor": ("xy", "x ^ y"),
+    "where": ("cxy", "tl.where(c != 0, x, y)"),
+    "clip": ("xlh", "_clip_high(tl.where((x > l) | (x != x), x, l), h)"),
+    "scaled_add": ("xy", "x * ALPHA + y * BETA"),
+    "power_int": ("xy", "_int_power(x, y)"),
+    "round_bf16": ("x", "_round_bf16(x)"),
+}
+_BOOL_RESULT = {"isnan", "isinf", "isfinite", "logical_not", "cast_to_bool", "equal",
+                "not_equal", "less", "less_equal", "greater", "greater_equal", "logical_and",
+                "logical_or", "logical_xor"}
+_INTEGER_IDENTITY = {"floor", "ceil", "round", "trunc"}  # integers pass through unchanged
+
+_HELPERS = '''
+@triton.jit
+def _clip_high(m, h):
+    return tl.where((m < h) | (m != m), m, h)
+
+
+@triton.jit
+def _int_power(x, y):
+    # Exponentiation by squaring; negative exponents give 0 (NumPy raises; rill checks).
+    result = tl.full(x.shape, 1, x.dtype)
+    base = x
+    e = y
+    for _ in range(64):
+        result = tl.where((e & 1) != 0, result * base, result)
+        base = base * base
+        e = e >> 1
+    return result
+
+
+@triton.jit
+def _round_bf16(x):
+    # float32 -> nearest bfloat16 (ties to even), kept in float32 storage; NaN stays NaN.
+    bits = x.to(tl.uint32, bitcast=True)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return tl.where(x != x, x, rounded.to(tl.float32, bitcast=True))
+'''
+
+
+def _kernel_source(name: str, inputs: str, expression: str, attrs: tuple[str, ...]) -> str:
+    dims = ", ".join(f"D{d}" for d in range(1, MAX_DIMS))
+    params = ["out_ptr"] + [f"{v}_ptr" for v in inputs] + ["n", dims]
+    params += [", ".join(f"{v}_s{d}" for d in range(MAX_DIMS)) for v in inputs]
+    params += [f"{a}: tl.constexpr" for a in attrs]
+    params += [f"{v.upper()}_FLAT: tl.constexpr" for v in inputs] + ["BLOCK: tl.constexpr"]
+    all_flat = " and ".join(f"{v.upper()}_FLAT" for v in inputs)
+    lines = [
+        "@triton.jit",
+        f"def {name}_kernel({', '.join(params)}):",
+        "    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)",
+        "    mask = offs < n",
+        f"    if not ({all_flat}):",
+        "        rest = offs",
+    ]
+    for d in range(MAX_DIMS - 1, 0, -1):
+        lines += [f"        i{d} = rest % D{d}", f"        rest = rest // D{d}"]
+    lines.append("        i0 = rest")
+    for v in inputs:
+        index = " + ".join(f"i{d} * {v}_s{d}" for d in range(MAX_DIMS))
+        lines += [f"    if {v.upper()}_FLAT:", f"        {v}_at = offs",
+                  "    else:", f"        {v}_at = {index}",
+                  f"    {v} = tl.load({v}_ptr + {v}_at, mask=mask)",
+                  f"    if {v}.dtype == tl.float16:", f"        {v} = {v}.to(tl.float32)"]
+    lines += [f"    result = {expression}",
+              "    tl.store(out_ptr + offs, result.to(out_ptr.dtype.element_ty), mask=mask)"]
+    return "\n".join(lines) + "\n"
+
+
+_COMPILED: dict = {}
+
+
+def _kernel(name: str, attrs: tuple[str, ...]):
+    key = (name, attrs)
+    found = _COMPILED.get(key)
+    if found is None:
+        inputs, expression = EXPRESSIONS[name]
+        source = ("import triton\nimport triton.language as tl\n" + _HELPERS + "\n\n" +
+                  _kernel_source(name, inputs, expression, attrs))
+        # Triton reads a kernel's source through `inspect`, which finds it in linecache.
+        filename = f"<rill generated elementwise kernel {name}>"
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        scope = {"libdevice": libdevice}
+        exec(compile(source, filename, "exec"), scope)
+        found = _COMPILED[key] = scope[f"{name}_kernel"]
+    return found
+
+
+def _layout(shape, buffers):
+    """Collapse the output shape and each input's strides (0 where broadcast) to the fewest
+    dims: size-1 dims dropped, neighbours merged where every input lets them."""
+    rank = len(shape)
+    per_input = []
+    for b in buffers:
+        s = strides(b)
+        lead = rank - b.ndim
+        per_input.append([0] * lead + [0 if b.shape[i] == 1 else s[i] for i in range(b.ndim)])
+    dims: list[int] = []
+    merged: list[list[int]] = [[] for _ in buffers]
+    for i, d in enumerate(shape):
+        if d == 1:
+            continue
+        if dims and all(m[-1] == s[i] * d for m, s in zip(merged, per_input)):
+            dims[-1] *= d
+            for m, s in zip(merged, per_input):
+                m[-1] = s[i]
+        else:
+            dims.append(d)
+            for m, s in zip(merged, per_input):
+                m.append(s[i])
+    return dims, merged
+
+
+def _is_flat(dims, input_strides) -> bool:
+    expected = 1
+    for d, s in zip(reversed(dims), reversed(input_strides)):
+        if s != expected:
+            return False
+        expected *= d
+    return True
+
+
+def launch(name: str, buffers, out_shape, out_dtype, **attrs):
+    """Run EXPRESSIONS[name] over broadcast `buffers` into a new contiguous buffer."""
+    out_dtype = np.dtype(out_dtype)
+    out = empty(out_shape, out_dtype)
+    n = out.size
+    if n == 0:
+        return out
+    # Booleans travel as bytes (0/1): Triton's 1-bit pointers are not byte arrays everywhere.
+    buffers = [b.view(np.uint8) if b.dtype == np.bool_ else b for b in buffers]
+    out_view = out.view(np.uint8) if out_dtype == np.bool_ else out
+    dims, merged = _layout(tuple(out_shape), buffers)
+    if len(dims) > MAX_DIMS:
+        raise NotImplementedError(f"{len(dims)} dims that cannot be merged (at most {MAX_DIMS})")
+    pad = MAX_DIMS - len(dims)
+    sizes = [1] * pad + dims
+    args = [pointer(out_view)] + [pointer(b) for b in buffers] + [n] + sizes[1:]
+    flags = {}
+    for b, s, v in zip(buffers, merged, EXPRESSIONS[name][0]):
+        args += [0] * pad + s
+        flags[f"{v.upper()}_FLAT"] = _is_flat(dims, s)
+    block = block_for(n)
+    _kernel(name, tuple(sorted(attrs)))[(cdiv(n, block),)](*args, **attrs, **flags, BLOCK=block)
+    return out
+
+
+def _broadcast_shape(*buffers):
+    return np.broadcast_shapes(*(b.shape for b in buffers))
+
+
+def _result_dtype(*buffers):
+    return np.result_type(*buffers)
+
+
+def _elementwise(name, bool_result=False):
+    def kernel(*buffers, **attrs):
+        if name in _INTEGER_IDENTITY and buffers[0].dtype.kind in "iub":
+            return launch("copy", buffers, buffers[0].shape, buffers[0].dtype)
+        dtype = np.bool_ if bool_result else _result_dtype(*buffers)
+        attrs = {k.upper(): v for k, v in attrs.items()}
+        return launch(name, buffers, _broadcast_shape(*buffers), dtype, **attrs)
+    kernel.__name__ = name
+    return kernel
+
+
+def _floor_divide(x, y):
+    kind = _result_dtype(x, y).kind
+    return _elementwise("floor_divide_int" if kind in "iu" else "floor_divide")(x, y)
+
+
+def _power(x, y):
+    kind = _result_dtype(x, y).kind
+    return _elementwise("power_int" if kind in "iu" else "power")(x, y)
+
+
+def _gelu(x, approximate):
+    return _elementwise("gelu_tanh" if approximate == "tanh" else "gelu_exact")(x)
+
+
+def _where(condition, x, y):
+    return launch("where", (condition, x, y), _broadcast_shape(condition, x, y),
+                  _result_dtype(x, y))
+
+
+def _cast(x, dtype):
+    storage = dtype.storage
+    if storage == np.bool_:
+        return launch("cast_to_bool", (x,), x.shape, storage)
+    out = launch("cast", (x,), x.shape, storage)
+    return round_to_bfloat16(out) if dtype.name == "bfloat16" else out
+
+
+def contiguous(x):
+    """x itself when C-contiguous, else a contiguous copy made on the device."""
+    if x.flags.c_contiguous:
+        return x
+    return launch("copy", (x,), x.shape, x.dtype)
+
+
+def round_to_bfloat16(x):
+    """float32 values rounded to the nearest bfloat16, in float32 storage (the CPU rule)."""
+    return launch("round_bf16", (x,), x.shape, np.float32)
+
+
+_NAMES = [name for name in EXPRESSIONS
+          if name not in ("copy", "cast", "cast_to_bool", "floor_divide_int", "gelu_exact",
+                          "gelu_tanh", "power_int", "round_bf16", "where")]
+KERNELS = {name: _elementwise(name, name in _BOOL_RESULT) for name in _NAMES}
+KERNELS.update({"floor_divide": _floor_divide, "power": _power, "gelu": _gelu,
+                "where": _where, "cast": _cast})
+
+register_kernels("gpu", KERNELS)

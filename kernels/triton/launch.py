@@ -1,0 +1,83 @@
+"""What every launcher needs: the array module, buffer pointers, allocation, grids.
+
+On a GPU, buffers are CuPy arrays and a kernel gets their device addresses. Under
+RILL_TRITON_INTERPRET=1 buffers are NumPy arrays in host memory, and Triton's interpreter
+reaches them through PyTorch CPU tensors that share their memory. Launchers use `xp` only
+for views and allocation (metadata: reshape, transpose, slicing); every value a kernel
+computes is computed by a Triton kernel.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+
+import numpy as np
+
+from rill.gpu import backend, interpreted
+
+INTERPRET = interpreted()
+if INTERPRET:
+    # Triton picks its interpreter when a kernel is decorated, so this comes before them.
+    os.environ["TRITON_INTERPRET"] = "1"
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402,F401
+
+BACKEND = backend()
+xp = BACKEND.xp
+
+if INTERPRET:
+    import torch
+
+    # Buffers that are read-only views (broadcasts, constants) are only read by kernels.
+    warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+    # inf and nan are values on a GPU; the interpreter's NumPy would warn about them.
+    warnings.filterwarnings("ignore", category=RuntimeWarning, module="triton.runtime.interpreter")
+
+    def pointer(buffer):
+        """A one-element tensor at the buffer's first element: the interpreter needs only
+        its address and dtype (strides may be negative or zero, which PyTorch refuses)."""
+        first = np.lib.stride_tricks.as_strided(buffer, shape=(1,), strides=(buffer.itemsize,))
+        return torch.from_numpy(first)
+else:
+    class _DevicePointer:
+        """What Triton asks of a pointer argument: an address and an element dtype."""
+
+        __slots__ = ("ptr", "dtype")
+
+        def __init__(self, ptr, dtype):
+            self.ptr = ptr
+            self.dtype = dtype
+
+        def data_ptr(self):
+            return self.ptr
+
+    def pointer(buffer):
+        return _DevicePointer(buffer.data.ptr, buffer.dtype)
+
+
+def empty(shape, dtype):
+    """A new contiguous buffer of NumPy storage dtype `dtype` on the gpu device."""
+    return BACKEND.allocate(tuple(shape), np.dtype(dtype))
+
+
+def strides(buffer) -> list[int]:
+    """Strides in elements (NumPy and CuPy count bytes)."""
+    size = buffer.itemsize
+    return [s // size for s in buffer.strides]
+
+
+def block_for(n: int, cap: int = 1024) -> int:
+    """Elements per program. The interpreter runs each program as one NumPy step, so there
+    fewer, larger programs are much faster; a GPU wants ~1K-element programs."""
+    if INTERPRET:
+        cap = 1 << 16
+    return max(16, min(cap, triton.next_power_of_2(max(n, 1))))
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def is_contiguous(buffer) -> bool:
+    return bool(buffer.flags.c_contiguous)
