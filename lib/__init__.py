@@ -46,6 +46,7 @@ from .eager.grad import grad, value_and_grad
 from .eager.custom_vjp import custom_vjp
 
 from . import nn, optim, data, train
+from . import gpu
 from .serialization import save, load
 from .capture.function import capture, CaptureWarning
 from .capture.serialize import load_graph

@@ -121,7 +121,7 @@ def _loop_rnn(lib, reverse=False):
 def _while_poly(x, w):
     # Four iterations (the count is data: it depends on nothing differentiated).
     out = rill.while_loop(lambda c: c[0] < 4, lambda c: (c[0] + 1, c[1] * w + rill.sin(c[1])),
-                          (rill.tensor(0), x), max_iterations=10)
+                          (rill.tensor(0, device=x.device), x), max_iterations=10)
     return out[1]
 
 
@@ -249,7 +249,8 @@ OPS = [
     Op("sum_empty", lambda x: rill.sum(x, axis=0), lambda x: np.sum(x, axis=0),
        lambda x: torch.sum(x, 0), [((0, 3),)]),
     Op("prod_with_zero", lambda x: rill.prod(x * rill.tensor([1.0, 0.0, 1.0, 1.0],
-                                                              dtype=x.dtype), axis=1),
+                                                              dtype=x.dtype, device=x.device),
+                                                  axis=1),
        lambda x: np.prod(x * np.array([1.0, 0.0, 1.0, 1.0]), axis=1),
        lambda x: torch.prod(x * torch.tensor([1.0, 0.0, 1.0, 1.0], dtype=x.dtype), 1),
        [((3, 4),)], dtypes=()),
@@ -278,7 +279,8 @@ OPS = [
     Op("cumprod", lambda x: rill.cumprod(x, axis=1), lambda x: np.cumprod(x, axis=1),
        lambda x: torch.cumprod(x, 1), [((3, 4),)], dtypes=("float32",)),
     Op("cumprod_zeros", lambda x: rill.cumprod(x * rill.tensor([1.0, 0.0, 1.0, 0.0, 1.0],
-                                                                dtype=x.dtype), axis=-1),
+                                                                dtype=x.dtype,
+                                                                device=x.device), axis=-1),
        lambda x: np.cumprod(x * np.array([1.0, 0.0, 1.0, 0.0, 1.0]), axis=-1),
        lambda x: torch.cumprod(x * torch.tensor([1.0, 0.0, 1.0, 0.0, 1.0], dtype=x.dtype), -1),
        [((2, 5),)], dtypes=()),

@@ -406,7 +406,7 @@ def softmax_rows(axis, shapes, suffix, **extra):
 def _fresh_stats(x):
     """New running statistics for each call: training batch_norm updates them in place."""
     c = x.shape[1]
-    return rill.zeros(c, dtype=x.dtype), rill.ones(c, dtype=x.dtype)
+    return rill.zeros(c, dtype=x.dtype, device=x.device), rill.ones(c, dtype=x.dtype, device=x.device)
 
 
 def _torch_fresh_stats(x):
