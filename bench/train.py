@@ -76,12 +76,13 @@ def _state(model: str, ws) -> dict:
     return dict(zip(names, ws))
 
 
-def rill_step(model: str):
+def rill_step(model: str, device: str = "cpu"):
     """One step as a rill user writes it: nn modules, cross_entropy, rill.optim.SGD."""
     x, y, ws = (mlp_setup if model == "mlp" else cnn_setup)()
-    x, y = rill.tensor(x), rill.tensor(y)
+    x, y = rill.tensor(x, device=device), rill.tensor(y, device=device)
     net = _layers(rill.nn, model)
     net.load_state_dict({k: rill.tensor(v) for k, v in _state(model, ws).items()})
+    net.to(device)
     opt = rill.optim.SGD(net.parameters(), lr=LR)
 
     def step():
@@ -93,11 +94,12 @@ def rill_step(model: str):
     return step
 
 
-def torch_step(model: str):
+def torch_step(model: str, device: str = "cpu"):
     x, y, ws = (mlp_setup if model == "mlp" else cnn_setup)()
-    x, y = torch.tensor(x), torch.tensor(y)
+    x, y = torch.tensor(x, device=device), torch.tensor(y, device=device)
     net = _layers(torch.nn, model)
     net.load_state_dict({k: torch.tensor(v) for k, v in _state(model, ws).items()})
+    net.to(device)
     opt = torch.optim.SGD(net.parameters(), lr=LR)
 
     def step():
