@@ -11,7 +11,7 @@ array module only for views and allocation; values are computed by Triton kernel
 import importlib
 
 FAMILIES = ("elementwise", "creation", "reduce", "sorting", "activation", "linalg", "conv",
-            "pooling", "shape", "indexing", "random", "checks")
+            "pooling", "shape", "indexing", "random", "checks", "normalization")
 
 for _family in FAMILIES:
     importlib.import_module(f".{_family}", __name__)

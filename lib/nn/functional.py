@@ -13,7 +13,8 @@ from ..eager.context import no_grad
 from ..errors import ArgumentError, DTypeError, ShapeError, reports_as
 from ..ops import promotion
 from ..ops.checks import check
-from ..ops.creation import ones
+from ..ops.creation import ones, zeros
+from ..ops.normalization import layer_norm as _layer_norm
 from ..ops.elementwise import abs, rsqrt, scaled_add, softplus, square, where
 from ..ops.indexing import take, take_along_axis
 from ..ops.linalg import matmul
@@ -156,11 +157,12 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
         if t is not None and tuple(t.shape) != normalized_shape:
             raise ShapeError(f"{what} must have shape {normalized_shape}, got {t.shape}",
                              op="layer_norm")
-    axes = tuple(range(x.ndim - k, x.ndim))
-    mu = mean(x, axis=axes, keepdims=True)
-    centered = x - mu
-    y = centered * rsqrt(mean(square(centered), axis=axes, keepdims=True) + eps)
-    return _affine(y, weight, bias, normalized_shape)
+    # One fused primitive, forward and back; absent weight/bias are ones/zeros.
+    if weight is None:
+        weight = ones(normalized_shape, dtype=x.dtype, device=x.device)
+    if bias is None:
+        bias = zeros(normalized_shape, dtype=x.dtype, device=x.device)
+    return _layer_norm(x, weight, bias, eps, k)
 
 
 @reports_as("group_norm")
