@@ -36,6 +36,20 @@ class Generator:
     def lock(self) -> threading.Lock:
         return self._lock
 
+    def philox(self, count: int) -> tuple[int, int]:
+        """(key, first counter) for a counter-based draw of `count` numbers (the gpu's
+        Philox): the counters are reserved, so draws never overlap, and reseeding starts
+        the counters over under a key that depends only on the seed."""
+        with self._lock:
+            state = getattr(self, "_philox_state", None)
+            if state is None or state[0] is not self._bits:  # new, or reseeded since
+                hi, lo = np.random.SeedSequence(self.seed).generate_state(2, np.uint32)
+                key = (int(hi) >> 1) << 32 | int(lo)  # 63 bits: a non-negative int64
+                state = self._philox_state = [self._bits, key, 0]
+            first = state[2]
+            state[2] += count
+            return state[1], first
+
     def get_state(self) -> dict:
         return self._bits.state
 

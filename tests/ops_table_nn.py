@@ -444,6 +444,33 @@ BOOL_MASK = fixed([[True, False, True, False, False],
                    [False, True, True, True, False],
                    [True, True, False, False, True]], bool)
 
+
+def _adam(decoupled):
+    """rill's fused Adam step at step 3 (lr 0.01, betas 0.9/0.999, eps 1e-8, decay 0.1)."""
+    lr, b1, b2, wd, t = 0.01, 0.9, 0.999, 0.1, 3
+
+    def fn(p, g, m, v):
+        step_size = rill.tensor(lr / (1 - b1 ** t), dtype=p.dtype, device=p.device)
+        bc2 = rill.tensor(math.sqrt(1 - b2 ** t), dtype=p.dtype, device=p.device)
+        return rill.ops.updates.adam_update(
+            p, g, m, v, step_size, bc2, beta1=b1, beta2=b2, eps=1e-8,
+            weight_decay=0.0 if decoupled else wd, decay=1 - lr * wd if decoupled else 1.0)
+
+    def ref(p, g, m, v):
+        if decoupled:
+            p = p * (1 - lr * wd)
+        else:
+            g = g + wd * p
+        m = b1 * m + (1 - b1) * g
+        v = b2 * v + (1 - b2) * g * g
+        return p - lr / (1 - b1 ** t) * m / (np.sqrt(v) / math.sqrt(1 - b2 ** t) + 1e-8), m, v
+    return fn, ref
+
+
+def _positive(shape):
+    return lambda rng: rng.uniform(0.01, 1.0, size=shape)
+
+
 NN_OPS = [
     # ---- convolutions ----------------------------------------------------------------------
     conv2d_row("conv2d", [((2, 3, 4, 5), (4, 3, 3, 3), (4,)), ((1, 2, 3, 3), (3, 2, 3, 3)),
@@ -667,6 +694,9 @@ NN_OPS = [
        lambda x: TF.dropout(x, 0.5, training=False), [((3, 4),)]),
     Op("dropout_p1", lambda x: RF.dropout(x, 1.0), np.zeros_like, lambda x: TF.dropout(x, 1.0),
        [((3, 4),)]),
+    *[Op(f"adam_update{'_decoupled' if d else ''}", *_adam(d), None,
+         [((3, 4), (3, 4), (3, 4), _positive((3, 4))), ((), (), (), _positive(()))],
+         grad=False, rtol=1e-9) for d in (False, True)],
 ]
 
 

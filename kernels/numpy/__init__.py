@@ -5,4 +5,4 @@ storage dtype the primitive's rule inferred (tests check this for every op). Buf
 never written in place: a kernel that updates returns a new array.
 """
 from . import creation, elementwise, indexing, linalg, random, reduce, shape, sorting  # noqa: F401
-from . import activation, checks, conv, normalization, pooling  # noqa: F401
+from . import activation, checks, conv, normalization, pooling, updates  # noqa: F401

@@ -11,7 +11,8 @@ array module only for views and allocation; values are computed by Triton kernel
 import importlib
 
 FAMILIES = ("elementwise", "creation", "reduce", "sorting", "activation", "linalg", "conv",
-            "pooling", "shape", "indexing", "random", "checks", "normalization")
+            "pooling", "shape", "indexing", "random", "checks", "normalization",
+            "updates")
 
 for _family in FAMILIES:
     importlib.import_module(f".{_family}", __name__)

@@ -49,7 +49,7 @@ class Adagrad(Optimizer):
             if g is None:
                 continue
             state = self._state(p, lambda: {
-                "step": step_count(), "sum": full_like(p, group["initial_accumulator_value"])})
+                "step": step_count(device=p.device), "sum": full_like(p, group["initial_accumulator_value"])})
             state["step"] += 1
             total = state["sum"]
             clr = cast(lr / ((state["step"] - 1) * lr_decay + 1), p.dtype)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from ..ops.elementwise import cast, maximum, sqrt
 from ..ops.methods import assign
+from ..ops.updates import adam_update
 from .optimizer import Optimizer, lerp
 
 
@@ -47,20 +48,28 @@ class Adam(Optimizer):
         decoupled = group["decoupled_weight_decay"]
         for p, g, state in self._dense_updates(group, "exp_avg", "exp_avg_sq"):
             step = state["step"]
+            # The step count is a tensor (see step_count): corrections in float64, then cast.
+            bias_correction2_sqrt = cast(sqrt(1.0 - beta2 ** step), p.dtype)
+            step_size = cast(lr / (1.0 - beta1 ** step), p.dtype)
+            m, v = state["exp_avg"], state["exp_avg_sq"]
+            if not amsgrad:  # one fused kernel for the whole update
+                new_p, new_m, new_v = adam_update(
+                    p, g, m, v, step_size, bias_correction2_sqrt, beta1=beta1, beta2=beta2,
+                    eps=eps, weight_decay=0.0 if decoupled else weight_decay,
+                    decay=1.0 - lr * weight_decay if decoupled else 1.0)
+                assign(m, new_m)
+                assign(v, new_v)
+                assign(p, new_p)
+                continue
             if weight_decay != 0:
                 if decoupled:
                     assign(p, p * (1.0 - lr * weight_decay))
                 else:
                     g = g + p * weight_decay
-            m, v = state["exp_avg"], state["exp_avg_sq"]
             assign(m, lerp(m, g, 1.0 - beta1))
             assign(v, v * beta2 + g * (1.0 - beta2) * g)
-            if amsgrad:
-                v_max = self._zero_slot(state, "max_exp_avg_sq", p)
-                v = assign(v_max, maximum(v_max, v))
-            # The step count is a tensor (see step_count): corrections in float64, then cast.
-            bias_correction2_sqrt = cast(sqrt(1.0 - beta2 ** step), p.dtype)
-            step_size = cast(lr / (1.0 - beta1 ** step), p.dtype)
+            v_max = self._zero_slot(state, "max_exp_avg_sq", p)
+            v = assign(v_max, maximum(v_max, v))
             assign(p, p - m / (sqrt(v) / bias_correction2_sqrt + eps) * step_size)
 
 

@@ -175,7 +175,7 @@ class Optimizer:
                 continue
             if isinstance(g, SparseRows):
                 g = g.to_dense()
-            state = self._state(p, lambda: {"step": step_count(),
+            state = self._state(p, lambda: {"step": step_count(device=p.device),
                                             **{name: zeros_like(p) for name in slots}})
             state["step"] += 1
             if group.get("maximize"):
@@ -279,7 +279,7 @@ class Optimizer:
 
     def _loaded_slot(self, p, key, name, value):
         if name == "step":  # a count (a number in torch's older state dicts)
-            return step_count(value.item() if isinstance(value, Tensor) else value)
+            return step_count(value.item() if isinstance(value, Tensor) else value, p.device)
         if not isinstance(value, Tensor):
             return value
         if value.ndim and value.shape != p.shape:
@@ -302,10 +302,11 @@ class Optimizer:
         return "\n".join(lines + [")"])
 
 
-def step_count(value: float = 0.0) -> Tensor:
-    """An optimizer's step count: a float64 0-d tensor, so that a captured step counts it
-    in the graph (a Python number would be frozen into the graph at capture time)."""
+def step_count(value: float = 0.0, device=None) -> Tensor:
+    """An optimizer's step count: a float64 0-d tensor on the parameter's device, so that a
+    captured step counts it in the graph (a Python number would be frozen into the graph at
+    capture time)."""
     from ..dtypes import float64
     from ..ops.creation import tensor
     with outside_capture():
-        return tensor(float(value), dtype=float64)
+        return tensor(float(value), dtype=float64, device=device)

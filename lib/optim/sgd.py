@@ -72,7 +72,7 @@ class SGD(Optimizer):
                 # rule) with the same ops as every later step, as a captured step needs;
                 # with dampening, a step count tells the first step apart.
                 state = self._state(p, lambda: {"momentum_buffer": zeros_like(p), **(
-                    {"step": step_count()} if keep != 1.0 else {})})
+                    {"step": step_count(device=p.device)} if keep != 1.0 else {})})
                 buf = state["momentum_buffer"]
                 if keep == 1.0:
                     assign(buf, scaled_add(buf, g, momentum, 1.0))

@@ -48,7 +48,7 @@ class SparseAdam(Optimizer):
                 raise ArgumentError(f"SparseAdam takes sparse gradients only (SparseRows, from "
                                     f"embedding lookups); a parameter of shape {p.shape} has a "
                                     f"dense one: use rill.optim.Adam for it", op=self._name)
-            state = self._state(p, lambda: {"step": step_count(), "exp_avg": zeros_like(p),
+            state = self._state(p, lambda: {"step": step_count(device=p.device), "exp_avg": zeros_like(p),
                                             "exp_avg_sq": zeros_like(p)})
             state["step"] += 1
             step = state["step"]
