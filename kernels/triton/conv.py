@@ -11,8 +11,10 @@ and tuning.py.
                         M = N*OH*OW, N = O/G, K = C/G*KH*KW
     conv2d_weight_grad  gw[o, c, tap] = sum_{n, p} g[n, o, p] x[n, c, p*stride + tap*dil - pad]
                         M = O/G, N = C/G*KH*KW, K = N*OH*OW (split-K when the tiles are few)
-    conv_transpose2d    dx[n, c, q] = sum_{o, tap: q = p*stride + tap*dil - pad} g[n, o, p] w[o, c, tap]
-                        M = N*H*W, N = C/G, K = O/G*KH*KW (taps that miss the stride are masked)
+    conv_transpose2d    dx[n, c, q] = sum_{o, tap, p: p*stride + tap*dil - pad = q} g[n, o, p]
+                                                                           * w[o, c, tap]
+                        M = N*H*W, N = C/G, K = O/G*KH*KW (taps that miss the stride are
+                        masked: with stride s, only ~1/s^2 of the K loop does useful work)
 
 Per call: FLOPs = 2*M*N*K*G; bytes ~ (x + w + y) * itemsize once per tile row/column reuse
 (x is re-read cdiv(O/G, BLOCK_N) times for the forward pass, from L2 mostly).

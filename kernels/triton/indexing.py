@@ -26,11 +26,11 @@ from rill.ops.primitive import register_kernels
 
 from .elementwise import contiguous, launch
 from .launch import INTERPRET, block_for, cdiv, empty, pointer, strides, tl, triton, xp
-from .shape import MAX_DIMS, as_bytes, collapse, unravel
+from .shape import MAX_DIMS, as_bytes, collapse, remap, unravel
 
-MISSING = -(1 << 62)  # offset of an out-of-range index (never a real offset)
-
-GATHER, SET, ADD = 0, 1, 2
+# Kernels read only constexpr globals; launchers pass `.value`.
+MISSING = tl.constexpr(-(1 << 62))  # offset of an out-of-range index (never a real offset)
+GATHER, SET, ADD = (tl.constexpr(i) for i in range(3))
 
 # Dtypes Triton can add atomically; the others are widened for the add and narrowed after.
 _ATOMIC = {np.dtype(t) for t in (np.float32, np.float64, np.int32, np.uint32, np.int64,
@@ -225,7 +225,7 @@ class _Region:
         grid = (cdiv(self.A, block_a) * blocks_r,)
         _rows_kernel[grid](
             pointer(view), pointer(self.index), pointer(dense), self.A, self.R, blocks_r,
-            self.stride, self.length, a_stride, *dims[1:], *v_s, *e_s, MODE=mode,
+            self.stride, self.length, a_stride, *dims[1:], *v_s, *e_s, MODE=mode.value,
             HAS_INDEX=True, WRAP=self.wrap, REST_FLAT=rest_flat, BLOCK_A=block_a,
             BLOCK_R=block_r)
 
@@ -255,9 +255,16 @@ def _has_arrays(key):
     return any(item == ARRAY for item in key)
 
 
+def _basic_view(buffer, key):
+    """buffer[key] for a key of ints, slices, None and Ellipsis: always a view (an Ellipsis
+    makes even a 0-d result an array, never a scalar)."""
+    key = numpy_key(key, ())
+    return buffer[key if Ellipsis in key else key + (Ellipsis,)]
+
+
 def _getitem(x, *arrays, key):
     if not _has_arrays(key):
-        return x[numpy_key(key, ()) + (Ellipsis,)]
+        return _basic_view(x, key)
     region = _Region(x, arrays, key)
     out = empty(region.shape, x.dtype)
     region.run(out, GATHER)
@@ -266,6 +273,7 @@ def _getitem(x, *arrays, key):
 
 def _dense_values(values, shape, dtype):
     """values broadcast to `shape`, as a contiguous buffer of `dtype`."""
+    shape = tuple(shape)
     if values.shape == tuple(shape) and values.dtype == dtype and values.flags.c_contiguous:
         return values
     if values.dtype == dtype and values.flags.c_contiguous and values.size == int(np.prod(shape)):
@@ -279,17 +287,17 @@ def _copy(x, dtype=None):
 
 def _update(x, values, arrays, key, mode):
     """A copy of x with `values` stored or added at x[key]."""
-    work = _widened(x.dtype) if mode == ADD else x.dtype
+    work = _widened(x.dtype) if mode is ADD else x.dtype
     out = _copy(x, work)
     if _has_arrays(key):
         region = _Region(out, arrays, key)
-        if mode == SET:
+        if mode is SET:
             region.keep_last_writes(out)
         region.run(_dense_values(values, region.shape, work), mode)
     else:
-        target = out[numpy_key(key, ()) + (Ellipsis,)]
+        target = _basic_view(out, key)
         dense = _dense_values(values, target.shape, work)
-        if mode == SET:
+        if mode is SET:
             _store_into(target, dense)
         else:
             _add_into(target, dense)
@@ -303,13 +311,11 @@ def _narrow(x, dtype):
 
 
 def _store_into(target, dense):
-    from .shape import remap
     remap(target, dense)
 
 
 def _add_into(target, dense):
     """target += dense, for a basic (non-overlapping) region of a fresh buffer."""
-    from .shape import remap
     total = launch("add", (target, dense), target.shape, target.dtype)
     remap(target, total)
 

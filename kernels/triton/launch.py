@@ -9,7 +9,6 @@ computes is computed by a Triton kernel.
 from __future__ import annotations
 
 import os
-import warnings
 
 import numpy as np
 
@@ -27,18 +26,27 @@ BACKEND = backend()
 xp = BACKEND.xp
 
 if INTERPRET:
-    import torch
+    import ctypes
 
-    # Buffers that are read-only views (broadcasts, constants) are only read by kernels.
-    warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-    # inf and nan are values on a GPU; the interpreter's NumPy would warn about them.
-    warnings.filterwarnings("ignore", category=RuntimeWarning, module="triton.runtime.interpreter")
+    import torch
+    from triton.runtime import interpreter as _interpreter
 
     def pointer(buffer):
         """A one-element tensor at the buffer's first element: the interpreter needs only
-        its address and dtype (strides may be negative or zero, which PyTorch refuses)."""
-        first = np.lib.stride_tricks.as_strided(buffer, shape=(1,), strides=(buffer.itemsize,))
-        return torch.from_numpy(first)
+        its address and dtype (strides may be negative or zero, which PyTorch refuses, and
+        read-only views such as broadcasts are only read)."""
+        address = buffer.__array_interface__["data"][0]
+        cell = (ctypes.c_char * buffer.itemsize).from_address(address)
+        return torch.from_numpy(np.ctypeslib.as_array(cell).view(buffer.dtype))
+
+    _run_grid = _interpreter.GridExecutor.__call__
+
+    def _run_grid_quietly(self, *args, **kwargs):
+        # inf and nan are values on a GPU; the interpreter's NumPy would warn about them.
+        with np.errstate(all="ignore"):
+            return _run_grid(self, *args, **kwargs)
+
+    _interpreter.GridExecutor.__call__ = _run_grid_quietly
 else:
     class _DevicePointer:
         """What Triton asks of a pointer argument: an address and an element dtype."""

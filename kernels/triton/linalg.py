@@ -4,12 +4,14 @@ linear_weight_grad and einsum.
 Every product here is a contraction out[batch, m, n] = sum_k a[batch, m, k] * b[batch, k, n]
 where each of batch, m, n and k is a *group* of axes (letters): batch letters are in a, b and
 the output, m letters in a and the output only, n letters in b and the output only, k letters
-in neither the output (summed). A group's axes are merged where the strides allow, and the
-kernel decomposes a flat index of a group (at most 3 axes) into element offsets through each
-operand's own strides. So transposed views, broadcast batches (stride 0, or the letter simply
-absent from that operand), diagonals (a repeated letter: its strides add) and the leading
-axes of `linear` (folded into m) are all read in place: no operand is ever copied, except in
-the rare case of more than 3 unmergeable axes in one group.
+are summed (not in the output; one that only a or only b has is read with stride 0 by the
+other, which is how einsum sums an axis away). A group's axes are merged where the strides
+allow, and the kernel decomposes a flat index of a group (at most 3 axes) into element offsets
+through each operand's own strides. So transposed views, broadcast batches (stride 0, or the
+letter simply absent from that operand), diagonals (a repeated letter: its strides add) and the
+leading axes of `linear` (folded into m) are all read in place: no operand is ever copied,
+except in the rare case of more than 3 unmergeable axes in one group. einsum contracts its operands
+pairwise, left to right (a single operand against a one-element 1); booleans count in int64.
 
 Inner products: tl.dot with float32 accumulation for float16 and float32 (bfloat16 is stored
 as float32); float32 uses input_precision "ieee" unless ALLOW_TF32 is set. float64 and
@@ -147,9 +149,11 @@ def _sum_splits_kernel(ws_ptr, out_ptr, size, SPLIT: tl.constexpr, BLOCK: tl.con
     # out = sum over the K splits of the workspace, in split order (deterministic).
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < size
-    acc = tl.load(ws_ptr + offs, mask=mask, other=0)
-    for s in range(1, SPLIT):
-        acc += tl.load(ws_ptr + s * size + offs, mask=mask, other=0)
+    parts = ws_ptr + offs
+    acc = tl.load(parts, mask=mask, other=0)
+    for _ in range(1, SPLIT):
+        parts += size  # pointer steps: no int32 product that could overflow
+        acc += tl.load(parts, mask=mask, other=0)
     tl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=mask)
 
 
@@ -367,15 +371,22 @@ def _one(dtype):
 
 
 def _einsum(*xs, inputs, output):
+    if xs[0].dtype == np.bool_:
+        # Booleans: count the true terms in int64 (bytes in, as 0/1), then "any".
+        counts = _contract_all([x.view(np.uint8) for x in xs], inputs, output, np.int64)
+        return elementwise_launch("cast_to_bool", (counts,), counts.shape, np.bool_)
+    return _contract_all(xs, inputs, output, xs[0].dtype)
+
+
+def _contract_all(xs, inputs, output, dtype):
     sizes: dict = {}
     for subs, x in zip(inputs, xs):
         for c, length in zip(subs, x.shape):
             if sizes.get(c, 1) == 1:
                 sizes[c] = length
-    dtype = xs[0].dtype
     operands = [(x, axes_of(x, subs, sizes), subs) for x, subs in zip(xs, inputs)]
     if len(operands) == 1:
-        operands.append((_one(dtype), {}, ""))
+        operands.append((_one(xs[0].dtype), {}, ""))
     # Left to right, pairwise; an intermediate keeps the letters still needed later.
     while True:
         (a, a_axes, a_subs), (b, b_axes, b_subs) = operands[0], operands[1]

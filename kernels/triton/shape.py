@@ -14,16 +14,18 @@ from __future__ import annotations
 import numpy as np
 
 from rill.ops.primitive import register_kernels
+from rill.ops.shape import _resolve_shape
 
 from .elementwise import launch
 from .launch import BACKEND, block_for, cdiv, empty, pointer, strides, tl, triton, xp
 
 MAX_DIMS = 6
 
-# How _remap_kernel maps an output index i to a source index along an axis (lo, length L).
-COPY, CONSTANT, EDGE, REFLECT, ROLL = 0, 1, 2, 3, 4
+# How _remap_kernel maps an output index i to a source index along an axis (lo, length L),
+# and which triangle it keeps. Kernels read only constexpr globals; launchers pass `.value`.
+COPY, CONSTANT, EDGE, REFLECT, ROLL = (tl.constexpr(i) for i in range(5))
 _PAD_MODES = {"constant": CONSTANT, "edge": EDGE, "reflect": REFLECT}
-NO_TRIANGLE, LOWER, UPPER = 0, 1, 2
+NO_TRIANGLE, LOWER, UPPER = (tl.constexpr(i) for i in range(3))
 
 
 def as_bytes(buffer):
@@ -127,12 +129,13 @@ def remap(dst, src, mode=COPY, lo=None, value=None, triangle=NO_TRIANGLE, k=0):
     n = dst.size
     if n == 0:
         return dst
+    result = dst
     ndim = dst.ndim
     lo = [0] * ndim if lo is None else list(lo)
     lengths = list(src.shape)
     # Axes that map or hold the triangle keep their own index; the rest may merge.
     keep = {a for a in range(ndim) if lo[a] or lengths[a] != dst.shape[a]}
-    if triangle:
+    if triangle.value:
         keep |= {ndim - 2, ndim - 1}
     dst, src = as_bytes(dst), as_bytes(src)
     dims, (dst_s, src_s), axes = collapse(dst.shape, [strides(dst), strides(src)], keep)
@@ -144,8 +147,8 @@ def remap(dst, src, mode=COPY, lo=None, value=None, triangle=NO_TRIANGLE, k=0):
     block = block_for(n)
     _remap_kernel[(cdiv(n, block),)](
         pointer(dst), pointer(src), pointer(value), n, *dims[1:], *dst_s, *src_s, *los, *lens,
-        k, MODE=mode, TRIANGLE=triangle, DST_FLAT=dst_flat, BLOCK=block)
-    return dst
+        k, MODE=mode.value, TRIANGLE=triangle.value, DST_FLAT=dst_flat, BLOCK=block)
+    return result
 
 
 def _new_like(x, shape=None):
@@ -188,7 +191,7 @@ def view_strides(shape, new_shape, elem_strides):
 
 
 def _reshape(x, shape):
-    shape = tuple(shape)
+    shape = _resolve_shape(x.shape, shape)  # the attr may hold a -1
     if x.flags.c_contiguous:
         return x.reshape(shape)
     if x.size:
