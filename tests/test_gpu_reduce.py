@@ -68,11 +68,11 @@ def test_reductions_37x5000(dtype, axis):
 @pytest.mark.parametrize("axis", [0, 1, 2, (0, 2), (1, 2), None])
 def test_small_tiles_and_splits(small_tiles, axis):
     rng = np.random.default_rng(2)
-    x = rng.standard_normal((5, 300, 7))
+    x = rng.standard_normal((3, 200, 5))
     for fn in (rill.sum, rill.mean, rill.max, rill.min, rill.logsumexp):
         check(lambda t: fn(t, axis=axis, keepdims=True), x)
     check(lambda t: rill.var(t, axis=axis, correction=1), x)
-    for o in (2, 1, 0, math.inf, -math.inf, 0.5):
+    for o in (2, 0, -math.inf, 0.5):
         check(lambda t: rill.norm(t, ord=o, axis=axis), x)
     check(lambda t: rill.any(t > 3.0, axis=axis), x)
     check(lambda t: rill.all(t > -3.0, axis=axis), x)
@@ -154,9 +154,9 @@ def test_softmax_special_rows(request, tiles):
     check(lambda t: rill.logsumexp(t, axis=1), x)
 
 
-@pytest.mark.parametrize("tiles", [False, True])
-@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
-@pytest.mark.parametrize("smoothing", [0.0, 0.2])
+@pytest.mark.parametrize("tiles,reduction,smoothing", [
+    (False, "mean", 0.0), (False, "none", 0.2), (False, "sum", 0.0),
+    (True, "mean", 0.2), (True, "none", 0.0)])
 def test_softmax_cross_entropy(request, tiles, reduction, smoothing):
     if tiles:
         request.getfixturevalue("small_tiles")

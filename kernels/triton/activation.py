@@ -22,7 +22,7 @@ from rill.ops.rules import normalize_axis
 
 from .elementwise import contiguous
 from .launch import INTERPRET, cdiv, empty, pointer, strides, tl, triton
-from .reduce import _TL, _layout, _max_nan, _rows, count_not_equal
+from .reduce import _TL, _layout, _max_nan, _max_rows, _rows, count_not_equal
 
 # Elements per program tile, and the longest row kept in registers in one piece.
 TILE = 1 << 16 if INTERPRET else 4096
@@ -55,7 +55,7 @@ def _row_stats(x_ptr, base, mask_m, R, step, ACC: tl.constexpr, BLOCK_M: tl.cons
         kept = tl.where(run_s == 0, 0.0, run_s * tl.exp(_finite_or_zero(run_m) - f_new))
         run_s = kept + tl.exp(x - f_new)
         run_m = new_m
-    f = _finite_or_zero(tl.reduce(run_m, 1, _max_nan))
+    f = _finite_or_zero(_max_rows(run_m))
     scaled = tl.where(run_s == 0, 0.0, run_s * tl.exp(_finite_or_zero(run_m) - f[:, None]))
     return f, tl.sum(scaled, 1), tl.sum(run_x, 1)
 
@@ -73,7 +73,7 @@ def _softmax_kernel(x_ptr, out_ptr, A, R, B, NB, LOG: tl.constexpr, SINGLE: tl.c
         offs = base[:, None] + cols[None, :].to(tl.int64) * B
         x = tl.load(x_ptr + offs, mask=mask, other=0).to(ACC)
         x = tl.where(mask, x, float("-inf"))
-        f = _finite_or_zero(tl.reduce(x, 1, _max_nan))
+        f = _finite_or_zero(_max_rows(x))
         z = x - f[:, None]
         e = tl.exp(z)
         s = tl.sum(e, 1)

@@ -47,16 +47,6 @@ _TL = {np.dtype(np.float32): tl.float32, np.dtype(np.float64): tl.float64,
 
 
 @triton.jit
-def _add(a, b):
-    return a + b
-
-
-@triton.jit
-def _mul(a, b):
-    return a * b
-
-
-@triton.jit
 def _max_nan(a, b):
     return tl.where((a > b) | (a != a), a, b)
 
@@ -80,15 +70,42 @@ def _combine(a, b, COMBINE: tl.constexpr):
 
 
 @triton.jit
+def _nan_or_zero(x):
+    """Per row (axis 1): nan if the row holds a NaN, else 0 (in x's dtype)."""
+    return tl.sum(tl.where(x != x, x, tl.zeros_like(x)), 1)
+
+
+@triton.jit
+def _max_rows(x):
+    # Only the builtin reductions (sum, max, min, cumsum, cumprod) are fast in Triton's
+    # interpreter; NaN is found apart since max and min may ignore it.
+    nan = _nan_or_zero(x)
+    return tl.where(nan != nan, nan, tl.max(x, 1))
+
+
+@triton.jit
+def _min_rows(x):
+    nan = _nan_or_zero(x)
+    return tl.where(nan != nan, nan, tl.min(x, 1))
+
+
+@triton.jit
+def _last_column(y):
+    """y[:, -1], exactly (one value plus zeros)."""
+    last = tl.arange(0, y.shape[1]) == y.shape[1] - 1
+    return tl.sum(tl.where(last[None, :], y, tl.zeros_like(y)), 1)
+
+
+@triton.jit
 def _reduce_axis1(acc, COMBINE: tl.constexpr):
     if COMBINE == 0:
         r = tl.sum(acc, 1)
     elif COMBINE == 1:
-        r = tl.reduce(acc, 1, _mul)
+        r = _last_column(tl.cumprod(acc, 1))
     elif COMBINE == 2:
-        r = tl.reduce(acc, 1, _max_nan)
+        r = _max_rows(acc)
     else:
-        r = tl.reduce(acc, 1, _min_nan)
+        r = _min_rows(acc)
     return r
 
 
@@ -182,16 +199,6 @@ def _arg_pick(v1, i1, v2, i2, LARGEST: tl.constexpr):
 
 
 @triton.jit
-def _argmax_combine(v1, i1, v2, i2):
-    return _arg_pick(v1, i1, v2, i2, True)
-
-
-@triton.jit
-def _argmin_combine(v1, i1, v2, i2):
-    return _arg_pick(v1, i1, v2, i2, False)
-
-
-@triton.jit
 def _arg_kernel(x_ptr, idx_in_ptr, val_out_ptr, idx_out_ptr, A, R, B, NB, S, L,
                 LARGEST: tl.constexpr, HAS_IDX: tl.constexpr, WRITE_VAL: tl.constexpr,
                 IDENT: tl.constexpr, ACC: tl.constexpr, INNER: tl.constexpr,
@@ -203,7 +210,7 @@ def _arg_kernel(x_ptr, idx_in_ptr, val_out_ptr, idx_out_ptr, A, R, B, NB, S, L,
     a, b, mask_m = _rows(pid // S, A, B, NB, INNER, BLOCK_M)
     base = a * R * B + b
     best_v = tl.full([BLOCK_M, BLOCK_R], IDENT, ACC)
-    best_i = tl.full([BLOCK_M, BLOCK_R], 9223372036854775807, tl.int64)
+    best_i = tl.full([BLOCK_M, BLOCK_R], 9223372036854775807, tl.int64)  # after any index
     r_start = s * L
     r_end = tl.minimum(r_start + L, R)
     cols = tl.arange(0, BLOCK_R)
@@ -219,10 +226,15 @@ def _arg_kernel(x_ptr, idx_in_ptr, val_out_ptr, idx_out_ptr, A, R, B, NB, S, L,
         v = tl.where(mask, v, best_v)
         i = tl.where(mask, i, best_i)
         best_v, best_i = _arg_pick(best_v, best_i, v, i, LARGEST)
+    # Across lanes: the first NaN if any, else the first lane holding the extreme.
+    big = tl.full([BLOCK_M, BLOCK_R], 9223372036854775807, tl.int64)
+    first_nan = tl.min(tl.where(best_v != best_v, best_i, big), 1)
     if LARGEST:
-        v, i = tl.reduce((best_v, best_i), 1, _argmax_combine)
+        v = _max_rows(best_v)
     else:
-        v, i = tl.reduce((best_v, best_i), 1, _argmin_combine)
+        v = _min_rows(best_v)
+    i = tl.min(tl.where(best_v == v[:, None], best_i, big), 1)
+    i = tl.where(v != v, first_nan, i)
     out = (a * S + s) * B + b
     tl.store(idx_out_ptr + out, i, mask=mask_m)
     if WRITE_VAL:
@@ -242,18 +254,16 @@ def _scan_kernel(x_ptr, out_ptr, A, R, B, NB, PROD: tl.constexpr, ACC: tl.conste
         ident = tl.full([BLOCK_M, BLOCK_R], 0, ACC)
     carry = tl.max(ident, 1)  # the identity, one per row
     cols = tl.arange(0, BLOCK_R)
-    last = (cols == BLOCK_R - 1)[None, :]
     for r0 in range(0, R, BLOCK_R):
         r = r0 + cols
         mask = mask_m[:, None] & (r < R)[None, :]
         offs = base[:, None] + r[None, :].to(tl.int64) * B
         x = tl.where(mask, tl.load(x_ptr + offs, mask=mask, other=0).to(ACC), ident)
         if PROD:
-            y = tl.associative_scan(x, 1, _mul) * carry[:, None]
-            carry = tl.reduce(tl.where(last, y, ident), 1, _mul)
+            y = tl.cumprod(x, 1) * carry[:, None]
         else:
             y = tl.cumsum(x, 1) + carry[:, None]
-            carry = tl.sum(tl.where(last, y, ident), 1)
+        carry = _last_column(y)
         tl.store(out_ptr + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 

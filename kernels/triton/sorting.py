@@ -24,6 +24,8 @@ from .launch import INTERPRET, cdiv, empty, pointer, tl, triton
 
 # Longest row (padded) that one program sorts on its own.
 CHUNK = 1 << 16 if INTERPRET else 4096
+# Elements one program works on: short rows are grouped several to a program.
+GROUP_ELEMENTS = 1 << 16 if INTERPRET else 2048
 
 
 @triton.jit
@@ -44,38 +46,43 @@ def _after(va, ia, vb, ib, R, DESC: tl.constexpr):
 
 
 @triton.jit
-def _exchange(keys_ptr, idx_ptr, row_start, lo, j, k, R, DESC: tl.constexpr):
+def _exchange(keys_ptr, idx_ptr, row_start, lo, j, k, R, mask, DESC: tl.constexpr):
     """Compare-exchange positions lo and lo + j of the rows starting at row_start; ascending
     where (lo & k) == 0, descending elsewhere (the bitonic pattern for merge size k)."""
-    hi = lo + j
-    va = tl.load(keys_ptr + row_start + lo)
-    ia = tl.load(idx_ptr + row_start + lo)
-    vb = tl.load(keys_ptr + row_start + hi)
-    ib = tl.load(idx_ptr + row_start + hi)
+    at_lo = row_start + lo
+    at_hi = at_lo + j
+    va = tl.load(keys_ptr + at_lo, mask=mask)
+    ia = tl.load(idx_ptr + at_lo, mask=mask)
+    vb = tl.load(keys_ptr + at_hi, mask=mask)
+    ib = tl.load(idx_ptr + at_hi, mask=mask)
     up = (lo & k) == 0
     swap = tl.where(up, _after(va, ia, vb, ib, R, DESC), _after(vb, ib, va, ia, R, DESC))
-    tl.store(keys_ptr + row_start + lo, tl.where(swap, vb, va))
-    tl.store(idx_ptr + row_start + lo, tl.where(swap, ib, ia))
-    tl.store(keys_ptr + row_start + hi, tl.where(swap, va, vb))
-    tl.store(idx_ptr + row_start + hi, tl.where(swap, ia, ib))
+    tl.store(keys_ptr + at_lo, tl.where(swap, vb, va), mask=mask)
+    tl.store(idx_ptr + at_lo, tl.where(swap, ib, ia), mask=mask)
+    tl.store(keys_ptr + at_hi, tl.where(swap, va, vb), mask=mask)
+    tl.store(idx_ptr + at_hi, tl.where(swap, ia, ib), mask=mask)
 
 
 @triton.jit
-def _chunk_kernel(src_ptr, keys_ptr, idx_ptr, R, P, S_LO, S_HI, INIT: tl.constexpr,
-                  DESC: tl.constexpr, CHUNK: tl.constexpr, LOG_CHUNK: tl.constexpr):
-    # One program: one CHUNK of one padded row. For merge sizes k = 2**s, s in [S_LO, S_HI],
-    # every stage whose partner distance j is below CHUNK.
-    start = tl.program_id(0).to(tl.int64) * CHUNK
+def _chunk_kernel(src_ptr, keys_ptr, idx_ptr, R, P, chunks, S_LO, S_HI, INIT: tl.constexpr,
+                  DESC: tl.constexpr, CHUNK: tl.constexpr, LOG_CHUNK: tl.constexpr,
+                  GROUP: tl.constexpr):
+    # One program: GROUP consecutive chunks of CHUNK elements (short rows: several rows).
+    # For merge sizes k = 2**s, s in [S_LO, S_HI], every stage whose partner distance j is
+    # below CHUNK.
+    c = tl.program_id(0).to(tl.int64) * GROUP + tl.arange(0, GROUP)
+    live = (c < chunks)[:, None]
+    start = c * CHUNK
     row = start // P
-    row_start = row * P
-    offset = start - row_start  # the chunk's place in its row
+    row_start = (row * P)[:, None]
+    offset = (start % P)[:, None]  # each chunk's place in its row
     if INIT:
-        pos = offset + tl.arange(0, CHUNK)
-        value = tl.load(src_ptr + row * R + pos, mask=pos < R, other=0)
-        tl.store(keys_ptr + row_start + pos, value)
-        tl.store(idx_ptr + row_start + pos, pos.to(tl.int32))
+        pos = offset + tl.arange(0, CHUNK)[None, :]
+        value = tl.load(src_ptr + row[:, None] * R + pos, mask=live & (pos < R), other=0)
+        tl.store(keys_ptr + row_start + pos, value, mask=live)
+        tl.store(idx_ptr + row_start + pos, pos.to(tl.int32), mask=live)
         tl.debug_barrier()
-    half = tl.arange(0, CHUNK // 2)
+    half = tl.arange(0, CHUNK // 2)[None, :]
     for s in range(S_LO, S_HI + 1):
         k = 1 << s
         top = tl.minimum(s, LOG_CHUNK) - 1  # log2 of the first distance handled here
@@ -83,7 +90,7 @@ def _chunk_kernel(src_ptr, keys_ptr, idx_ptr, R, P, S_LO, S_HI, INIT: tl.constex
             e = top - q
             j = 1 << e
             lo = offset + ((half >> e) << (e + 1)) + (half & (j - 1))
-            _exchange(keys_ptr, idx_ptr, row_start, lo, j, k, R, DESC)
+            _exchange(keys_ptr, idx_ptr, row_start, lo, j, k, R, live, DESC)
             tl.debug_barrier()
 
 
@@ -92,13 +99,12 @@ def _global_kernel(keys_ptr, idx_ptr, R, P, pairs, s, e, DESC: tl.constexpr,
                    BLOCK: tl.constexpr):
     # One compare-exchange stage (merge size 2**s, distance 2**e) over every row.
     t = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    t = tl.minimum(t, pairs - 1)  # the tail repeats the last pair: same result, no mask
     half = P // 2
     row_start = (t // half) * P
     tt = t % half
     j = 1 << e
     lo = ((tt >> e) << (e + 1)) + (tt & (j - 1))
-    _exchange(keys_ptr, idx_ptr, row_start, lo, j, 1 << s, R, DESC)
+    _exchange(keys_ptr, idx_ptr, row_start, lo, j, 1 << s, R, t < pairs, DESC)
 
 
 def _sorted_rows(x, axis, descending):
@@ -112,20 +118,21 @@ def _sorted_rows(x, axis, descending):
     chunk = min(P, CHUNK)
     log_chunk = chunk.bit_length() - 1
     log_p = P.bit_length() - 1
-    warps = 4 if chunk <= 1024 else 8
+    chunks = M * P // chunk
+    group = min(triton.next_power_of_2(chunks), max(1, GROUP_ELEMENTS // chunk))
+    warps = 4 if group * chunk <= 2048 else 8
     flat = (pointer(keys), pointer(idx), R, P)
-    _chunk_kernel[(M * P // chunk,)](pointer(src), *flat, 1, log_chunk, INIT=True,
-                                     DESC=bool(descending), CHUNK=chunk, LOG_CHUNK=log_chunk,
-                                     num_warps=warps)
+    local = dict(DESC=bool(descending), CHUNK=chunk, LOG_CHUNK=log_chunk, GROUP=group,
+                 num_warps=warps)
+    grid = (cdiv(chunks, group),)
+    _chunk_kernel[grid](pointer(src), *flat, chunks, 1, log_chunk, INIT=True, **local)
     pairs = M * P // 2
     block = 1024
     for s in range(log_chunk + 1, log_p + 1):
         for e in range(s - 1, log_chunk - 1, -1):
             _global_kernel[(cdiv(pairs, block),)](*flat, pairs, s, e, DESC=bool(descending),
                                                   BLOCK=block)
-        _chunk_kernel[(M * P // chunk,)](pointer(src), *flat, s, s, INIT=False,
-                                         DESC=bool(descending), CHUNK=chunk,
-                                         LOG_CHUNK=log_chunk, num_warps=warps)
+        _chunk_kernel[grid](pointer(src), *flat, chunks, s, s, INIT=False, **local)
     return keys, idx
 
 
