@@ -83,6 +83,8 @@ def test_small_tiles_and_splits(small_tiles, axis):
         check(lambda t: rill.argmin(t, axis=axis), ties)
         check(lambda t: rill.cumsum(t, axis=axis), x)
         check(lambda t: rill.cumprod(t, axis=axis), 1 + x / 100)
+    check(lambda t: rill.cumsum(t), x)  # one long row: a split scan
+    check(lambda t: rill.cumprod(t, axis=0), 1 + x / 100)
 
 
 def test_non_contiguous_and_special_values():

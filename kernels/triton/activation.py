@@ -112,8 +112,10 @@ def _softmax(log):
         rows = A if inner else B
         single = R <= SINGLE_MAX
         block_r = triton.next_power_of_2(R) if single else min(
-            triton.next_power_of_2(R), TILE if INTERPRET else 1024)
+            triton.next_power_of_2(R), TILE if INTERPRET else 2048)
         block_m = max(1, min(triton.next_power_of_2(rows), TILE // block_r))
+        if inner and not single and not INTERPRET:
+            block_m = 1  # long rows: one per program, so that many programs run
         if not inner and not INTERPRET:
             block_m = min(block_m, 64)  # 64 neighbouring columns: coalesced, few registers
         nb = 1 if inner else cdiv(B, block_m)

@@ -238,25 +238,34 @@ def _arg_kernel(x_ptr, idx_in_ptr, val_out_ptr, idx_out_ptr, A, R, B, NB, S, L,
     out = (a * S + s) * B + b
     tl.store(idx_out_ptr + out, i, mask=mask_m)
     if WRITE_VAL:
-        tl.store(val_out_ptr + out, v, mask=mask_m)
+        tl.store(val_out_ptr + out, v.to(val_out_ptr.dtype.element_ty), mask=mask_m)
 
 
 @triton.jit
-def _scan_kernel(x_ptr, out_ptr, A, R, B, NB, PROD: tl.constexpr, ACC: tl.constexpr,
-                 INNER: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_R: tl.constexpr):
-    # Each chunk is scanned in registers and offset by the running total of the chunks before.
+def _scan_kernel(x_ptr, out_ptr, carry_ptr, A, R, B, NB, S, L, PROD: tl.constexpr,
+                 ACC: tl.constexpr, INNER: tl.constexpr, BLOCK_M: tl.constexpr,
+                 BLOCK_R: tl.constexpr):
+    # Each chunk is scanned in registers and offset by the running total of the chunks
+    # before; a segment s > 0 of a split R starts from carry[s - 1], the scanned totals of
+    # the segments before it.
     pid = tl.program_id(0)
-    a, b, mask_m = _rows(pid, A, B, NB, INNER, BLOCK_M)
+    s = pid % S
+    a, b, mask_m = _rows(pid // S, A, B, NB, INNER, BLOCK_M)
     base = a * R * B + b
     if PROD:
         ident = tl.full([BLOCK_M, BLOCK_R], 1, ACC)
     else:
         ident = tl.full([BLOCK_M, BLOCK_R], 0, ACC)
-    carry = tl.max(ident, 1)  # the identity, one per row
+    first = tl.max(ident, 1)  # the identity, one per row
+    later = (b * 0 + s) > 0  # per row, so the mask is a vector
+    carry = tl.load(carry_ptr + (a * S + s - 1) * B + b, mask=mask_m & later, other=first)
+    carry = carry.to(ACC)
+    r_start = s * L
+    r_end = tl.minimum(r_start + L, R)
     cols = tl.arange(0, BLOCK_R)
-    for r0 in range(0, R, BLOCK_R):
+    for r0 in range(r_start, r_end, BLOCK_R):
         r = r0 + cols
-        mask = mask_m[:, None] & (r < R)[None, :]
+        mask = mask_m[:, None] & (r < r_end)[None, :]
         offs = base[:, None] + r[None, :].to(tl.int64) * B
         x = tl.where(mask, tl.load(x_ptr + offs, mask=mask, other=0).to(ACC), ident)
         if PROD:
@@ -482,7 +491,6 @@ def _arg_run(x, idx, A, R, B, largest, ident, acc, write_values):
 def _scan(prod):
     def run(x, axis):
         out_dtype = np.int64 if x.dtype.kind in "biu" else x.dtype
-        acc = _int_or_float_acc(x.dtype)
         if axis is None:
             buf, A, R, B = _as_bytes(contiguous(x)).reshape(-1), 1, x.size, 1
             out_shape = (x.size,)
@@ -491,17 +499,32 @@ def _scan(prod):
             buf, A, R, B = _layout(x, (a,))
             out_shape = x.shape
         out = empty(out_shape, out_dtype)
-        if out.size == 0:
-            return out
-        inner = B == 1
-        block_m, block_r = _tiles(inner, A if inner else B, R)
-        nb = 1 if inner else cdiv(B, block_m)
-        programs = cdiv(A, block_m) if inner else A * nb
-        _scan_kernel[(programs,)](pointer(buf), pointer(out), A, R, B, nb, PROD=prod,
-                                  ACC=_TL[np.dtype(acc)], INNER=inner, BLOCK_M=block_m,
-                                  BLOCK_R=block_r)
+        if out.size:
+            _scan_run(buf, out, A, R, B, prod, np.dtype(_int_or_float_acc(x.dtype)))
         return out
     return run
+
+
+def _scan_run(x, out, A, R, B, prod, acc):
+    """Scan the contiguous (A, R, B) buffer x along R into out."""
+    inner = B == 1
+    block_m, block_r = _tiles(inner, A if inner else B, R)
+    nb = 1 if inner else cdiv(B, block_m)
+    programs = cdiv(A, block_m) if inner else A * nb
+    S, L = _segments(programs, R, block_r)
+    common = dict(ACC=_TL[acc], INNER=inner, BLOCK_M=block_m, BLOCK_R=block_r)
+    carries = out  # not read unless R is split
+    if S > 1:
+        # Each segment's total (the reduction's first stage), scanned over the segments.
+        totals = empty((A * S * B,), acc)
+        _reduce_kernel[(programs * S,)](pointer(x), pointer(totals), pointer(totals),
+                                        A, R, B, nb, S, L, R, PRE=ID,
+                                        COMBINE=PROD if prod else SUM, POST=NONE,
+                                        IDENT=1 if prod else 0, P=0.0, **common)
+        carries = empty((A * S * B,), acc)
+        _scan_run(totals, carries, A, S, B, prod, acc)
+    _scan_kernel[(programs * S,)](pointer(x), pointer(out), pointer(carries), A, R, B, nb,
+                                  S, L, PROD=prod, **common)
 
 
 def count_not_equal(x, value: int):
