@@ -155,7 +155,7 @@ def _kernel(name: str, attrs: tuple[str, ...]):
         # Triton reads a kernel's source through `inspect`, which finds it in linecache.
         filename = f"<rill generated elementwise kernel {name}>"
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-        scope = {"libdevice": libdevice}
+        scope = {"libdevice": libdevice, "__name__": __name__}  # real Triton reads it
         exec(compile(source, filename, "exec"), scope)
         found = _COMPILED[key] = scope[f"{name}_kernel"]
     return found
