@@ -11,7 +11,7 @@ import numpy as np
 from rill.ops.primitive import register_kernels
 from rill.kernels.numpy.creation import _to_device
 
-from .elementwise import launch, round_to_bfloat16
+from .elementwise import launch
 from .launch import BACKEND, block_for, cdiv, empty, pointer, tl, triton
 
 
@@ -19,9 +19,13 @@ def _scalar(value, storage):
     return BACKEND.from_host(np.array(value, dtype=storage), None)
 
 
+def filled(shape, storage, value):
+    """A new buffer of NumPy dtype `storage` holding `value` everywhere."""
+    return launch("copy", (_scalar(value, storage),), shape, storage)
+
+
 def _full(shape, dtype, device, value):
-    out = launch("copy", (_scalar(value, dtype.storage),), shape, dtype.storage)
-    return round_to_bfloat16(out) if dtype.name == "bfloat16" else out
+    return filled(shape, dtype.storage, value)  # bfloat16 is rounded as every result is
 
 
 def _empty(shape, dtype, device):
@@ -55,15 +59,13 @@ def _ramp(n, start, step, stop, storage, last_is_stop, compute):
 def _arange(start, stop, step, dtype, device):
     n = max(0, int(np.ceil((stop - start) / step)))
     compute = np.float64 if dtype.is_floating else np.int64
-    out = _ramp(n, start, step, stop, dtype.storage, False, compute)
-    return round_to_bfloat16(out) if dtype.name == "bfloat16" else out
+    return _ramp(n, start, step, stop, dtype.storage, False, compute)
 
 
 def _linspace(start, stop, num, endpoint, dtype, device):
     div = (num - 1) if endpoint else num
     step = (stop - start) / div if div > 0 else 0.0
-    out = _ramp(num, start, step, stop, dtype.storage, endpoint and num > 1, np.float64)
-    return round_to_bfloat16(out) if dtype.name == "bfloat16" else out
+    return _ramp(num, start, step, stop, dtype.storage, endpoint and num > 1, np.float64)
 
 
 @triton.jit

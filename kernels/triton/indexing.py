@@ -24,6 +24,7 @@ import numpy as np
 from rill.ops.indexing import ARRAY, NEW, _expand_key, numpy_key
 from rill.ops.primitive import register_kernels
 
+from .creation import filled
 from .elementwise import contiguous, launch
 from .launch import INTERPRET, block_for, cdiv, empty, pointer, strides, tl, triton, xp
 from .shape import MAX_DIMS, as_bytes, collapse, remap, unravel
@@ -125,12 +126,6 @@ def _winners_kernel(off_ptr, claims_ptr, A, BLOCK: tl.constexpr):
     ok = (a < A) & (off != MISSING)
     winner = tl.load(claims_ptr + off, mask=ok, other=-1)
     tl.store(off_ptr + a, tl.where(winner.to(tl.int64) == a, off, MISSING), mask=a < A)
-
-
-@triton.jit
-def _fill_kernel(out_ptr, value, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    tl.store(out_ptr + offs, tl.full([BLOCK], value, out_ptr.dtype.element_ty), mask=offs < n)
 
 
 # ---- planning an indexed region ------------------------------------------------------------
@@ -238,9 +233,7 @@ class _Region:
         if self.A == 0:
             return
         # The claims buffer has target's shape and layout, so the same offsets address it.
-        claims = empty(target.shape, np.int32)
-        block = block_for(claims.size)
-        _fill_kernel[(cdiv(claims.size, block),)](pointer(claims), -1, claims.size, BLOCK=block)
+        claims = filled(target.shape, np.int32, -1)
         claims_view = self.view_of(claims)
         block = block_for(self.A)
         grid = (cdiv(self.A, block),)

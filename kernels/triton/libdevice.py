@@ -14,7 +14,7 @@ from .launch import INTERPRET
 _UNARY = {"tan": np.tan, "tanh": np.tanh, "sinh": np.sinh, "cosh": np.cosh, "asin": np.arcsin,
           "acos": np.arccos, "atan": np.arctan, "expm1": np.expm1, "log1p": np.log1p,
           "trunc": np.trunc, "rint": np.rint, "erf": None, "floor": np.floor, "ceil": np.ceil}
-_BINARY = {"atan2": np.arctan2, "pow": np.power, "fmod": np.fmod}
+_BINARY = {"atan2": np.arctan2, "pow": np.power}
 
 if INTERPRET:
     import triton.language as tl
@@ -37,5 +37,5 @@ if INTERPRET:
         globals()[_name] = _lift(_fn)
 else:
     from triton.language.extra.libdevice import (  # noqa: F401
-        acos, asin, atan, atan2, ceil, cosh, erf, expm1, floor, fmod, log1p, pow, rint, sinh,
+        acos, asin, atan, atan2, ceil, cosh, erf, expm1, floor, log1p, pow, rint, sinh,
         tan, tanh, trunc)

@@ -12,6 +12,7 @@ import numpy as np
 
 from rill.ops.primitive import register_kernels
 
+from .creation import filled
 from .elementwise import contiguous
 from .launch import INTERPRET, cdiv, empty, pointer, tl, triton
 
@@ -118,12 +119,6 @@ def _layer_norm(x, w, b, eps, axes):
     return y
 
 
-def _zeros(shape, dtype):
-    from .creation import _full
-    from rill.dtypes import as_dtype
-    return _full(shape, as_dtype(np.dtype(dtype).name), None, 0)
-
-
 def _layer_norm_grad(g, x, w, eps, axes):
     x, rows, d = _split(x, axes)
     g, w = contiguous(g), contiguous(w)
@@ -134,7 +129,7 @@ def _layer_norm_grad(g, x, w, eps, axes):
     accumulate = np.float64 if x.dtype == np.float64 else np.float32
     programs = max(1, min(rows, 4 if INTERPRET else 256))
     per_program = cdiv(rows, programs) if rows else 0
-    dw_part, db_part = _zeros((programs, d), accumulate), _zeros((programs, d), accumulate)
+    dw_part, db_part = filled((programs, d), accumulate, 0), filled((programs, d), accumulate, 0)
     if rows:
         _backward_kernel[(programs,)](pointer(g), pointer(x), pointer(w), pointer(dx),
                                       pointer(dw_part), pointer(db_part), rows, d, per_program,
