@@ -16,6 +16,7 @@ import math
 
 import numpy as np
 
+from rill.errors import ArgumentError
 from rill.ops.primitive import register_kernels
 
 from . import libdevice
@@ -80,6 +81,10 @@ EXPRESSIONS = {
     "power_int": ("xy", "_int_power(x, y)"),
     "round_bf16": ("x", "_round_bf16(x)"),
 }
+# The scalar attrs an expression may use, by attr name, and the constexpr each becomes. Kernel
+# source names constants only from this table: a key from anywhere else (a graph loaded from
+# a file) is refused, never pasted into source.
+CONSTANTS = {"alpha": "ALPHA", "beta": "BETA"}
 _BOOL_RESULT = {"isnan", "isinf", "isfinite", "logical_not", "cast_to_bool", "equal",
                 "not_equal", "less", "less_equal", "greater", "greater_equal", "logical_and",
                 "logical_or", "logical_xor"}
@@ -149,6 +154,7 @@ def _kernel(name: str, attrs: tuple[str, ...]):
     key = (name, attrs)
     found = _COMPILED.get(key)
     if found is None:
+        assert set(attrs) <= set(CONSTANTS.values()), attrs  # rill's own names only
         inputs, expression = EXPRESSIONS[name]
         source = ("import triton\nimport triton.language as tl\n" + _HELPERS + "\n\n" +
                   _kernel_source(name, inputs, expression, attrs))
@@ -233,10 +239,22 @@ def _elementwise(name, bool_result=False):
         if name in _INTEGER_IDENTITY and buffers[0].dtype.kind in "iub":
             return launch("copy", buffers, buffers[0].shape, buffers[0].dtype)
         dtype = np.bool_ if bool_result else _result_dtype(*buffers)
-        attrs = {k.upper(): v for k, v in attrs.items()}
-        return launch(name, buffers, _broadcast_shape(*buffers), dtype, **attrs)
+        return launch(name, buffers, _broadcast_shape(*buffers), dtype, **_constants(name, attrs))
     kernel.__name__ = name
     return kernel
+
+
+def _constants(name: str, attrs: dict) -> dict:
+    """attrs as the kernel's constexpr arguments: names from CONSTANTS, values plain numbers."""
+    out = {}
+    for key, value in attrs.items():
+        if key not in CONSTANTS:
+            raise ArgumentError(f"the gpu kernel takes no attribute {key!r}", op=name)
+        if type(value) not in (int, float) or not math.isfinite(value):
+            raise ArgumentError(f"attribute {key} must be a finite number, got {value!r}",
+                                op=name)
+        out[CONSTANTS[key]] = value
+    return out
 
 
 def _floor_divide(x, y):

@@ -22,7 +22,8 @@ from ..dtypes import bfloat16
 from ..eager.interpreter import CHECK_KERNELS, check_kernel_result, kernel_error
 from ..errors import CaptureError, DeviceError
 from ..tensor import new_tensor
-from .ir import Graph, _Names, format_node
+from . import graph_ops
+from .ir import GRAPH_OPS, Graph, _Names, format_node
 
 _programs = itertools.count()
 # Heavy nodes (elements read and written) worth a trip through the thread pool.
@@ -34,7 +35,7 @@ class Program:
 
     def __init__(self, graph: Graph, parallel: bool | str = "auto"):
         self.graph = graph
-        self.steps = [_kernel_of(node) for node in graph.nodes]
+        self.steps = [_kernel_of(node, graph) for node in graph.nodes]
         if parallel == "auto":
             parallel = _worth_parallel(graph)
         self.parallel = bool(parallel)
@@ -52,6 +53,10 @@ class Program:
     # ---- straight-line code ----------------------------------------------------------------
 
     def _compile(self) -> None:
+        """Straight-line source for the graph. By construction it holds only names rill makes
+        (t<n> for values, K/A/G/F/S<n> for objects put in its scope) and nothing from the
+        graph's data: every attr, kernel and variable reaches the code as an object in the
+        scope, never as text, so a graph loaded from a file cannot inject code."""
         graph = self.graph
         names: dict = {}
         last_use: dict = {}
@@ -60,40 +65,31 @@ class Program:
                 last_use[v] = i
         for v in graph.outputs:
             last_use[v] = len(graph.nodes)
-        scope = {"read_grad": _read_grad, "assign": _assign, "check": check_kernel_result}
-        lines = ["def run(args, V):"]
+        scope = {"check": check_kernel_result}
+        lines = ["def run(args):"]
         self.lines: dict = {}
         for i, (node, step) in enumerate(zip(graph.nodes, self.steps)):
             outs = [names.setdefault(v, f"t{len(names)}") for v in node.outputs]
             ins = ", ".join(names[v] for v in node.inputs)
-            if node.op == "input":
-                code = f"{outs[0]} = args[{node.attrs['index']}]"
-            elif node.op == "constant":
-                scope[f"C{i}"] = _on_device(node)
-                code = f"{outs[0]} = C{i}"
-            elif node.op == "read":
-                var = node.attrs["var"]
-                code = f"{outs[0]} = " + (f"V[{var}].owner._data" if graph.variables[var].kind ==
-                                          "value" else f"read_grad(V[{var}])")
-            elif node.op == "assign":
-                code = f"assign(V[{node.attrs['var']}], {ins})"
+            targets = ", ".join(outs) + ("," if len(outs) == 1 else "")
+            if node.op in GRAPH_OPS:
+                scope[f"G{i}"] = step
+                call = f"G{i}(args, ({ins}{',' if len(node.inputs) == 1 else ''}))"
+                code = f"{targets} = {call}" if outs else call
             else:
                 scope[f"K{i}"] = step
-                call = f"K{i}({', '.join(filter(None, [ins, f'**A{i}' if node.attrs else '']))})"
-                if node.attrs:
-                    scope[f"A{i}"] = node.attrs
-                targets = ", ".join(outs) + ("," if node.primitive.multiple_results and
-                                             len(outs) == 1 else "")
-                code = f"{targets} = {call}"
-                for v, name in zip(node.outputs, outs):
+                scope[f"A{i}"] = node.attrs
+                call = f"K{i}({ins}{', ' if ins else ''}**A{i})"
+                code = f"{targets if node.primitive.multiple_results else outs[0]} = {call}"
+                for j, (v, name) in enumerate(zip(node.outputs, outs)):
                     fix = _fixup(v)
-                    if fix:
-                        code += f"; {name} = {fix.format(name)}"
-                        scope.update(_fixup_scope(v.device))
+                    if fix is not None:
+                        scope[f"F{i}_{j}"] = fix
+                        code += f"; {name} = F{i}_{j}({name})"
                     if CHECK_KERNELS:
-                        scope[f"S{i}_{v.index}"] = (v.shape, v.dtype)
-                        code += f"; check(P{i}, {name}, S{i}_{v.index})"
                         scope[f"P{i}"] = node.primitive
+                        scope[f"S{i}_{j}"] = (v.shape, v.dtype)
+                        code += f"; check(P{i}, {name}, S{i}_{j})"
             dead = [names[v] for v in dict.fromkeys(node.inputs + node.outputs)
                     if last_use.get(v, -1) <= i and v not in graph.outputs]
             if dead:
@@ -103,12 +99,9 @@ class Program:
         outputs = ", ".join(names[v] for v in graph.outputs)
         lines.append(f"    return [{outputs}]")
         self.source = "\n".join(lines)
-        self.filename = f"<rill graph {graph.name} #{next(_programs)}>"
-        code = compile(self.source, self.filename, "exec")
-        exec(code, scope)
-        run = scope["run"]
-        variables = graph.variables
-        self._run = lambda args: run(args, variables)
+        self.filename = f"<rill graph #{next(_programs)}>"
+        exec(compile(self.source, self.filename, "exec"), scope)
+        self._run = scope["run"]
 
     def _failed_node(self, e: BaseException):
         tb = e.__traceback__
@@ -176,17 +169,8 @@ class Program:
 
 
 def _execute(node, graph, step, inputs, args):
-    op = node.op
-    if op == "input":
-        return (args[node.attrs["index"]],)
-    if op == "constant":
-        return (_on_device(node),)
-    if op == "read":
-        var = graph.variables[node.attrs["var"]]
-        return (var.owner._data if var.kind == "value" else _read_grad(var),)
-    if op == "assign":
-        _assign(graph.variables[node.attrs["var"]], inputs[0])
-        return ()
+    if node.op in GRAPH_OPS:
+        return step(args, inputs)
     out = step(*inputs, **node.attrs)
     outs = out if node.primitive.multiple_results else (out,)
     fixed = []
@@ -224,7 +208,7 @@ def _elements(node) -> int:
 
 
 def _is_heavy(node) -> bool:
-    return node.op not in ("input", "constant", "read", "assign") and \
+    return node.op not in GRAPH_OPS and \
         _elements(node) >= PARALLEL_MIN_ELEMENTS
 
 
@@ -244,9 +228,10 @@ def _worth_parallel(graph: Graph) -> bool:
                for a, b in itertools.combinations(heavy, 2))
 
 
-def _kernel_of(node):
-    if node.op in ("input", "constant", "read", "assign"):
-        return None
+def _kernel_of(node, graph):
+    """What runs the node: a graph op's handler, or the primitive's kernel for its device."""
+    if node.op in GRAPH_OPS:
+        return graph_ops.handler(node, graph)
     prim = node.primitive
     kernel = prim.kernels.get(node.device.kind)
     if kernel is None:
@@ -254,45 +239,14 @@ def _kernel_of(node):
     return kernel
 
 
-def _fixup(v) -> str:
-    """Code that brings a kernel's raw result to the value's spec ('' if none is needed).
-    Names are per device kind ({kind}_asarray, {kind}_round_bf16): see _fixup_scope."""
-    kind = v.device.kind
+def _fixup(v):
+    """What brings a kernel's raw result to the value's spec (None if nothing is needed)."""
+    backend = v.device.backend
     if v.dtype is bfloat16:
-        return f"{kind}_round_bf16({kind}_asarray({{}}))"
+        return lambda out: backend.round_to_bfloat16(backend.as_buffer(out))
     if v.shape == ():
-        return f"{kind}_asarray({{}})"  # reductions to 0-d may return NumPy scalars
-    return ""
-
-
-def _fixup_scope(device) -> dict:
-    backend = device.backend
-    return {f"{device.kind}_asarray": backend.as_buffer,
-            f"{device.kind}_round_bf16": backend.round_to_bfloat16}
-
-
-def _on_device(constant):
-    """A constant's host array as a buffer of its device (constants are stored on the host)."""
-    v = constant.outputs[0]
-    return v.device.backend.from_host(constant.attrs["value"], v.device)
-
-
-def _read_grad(var):
-    grad = var.owner.grad
-    if grad is None:
-        raise CaptureError(f"the graph reads {var.name}.grad, which is None", op="read")
-    if not hasattr(grad, "_data"):
-        grad = grad.to_dense()
-    return grad._data
-
-
-def _assign(var, buffer) -> None:
-    owner = var.owner
-    if var.kind == "value":
-        owner._data = buffer
-        owner._version += 1
-    else:
-        owner.grad = new_tensor(buffer, var.dtype, var.device)
+        return backend.as_buffer  # reductions to 0-d may return NumPy scalars
+    return None
 
 
 def _names_of(graph) -> _Names:

@@ -35,6 +35,17 @@ class Value:
     def __repr__(self) -> str:
         return f"<Value {_spec(self)} of {self.node.op}>"
 
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
     def __array__(self, *args, **kwargs):
         # A graph value reached NumPy: code asked for data that exists only when the graph runs.
         from ..errors import CaptureError
@@ -146,12 +157,17 @@ class Graph:
     def lint(self) -> "Graph":
         """Raise CaptureError unless the graph is well formed: every input produced earlier by
         a node of this graph, outputs numbered in order with specs, control predecessors
-        earlier, and each variable's reads ordered before its assign (at most one assign)."""
+        earlier, each variable's reads ordered before its assign (at most one assign), and
+        every node's specs what its op's shape/dtype rule gives for its inputs and attrs (so
+        a pass, or a file, that records a wrong spec fails here, not in a kernel). The error's
+        `node` is the node at fault."""
         from ..errors import CaptureError
         seen: set = set()
 
         def fail(node, why):
-            raise CaptureError(f"graph lint: {format_node(node, names)}: {why}", op="lint")
+            error = CaptureError(f"graph lint: {format_node(node, names)}: {why}", op="lint")
+            error.node = node
+            raise error
 
         names = _Names()
         reads: dict = {}
@@ -172,11 +188,21 @@ class Graph:
                 try:
                     sub.lint()
                 except CaptureError as e:
-                    fail(node, f"in its {name}: {e.message}")
+                    fail(getattr(e, "node", node), f"in its {name}: {e.message}")
+            if node.op not in GRAPH_OPS:
+                why = _rule_disagrees(node)
+                if why:
+                    fail(node, why)
             if node.op in ("read", "assign"):
                 var = node.attrs["var"]
-                if not 0 <= var < len(self.variables):
-                    fail(node, f"variable {var} does not exist")
+                if type(var) is not int or not 0 <= var < len(self.variables):
+                    fail(node, f"variable {var!r} does not exist")
+                variable = self.variables[var]
+                values = node.outputs if node.op == "read" else node.inputs
+                if len(values) != 1 or _spec_of(values[0]) != _spec_of(variable):
+                    fail(node, f"{node.op} of {variable.name} ({_spec(variable)}) must "
+                               f"{'give' if node.op == 'read' else 'take'} one value of its "
+                               "spec")
                 if var in assigned:
                     fail(node, f"variable {self.variables[var].name} is used after its assign")
                 if node.op == "read":
@@ -247,6 +273,34 @@ class Graph:
                 out.append(f"  {ids[a]} -> {ids[n]} [style=dashed];")
         out.append("}")
         return "\n".join(out)
+
+
+def _spec_of(v) -> tuple:
+    return tuple(v.shape), v.dtype, v.device
+
+
+def _rule_disagrees(node) -> str | None:
+    """Why the node's recorded output specs are not what its primitive's infer gives."""
+    from ..errors import Error
+    prim = node.primitive
+    devices = {v.device for v in node.inputs}
+    if not prim.device_attr and (len(devices) > 1 or devices - {node.device}):
+        return f"inputs on {sorted(map(str, devices))} for a node on {node.device}"
+    try:
+        avals = prim.infer(*node.inputs, **node.attrs)
+    except Error as e:
+        return f"its shape/dtype rule refuses it: {e.message}"
+    except Exception as e:  # a rule handed attrs no caller of bind could pass
+        return f"its shape/dtype rule fails: {type(e).__name__}: {e}"
+    if not prim.multiple_results:
+        avals = [avals]
+    want = [(tuple(shape), dtype) for shape, dtype in avals]
+    got = [(v.shape, v.dtype) for v in node.outputs]
+    if got != want:
+        from ..dtypes import short_name
+        show = lambda specs: ", ".join(f"{short_name(d)}{list(s)}" for s, d in specs)  # noqa
+        return f"records outputs {show(got)} but its rule gives {show(want)}"
+    return None
 
 
 class _Names:

@@ -1,0 +1,77 @@
+"""The graph's own ops (input, constant, read, assign): one handler each, shared by the
+straight-line program and the threaded scheduler (lib/capture/executor.py).
+
+`handler(node, graph)` checks the node's attrs once, when a program is built, and returns
+`run(args, inputs) -> outputs` on device buffers. The checks matter for graphs loaded from
+disk: an attr is used only as the typed value it must be (an int index, a Variable), never as
+text, so nothing a file says can become code.
+"""
+from __future__ import annotations
+
+from ..errors import CaptureError
+from ..tensor import new_tensor
+
+
+def handler(node, graph):
+    """run(args, inputs) -> tuple of output buffers, for a graph op node."""
+    return _HANDLERS[node.op](node, graph)
+
+
+def _input(node, graph):
+    index = node.attrs.get("index")
+    if type(index) is not int or index < 0:
+        raise CaptureError(f"an input node's index must be an int >= 0, got {index!r}",
+                           op="input")
+    return lambda args, inputs: (args[index],)
+
+
+def _constant(node, graph):
+    v = node.outputs[0]
+    buffer = v.device.backend.from_host(node.attrs["value"], v.device)
+    return lambda args, inputs: (buffer,)
+
+
+def _read(node, graph):
+    var = variable_of(node, graph)
+    if var.kind == "value":
+        return lambda args, inputs: (var.owner._data,)
+    return lambda args, inputs: (read_grad(var),)
+
+
+def _assign(node, graph):
+    var = variable_of(node, graph)
+
+    def run(args, inputs):
+        assign(var, inputs[0])
+        return ()
+    return run
+
+
+_HANDLERS = {"input": _input, "constant": _constant, "read": _read, "assign": _assign}
+
+
+def variable_of(node, graph):
+    """The Variable a read or assign node names, checked to exist."""
+    index = node.attrs.get("var")
+    if type(index) is not int or not 0 <= index < len(graph.variables):
+        raise CaptureError(f"a {node.op} node names variable {index!r}; the graph has "
+                           f"{len(graph.variables)}", op=node.op)
+    return graph.variables[index]
+
+
+def read_grad(var):
+    grad = var.owner.grad
+    if grad is None:
+        raise CaptureError(f"the graph reads {var.name}.grad, which is None", op="read")
+    if not hasattr(grad, "_data"):
+        grad = grad.to_dense()
+    return grad._data
+
+
+def assign(var, buffer) -> None:
+    owner = var.owner
+    if var.kind == "value":
+        owner._data = buffer
+        owner._version += 1
+    else:
+        owner.grad = new_tensor(buffer, var.dtype, var.device)
