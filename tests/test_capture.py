@@ -2,6 +2,7 @@
 saving and loading (passes have tests of their own in test_capture_passes.py)."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
@@ -13,6 +14,8 @@ import pytest
 import rill
 from rill import nn
 from rill.capture.executor import Program
+
+import saved_graphs
 
 
 def _mlp(seed=0):
@@ -376,20 +379,26 @@ def test_load_refuses_bad_files(tmp_path):
     fast = rill.capture(lambda x: rill.exp(x))
     fast(rill.ones(2))
     fast.save(tmp_path / "g")
-    doc = (tmp_path / "g" / "graph.json").read_text()
-    (tmp_path / "g" / "graph.json").write_text(doc.replace('"exp"', '"exp_v2"'))
+    doc = saved_graphs.read_doc(tmp_path / "g")
+    text = json.dumps(doc)
+    saved_graphs.write_text(tmp_path / "g", text.replace('"exp"', '"exp_v2"'))
     with pytest.raises(rill.CheckpointError, match="does not have"):
         rill.load_graph(tmp_path / "g")
-    (tmp_path / "g" / "graph.json").write_text(doc.replace('"version": 1', '"version": 99'))
+    saved_graphs.write_text(tmp_path / "g", text.replace('"version": 2', '"version": 99'))
     with pytest.raises(rill.CheckpointError, match="version 99"):
         rill.load_graph(tmp_path / "g")
-    (tmp_path / "g" / "graph.json").write_text(doc[: len(doc) // 2])
+    saved_graphs.write_text(tmp_path / "g", text[: len(text) // 2])
     with pytest.raises(rill.CheckpointError, match="damaged"):
         rill.load_graph(tmp_path / "g")
-    (tmp_path / "g" / "graph.json").write_text(doc)
-    state = bytearray((tmp_path / "g" / "state.rill").read_bytes())
-    state[-1] ^= 0xFF
-    (tmp_path / "g" / "state.rill").write_bytes(bytes(state))
+    saved_graphs.write_text(tmp_path / "g", text)
+    rill.load_graph(tmp_path / "g")  # sealed again as it was: loads
+    state = saved_graphs.graph_file(tmp_path / "g").replace("graph.", "state.").replace(
+        ".json", ".rill")
+    with open(state, "r+b") as f:
+        f.seek(-1, 2)
+        last = f.read(1)
+        f.seek(-1, 2)
+        f.write(bytes([last[0] ^ 0xFF]))
     with pytest.raises(rill.CheckpointError):
         rill.load_graph(tmp_path / "g")
 

@@ -114,15 +114,20 @@ def test_cpu_graph_with_code_in_any_field_is_refused(tmp_path, place):
 
 
 def test_generated_program_holds_no_text_from_the_graph():
-    """By construction: a Program's source is made of rill's own names and numbers, so a
-    string attr that slipped past every check still never becomes code."""
-    graph = rill.capture(lambda x: x * 2.0).graph_for(rill.ones(2))
-    (inp,) = [n for n in graph.nodes if n.op == "input"]
-    inp.attrs["index"] = "__import__('os').getpid() and 0"
+    """By construction: a Program's source is made of rill's own names and numbers. A string
+    attr that slipped past every check reaches the kernel as a value, never as code; a graph
+    op's attr of the wrong type is refused when the program is built."""
+    graph = rill.capture(lambda x: rill.nn.functional.gelu(x * 2.0, approximate="tanh")
+                         ).graph_for(rill.ones(2))
+    (gelu,) = [n for n in graph.nodes if n.op == "gelu"]
+    gelu.attrs["approximate"] = "tanh') or __import__('os').getpid() or ('"
     program = Program(graph, parallel=False)
     assert "__import__" not in program.source and "getpid" not in program.source
-    with pytest.raises(rill.Error):
-        program([np.ones(2, np.float32)])
+    assert "tanh" not in program.source
+    (inp,) = [n for n in graph.nodes if n.op == "input"]
+    inp.attrs["index"] = "__import__('os').getpid() and 0"
+    with pytest.raises(rill.CaptureError, match="index must be an int"):
+        Program(graph, parallel=False)
 
 
 @pytest.mark.skipif(not rill.gpu.is_available(), reason="no gpu device (interpreted or real)")

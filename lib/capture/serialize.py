@@ -1,16 +1,22 @@
 """Saving a captured graph with its state and signature; loading it back with no source.
 
-A saved graph is a directory of two files (docs/GRAPH_FORMAT.md):
-  graph.json   format name and version, the signature (argument and result structure), the
-               variables (name, kind, spec) and the nodes in order (op, inputs, attrs,
-               output specs, device, control predecessors, user's source line);
-  state.rill   the variables' values and the large constants, in rill.save's checked format.
-No Python code or pickle is stored: ops are primitive names, looked up when loading.
+A saved graph is a directory (docs/GRAPH_FORMAT.md):
+  manifest.json        written last, atomically: names the two files below and their SHA-256
+  graph.<token>.json   the graph document: signature, variables, nodes (op, inputs, attrs,
+                       output specs, device, control predecessors, user's source line)
+  state.<token>.rill   the variables' values and the large constants, in rill.save's format
+Each save writes new files under fresh names and then swaps the manifest, so a crash at any
+moment leaves the old save or the new one, never a mix. Loading checks both checksums, then
+the document against its schema (lib/capture/schema.py) before building anything. No Python
+code or pickle is stored or run: ops are primitive names, looked up when loading.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
+import secrets
 
 import numpy as np
 
@@ -19,10 +25,16 @@ from ..devices import Device, device as as_device
 from ..errors import CaptureError, CheckpointError
 from ..sparse import SparseRows
 from ..tensor import Tensor, new_tensor
-from .ir import GRAPH_OPS, Graph, Node, Variable
+from . import schema
+from .ir import Graph, Variable
 
 FORMAT = "rill-graph"
-VERSION = 1
+VERSION = 2
+MANIFEST = "manifest.json"
+MAX_MANIFEST = 1 << 16
+MAX_DOCUMENT = 1 << 30
+_FILE = re.compile(r"(graph\.[0-9a-f]{16}\.json|state\.[0-9a-f]{16}\.rill)")
+_LEGACY = ("graph.json", "state.rill")  # format 1's names, replaced by a format-2 save
 
 
 # ---- argument and result structure ---------------------------------------------------------
@@ -104,35 +116,6 @@ def encode_attr(value, arrays: dict, where: str):
                        op="save")
 
 
-def decode_attr(value, arrays: dict):
-    if isinstance(value, list):
-        return [decode_attr(v, arrays) for v in value]
-    if not isinstance(value, dict):
-        return value
-    if "$tuple" in value:
-        return tuple(decode_attr(v, arrays) for v in value["$tuple"])
-    if "$dict" in value:
-        return {decode_attr(k, arrays): decode_attr(v, arrays) for k, v in value["$dict"]}
-    if "$dtype" in value:
-        return dt.as_dtype(value["$dtype"])
-    if "$device" in value:
-        return as_device(value["$device"])
-    if "$graph" in value:
-        return decode_graph(value["$graph"], arrays)
-    if "$slice" in value:
-        return slice(*[decode_attr(v, arrays) for v in value["$slice"]])
-    if "$ellipsis" in value:
-        return Ellipsis
-    if "$array" in value:
-        return arrays[value["$array"]]
-    if "$generator" in value:
-        from ..random import Generator
-        g = Generator()
-        g.set_state(value["$generator"])
-        return g
-    raise CaptureError(f"unknown attribute encoding {sorted(value)}", op="load_graph")
-
-
 # ---- graphs --------------------------------------------------------------------------------
 
 def encode_graph(graph: Graph, arrays: dict) -> dict:
@@ -160,30 +143,11 @@ def encode_graph(graph: Graph, arrays: dict) -> dict:
             "outputs": [[index[v.node], v.index] for v in graph.outputs]}
 
 
-def decode_graph(doc: dict, arrays: dict, graph: Graph | None = None) -> Graph:
-    """The Graph `encode_graph` wrote (into `graph`, which may already hold variables)."""
-    from ..ops.primitive import PRIMITIVES
-    graph = graph if graph is not None else Graph(name=doc["name"])
-    for i, entry in enumerate(doc["nodes"]):
-        op = entry["op"]
-        if op not in GRAPH_OPS and op not in PRIMITIVES:
-            raise CheckpointError(f"node {i} of {graph.name} uses op {op!r}, which this rill "
-                                  "does not have", op="load_graph")
-        node = Node(op, [graph.nodes[n].outputs[k] for n, k in entry["inputs"]],
-                    {k: decode_attr(v, arrays) for k, v in entry["attrs"].items()},
-                    as_device(entry["device"]), entry.get("source"),
-                    [graph.nodes[n] for n in entry["after"]])
-        for out in entry["outputs"]:
-            node.add_output(tuple(out["shape"]), dt.as_dtype(out["dtype"]))
-        graph.nodes.append(node)
-    graph.outputs = [graph.nodes[n].outputs[k] for n, k in doc["outputs"]]
-    return graph
-
-
 # ---- saving --------------------------------------------------------------------------------
 
 def save_graph(path, graph: Graph, signature, result, name: str) -> None:
     from ..serialization import save, write_atomically
+    path = os.fspath(path)
     os.makedirs(path, exist_ok=True)
     arrays: dict = {}
     body = encode_graph(graph, arrays)
@@ -199,9 +163,36 @@ def save_graph(path, graph: Graph, signature, result, name: str) -> None:
     state = {"variables": {_key(v): _value_of(v) for v in graph.variables},
              "arrays": {k: new_tensor(a, _dtype_of(a), as_device("cpu"))
                         for k, a in arrays.items()}}
-    save(state, os.path.join(path, "state.rill"))  # atomic, as every rill.save
+    token = secrets.token_hex(8)  # fresh names: the files the old manifest names stay whole
+    files = {"graph": f"graph.{token}.json", "state": f"state.{token}.rill"}
     text = json.dumps(doc, indent=1).encode()
-    write_atomically(os.path.join(path, "graph.json"), lambda f: f.write(text), op="save")
+    write_atomically(os.path.join(path, files["graph"]), lambda f: f.write(text), op="save")
+    save(state, os.path.join(path, files["state"]))  # atomic, fsynced, as every rill.save
+    manifest = {"format": FORMAT, "version": VERSION,
+                **{part: {"file": file, "sha256": _sha256(os.path.join(path, file))}
+                   for part, file in files.items()}}
+    manifest_text = json.dumps(manifest, indent=1).encode()
+    # The commit point: before this rename the old save is what loads, after it the new one.
+    write_atomically(os.path.join(path, MANIFEST), lambda f: f.write(manifest_text), op="save")
+    _remove_stale(path, keep=set(files.values()))
+
+
+def _remove_stale(path: str, keep: set) -> None:
+    """Drop graph/state files no manifest names (older saves, saves cut short by a crash)."""
+    for entry in os.listdir(path):
+        if entry not in keep and (_FILE.fullmatch(entry) or entry in _LEGACY):
+            try:
+                os.unlink(os.path.join(path, entry))
+            except OSError:
+                pass
+
+
+def _sha256(file: str) -> str:
+    digest = hashlib.sha256()
+    with open(file, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _key(v: Variable) -> str:
@@ -227,41 +218,160 @@ def load_graph(path):
 
     It needs none of the model's code: the graph names primitives, the state file holds
     the values. Its arguments must match the saved signature (structure, shapes, dtypes).
+    Everything read is checked before it is used (see docs/GRAPH_FORMAT.md, "Trust"); any
+    fault is a CheckpointError naming the file and the field.
     """
+    path = os.fspath(path)
+    manifest = _read_manifest(path)
+    graph_file = os.path.join(path, manifest["graph"]["file"])
+    doc = _parse(_checked_bytes(graph_file, manifest["graph"]["sha256"]), graph_file)
+    state_file = os.path.join(path, manifest["state"]["file"])
+    _checked_bytes(state_file, manifest["state"]["sha256"])
     from ..serialization import load
-    doc_path = os.path.join(path, "graph.json")
+    state = load(state_file)
     try:
-        with open(doc_path) as f:
-            doc = json.load(f)
-    except FileNotFoundError:
-        raise CheckpointError(f"no saved graph at {path!r} (graph.json is missing)",
-                              op="load_graph") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"{doc_path} is damaged: {e}", op="load_graph") from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise CheckpointError(f"{doc_path} is not a saved rill graph", op="load_graph")
+        graph, signature, result = _build(doc, state)
+    except CheckpointError as e:
+        raise CheckpointError(f"{graph_file}: {e.message}", op="load_graph") from None
+    return LoadedGraph(graph, signature, result)
+
+
+def _read_manifest(path: str) -> dict:
+    file = os.path.join(path, MANIFEST)
+    if not os.path.exists(file):
+        if os.path.exists(os.path.join(path, "graph.json")):
+            raise CheckpointError(f"{path!r} was saved by an older rill (graph format 1, which "
+                                  "has no checksums and cannot be checked): save it again "
+                                  "with this one", op="load_graph")
+        raise CheckpointError(f"no saved graph at {path!r} (manifest.json is missing)",
+                              op="load_graph")
+    with open(file, "rb") as f:
+        data = f.read(MAX_MANIFEST + 1)
+    doc = _parse(data, file)
+    where = schema.Path(file)
+    try:
+        schema.fields(doc, where, ("format", "version", "graph", "state"))
+        _check_format(doc, file)
+        for part in ("graph", "state"):
+            schema.fields(doc[part], where / part, ("file", "sha256"))
+            name = schema.text(doc[part]["file"], where / part / "file")
+            if not _FILE.fullmatch(name) or not name.startswith(part + "."):
+                schema.fail(where / part / "file", f"not a {part} file name: {name[:40]!r}")
+            if not re.fullmatch(r"[0-9a-f]{64}", str(doc[part]["sha256"])):
+                schema.fail(where / part / "sha256", "expected 64 hex digits")
+    except CheckpointError as e:
+        raise CheckpointError(e.message, op="load_graph") from None
+    return doc
+
+
+def _check_format(doc: dict, file: str) -> None:
+    if doc.get("format") != FORMAT:
+        raise CheckpointError(f"{file} is not a saved rill graph", op="load_graph")
     if doc.get("version") != VERSION:
-        raise CheckpointError(f"{doc_path} has format version {doc.get('version')}; this rill "
-                              f"reads version {VERSION}", op="load_graph")
-    state = load(os.path.join(path, "state.rill"))
-    arrays = {k: np.asarray(t.numpy()) for k, t in state["arrays"].items()}
+        raise CheckpointError(f"{file} has format version {str(doc.get('version'))[:20]}; this "
+                              f"rill reads version {VERSION}", op="load_graph")
+
+
+def _checked_bytes(file: str, sha256: str) -> bytes:
     try:
-        graph = Graph(name=doc["name"])
-        for spec in doc["variables"]:
-            owner = state["variables"][spec["name"] + (".grad" if spec["kind"] == "grad" else "")]
-            if spec["kind"] == "grad":  # the graph writes a parameter's .grad: give it one
-                holder = new_tensor(owner._data, owner.dtype, owner.device)
-                holder.grad = owner
-                owner = holder
-            graph.variables.append(Variable(owner, spec["kind"], spec["name"],
-                                            tuple(spec["shape"]), dt.as_dtype(spec["dtype"]),
-                                            as_device(spec["device"])))
-        decode_graph(doc, arrays, graph)
-    except (KeyError, IndexError, TypeError, ValueError) as e:
-        raise CheckpointError(f"{doc_path} is damaged or inconsistent: {type(e).__name__}: {e}",
+        with open(file, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise CheckpointError(f"{file}: cannot read: {e.strerror or e}", op="load_graph") \
+            from None
+    if hashlib.sha256(data).hexdigest() != sha256:
+        raise CheckpointError(f"{file} does not match the checksum manifest.json records: the "
+                              "file was changed or damaged after it was saved", op="load_graph")
+    return data
+
+
+def _parse(data: bytes, file: str):
+    if len(data) > MAX_DOCUMENT:
+        raise CheckpointError(f"{file} is larger than {MAX_DOCUMENT} bytes", op="load_graph")
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{file} is damaged: {e}", op="load_graph") from None
+    except RecursionError:
+        raise CheckpointError(f"{file} is nested too deeply to be a saved graph",
                               op="load_graph") from None
-    graph.lint()
-    return LoadedGraph(graph, doc["signature"], doc["result"])
+
+
+def _build(doc, state):
+    """(Graph, signature, result) from the checked document and the loaded state."""
+    root = schema.Path()
+    schema.fields(doc, root, ("format", "version", "name", "signature", "result", "variables",
+                              "nodes", "outputs"))
+    _check_format(doc, "the document")
+    name = schema.text(doc["name"], root / "name")
+    counts = [[0], [0]]
+    schema.structure(doc["signature"], root / "signature", counts[0])
+    schema.structure(doc["result"], root / "result", counts[1])
+    if not isinstance(state, dict) or set(state) != {"variables", "arrays"} or \
+            not all(isinstance(state[k], dict) for k in state):
+        schema.fail("state.rill", "expected {'variables': {...}, 'arrays': {...}}")
+    arrays = {}
+    for key, t in state["arrays"].items():
+        if not isinstance(t, Tensor):
+            schema.fail(f"state.rill: arrays.{str(key)[:40]}", "expected a tensor")
+        arrays[key] = np.asarray(t.numpy())
+    graph = Graph(name=name)
+    variables = schema.expect(doc["variables"], list, root / "variables", "list")
+    for i, entry in enumerate(variables):
+        graph.variables.append(_variable(entry, root / "variables" / i, state["variables"]))
+    paths: dict = {}
+    schema.graph(doc, root, arrays, paths, into=graph)
+    n_inputs = len(graph.inputs)
+    if counts[0][0] != n_inputs:
+        schema.fail(root / "signature", f"numbers {counts[0][0]} tensors; the graph has "
+                                        f"{n_inputs} inputs")
+    if counts[1][0] != len(graph.outputs):
+        schema.fail(root / "result", f"numbers {counts[1][0]} tensors; the graph returns "
+                                     f"{len(graph.outputs)}")
+    _check_constants(graph, paths)
+    try:
+        graph.lint()
+    except CaptureError as e:  # the file's specs are not what its nodes compute
+        where = paths.get(getattr(e, "node", None), "nodes")
+        schema.fail(where, e.message.replace("graph lint: ", ""))
+    return graph, doc["signature"], doc["result"]
+
+
+def _variable(entry, path, values: dict) -> Variable:
+    schema.fields(entry, path, ("name", "kind", "shape", "dtype", "device"))
+    name = schema.text(entry["name"], path / "name")
+    kind = entry["kind"]
+    if kind not in ("value", "grad"):
+        schema.fail(path / "kind", f"expected 'value' or 'grad', got {str(kind)[:40]!r}")
+    shape = schema.shape(entry["shape"], path / "shape")
+    dtype = schema.dtype(entry["dtype"], path / "dtype")
+    device = schema.device(entry["device"], path / "device")
+    key = name + (".grad" if kind == "grad" else "")
+    owner = values.get(key)
+    if not isinstance(owner, Tensor):
+        schema.fail(path, f"state.rill holds no tensor {key[:60]!r}")
+    if (owner.shape, owner.dtype) != (shape, dtype):
+        schema.fail(path, f"is {dtype}{list(shape)} but state.rill holds "
+                          f"{owner.dtype}{list(owner.shape)}")
+    if owner.device != device:
+        owner = owner.to(device)
+    if kind == "grad":  # the graph writes a parameter's .grad: give it one
+        holder = new_tensor(owner._data, owner.dtype, owner.device)
+        holder.grad = owner
+        owner = holder
+    return Variable(owner, kind, name, shape, dtype, device)
+
+
+def _check_constants(graph: Graph, paths: dict) -> None:
+    """A constant's stored array must be what its spec says (bfloat16 is float32 storage)."""
+    for node in graph.nodes:
+        for sub in node.subgraphs.values():
+            _check_constants(sub, paths)
+        if node.op == "constant":
+            value, v = node.attrs["value"], node.outputs[0] if node.outputs else None
+            if v is None or len(node.outputs) != 1 or value.shape != v.shape or \
+                    value.dtype != v.dtype.storage:
+                schema.fail(paths[node], "its stored array does not match its output spec")
 
 
 class LoadedGraph:
