@@ -5,8 +5,9 @@ and for every tensor its name, shape, dtype, offset, length and CRC-32), then th
 little-endian buffers. Nothing is pickled, so loading a file never runs code from it.
 
 Every way a file can be wrong (missing, truncated, a flipped bit, not a rill file, a newer
-format) raises `CheckpointError` naming the file and the fault; a load never returns data
-it has not verified. Writes go to a temporary file in the same directory that replaces the
+format, or crafted: CRC-valid but outside the schema) raises `CheckpointError` naming the
+file and the fault; a load never returns data it has not verified, and bounds its recursion
+and allocation by limits and the file's size (docs/FORMAT.md, "Trust model"). Writes go to a temporary file in the same directory that replaces the
 target only once it is complete and on disk, so a crash leaves the old file or the new one.
 """
 from __future__ import annotations
@@ -37,6 +38,12 @@ ALIGN = 64  # buffers start on 64-byte boundaries, so they can be mapped and rea
 # instead of as a confusing truncation.
 _HEAD = struct.Struct("<5sHxQI")
 HEADER_SIZE = _HEAD.size + 4
+
+# Limits a file must keep to: they bound the loader's recursion and allocation, whatever the
+# file says. NumPy arrays have at most 64 axes; state dicts nest a handful of levels deep.
+MAX_NESTING = 100  # containers (lists, tuples, dicts) inside one another, the outermost included
+MAX_NDIM = 64
+_MAX_BYTES = 2**63 - 1  # what one NumPy array can span, counting a 0-length axis as 1
 
 TEMP_SUFFIX = ".tmp"  # temp files are '.<name>.<pid>.<random>.tmp': never a checkpoint name
 
@@ -94,13 +101,13 @@ def load(path, device=None):
     with f:
         size = os.fstat(f.fileno()).st_size
         manifest, data_start = _read_manifest(f, path, size)
-        specs = _check_manifest(manifest, path, size - data_start)
+        entries = _check_manifest(manifest, path, size - data_start)
         target = None if device is None else _as_device(device)
         tensors, cursor = [], data_start
-        for spec in specs:
-            _check_padding(f, path, data_start + spec["offset"] - cursor)
-            tensors.append(_read_tensor(f, path, spec, target))
-            cursor = data_start + spec["offset"] + spec["length"]
+        for e in entries:
+            _check_padding(f, path, data_start + e.offset - cursor)
+            tensors.append(_read_tensor(f, path, e, target))
+            cursor = data_start + e.offset + e.length
         _check_padding(f, path, data_start + manifest["data_length"] - cursor)
     return _decode(manifest["tree"], tensors, _Fault(path))
 
@@ -130,7 +137,7 @@ def plan(obj, path=None) -> Plan:
         names.append(name)
         return {"tensor": len(tensors) - 1}
 
-    def walk(o, name):
+    def walk(o, name, depth=0):
         if o is None or isinstance(o, (bool, int, str)):
             return o
         if isinstance(o, float):
@@ -144,9 +151,12 @@ def plan(obj, path=None) -> Plan:
         if isinstance(o, (list, tuple, dict)):
             if id(o) in open_containers:
                 _unsavable(path, name, "a container that contains itself", "")
+            if depth >= MAX_NESTING:
+                _unsavable(path, name, f"containers nested more than {MAX_NESTING} deep",
+                           "; a load would refuse the file")
             open_containers.add(id(o))
             try:
-                return walk_container(o, name)
+                return walk_container(o, name, depth + 1)
             finally:
                 open_containers.discard(id(o))
         hint = ""
@@ -158,17 +168,17 @@ def plan(obj, path=None) -> Plan:
 
     open_containers: set = set()  # on the path being walked: a cycle would recurse forever
 
-    def walk_container(o, name):
+    def walk_container(o, name, depth):
         if isinstance(o, list):
-            return [walk(v, _join(name, i)) for i, v in enumerate(o)]
+            return [walk(v, _join(name, i), depth) for i, v in enumerate(o)]
         if isinstance(o, tuple):
-            return {"tuple": [walk(v, _join(name, i)) for i, v in enumerate(o)]}
+            return {"tuple": [walk(v, _join(name, i), depth) for i, v in enumerate(o)]}
         items = []  # a dict
         for k, v in o.items():
             if not isinstance(k, (str, int)):
                 _unsavable(path, name, f"a dict key of type {type(k).__name__} ({k!r})",
                            "; dict keys must be str or int")
-            items.append([k, walk(v, _join(name, k))])
+            items.append([k, walk(v, _join(name, k), depth)])
         return {"dict": items}
 
     tree = walk(obj, "")
@@ -187,7 +197,10 @@ def write(p: Plan, path) -> str:
         end = entries[-1]["offset"] + a.nbytes
     manifest = {"format": FORMAT_NAME, "version": VERSION, "tree": p.tree,
                 "tensors": entries, "data_length": end}
-    text = json.dumps(manifest, separators=(",", ":"), allow_nan=False).encode()
+    try:
+        text = json.dumps(manifest, separators=(",", ":"), allow_nan=False).encode()
+    except ValueError as e:  # an int of more digits than Python will print
+        raise CheckpointError(f"{path}: cannot save: {e}", op="save") from None
     head = _HEAD.pack(MAGIC, VERSION, len(text), zlib.crc32(text))
     head += struct.pack("<I", zlib.crc32(head))
 
@@ -274,6 +287,11 @@ def _unsavable(path, name, what, hint=""):
 
 
 # ---- reading --------------------------------------------------------------------------------
+#
+# The manifest is untrusted input. Every field is checked against the schema below before
+# anything is allocated or built from it: types (a bool is not an int), ranges, nesting depth
+# and sizes (no buffer larger than the file). Nothing in a file names code to run: tags select
+# one of a fixed set of plain constructors.
 
 
 class _Fault:
@@ -284,6 +302,25 @@ class _Fault:
 
     def __call__(self, what: str):
         raise CheckpointError(f"{self.path}: {what}", op="load")
+
+
+class _Refused(Exception):
+    """JSON the manifest schema has no place for, found while parsing."""
+
+
+def _no_constant(name):
+    # Python's json reads NaN and Infinity, which are not JSON; rill writes {"float": "nan"}.
+    raise _Refused(f"holds {name}, which is not JSON (rill writes {{\"float\": ...}})")
+
+
+def _unique_keys(pairs):
+    # Python's json keeps the last of repeated keys; a file that says two things is refused.
+    seen = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise _Refused(f"has an object with the key {key!r} twice")
+        seen.add(key)
+    return dict(pairs)
 
 
 def _read_manifest(f, path, size):
@@ -307,7 +344,13 @@ def _read_manifest(f, path, size):
     if zlib.crc32(text) != manifest_crc:
         fault("the manifest is corrupted (its CRC-32 does not match)")
     try:
-        manifest = json.loads(text.decode())
+        manifest = json.loads(text.decode(), parse_constant=_no_constant,
+                              object_pairs_hook=_unique_keys)
+    except _Refused as e:
+        fault(f"the manifest {e}")
+    except RecursionError:
+        fault(f"the manifest nests too deeply to parse (a rill file nests at most "
+              f"{MAX_NESTING} containers)")
     except (UnicodeDecodeError, ValueError) as e:
         fault(f"the manifest is not valid JSON ({e})")
     data_start = _aligned(HEADER_SIZE + length)
@@ -317,18 +360,36 @@ def _read_manifest(f, path, size):
     return manifest, data_start
 
 
+class _Entry:
+    """One tensor's entry of the manifest, checked and typed."""
+
+    __slots__ = ("index", "name", "shape", "dtype", "offset", "length", "crc32",
+                 "requires_grad")
+
+    def __init__(self, index, name, shape, dtype, offset, length, crc32, requires_grad):
+        self.index, self.name, self.shape, self.dtype = index, name, shape, dtype
+        self.offset, self.length, self.crc32 = offset, length, crc32
+        self.requires_grad = requires_grad
+
+
 def _check_manifest(manifest, path, data_size) -> list:
-    """The tensor entries, after checking that they describe exactly this file's data."""
+    """The tensor entries, typed, after checking every field of the manifest against the
+    schema and that the entries describe exactly this file's data section."""
     fault = _Fault(path)
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME or \
-            manifest.get("version") != VERSION:
-        fault("the manifest does not describe a rill file of this version")
+    if not isinstance(manifest, dict):
+        fault(f"the manifest is {_kind(manifest)}, not a JSON object")
+    if manifest.get("format") != FORMAT_NAME:
+        fault(f"the manifest's format is {_show(manifest.get('format'))}, not {FORMAT_NAME!r}: "
+              "it does not describe a rill file")
+    if not _is_int(manifest.get("version")) or manifest["version"] != VERSION:
+        fault(f"the manifest's version is {_show(manifest.get('version'))}, not {VERSION} as "
+              "its header says")
     missing = [k for k in ("tree", "tensors", "data_length") if k not in manifest]
     if missing:
         fault(f"the manifest lacks {', '.join(missing)}")
     expected = manifest["data_length"]
-    if not isinstance(expected, int) or expected < 0:
-        fault(f"the manifest's data_length is malformed: {expected!r}")
+    if not _is_int(expected) or expected < 0:
+        fault(f"the manifest's data_length should be an int >= 0, got {_show(expected)}")
     if data_size < expected:
         fault(f"truncated: the data section should hold {expected} bytes, the file holds "
               f"{data_size}")
@@ -336,79 +397,205 @@ def _check_manifest(manifest, path, data_size) -> list:
         fault(f"{data_size - expected} unexpected bytes after the data section")
     specs = manifest["tensors"]
     if not isinstance(specs, list):
-        fault("the manifest's tensor table is not a list")
-    end = 0
-    for i, s in enumerate(specs):
-        try:
-            dtype = _dt.as_dtype(s["dtype"])
-            shape = tuple(s["shape"])
-            ok = (all(isinstance(n, int) and n >= 0 for n in shape)
-                  and isinstance(s["offset"], int) and isinstance(s["length"], int)
-                  and s["length"] == math.prod(shape) * _DISK[dtype.name].itemsize
-                  and end <= s["offset"] and s["offset"] + s["length"] <= expected
-                  and isinstance(s["crc32"], str) and isinstance(s["name"], str))
-            end = s["offset"] + s["length"]
-        except Exception:
-            ok = False
-        if not ok:
-            fault(f"the manifest entry of tensor {i} is malformed: {s!r}")
-    return specs
+        fault(f"the manifest's tensors should be a list, got {_show(specs)}")
+    entries, end = [], 0
+    for i, spec in enumerate(specs):
+        e = _check_entry(spec, i, fault)
+        where = f"the manifest entry of tensor {i} is malformed: tensors[{i}]"
+        if e.offset < end:
+            fault(f"{where}.offset {e.offset} is inside the buffer before it (which ends at "
+                  f"{end}): buffers are in order and do not overlap")
+        if e.offset + e.length > expected:
+            fault(f"{where}.offset + length = {e.offset + e.length} is past the end of the data "
+                  f"section ({expected} bytes)")
+        end = e.offset + e.length
+        entries.append(e)
+    _check_tree(manifest["tree"], entries, fault, "", 0)
+    return entries
+
+
+def _check_entry(spec, i, fault) -> _Entry:
+    where = f"the manifest entry of tensor {i} is malformed: tensors[{i}]"
+    if not isinstance(spec, dict):
+        fault(f"{where} is {_kind(spec)}, not a JSON object")
+    missing = [k for k in ("name", "shape", "dtype", "offset", "length", "crc32")
+               if k not in spec]
+    if missing:
+        fault(f"{where} lacks {', '.join(missing)}")
+
+    def bad(field, wanted):
+        fault(f"{where}.{field} should be {wanted}, got {_show(spec[field])}")
+
+    name, shape, dtype = spec["name"], spec["shape"], spec["dtype"]
+    offset, length, crc = spec["offset"], spec["length"], spec["crc32"]
+    if not isinstance(name, str):
+        bad("name", "a string")
+    if not isinstance(dtype, str) or dtype not in _DISK:  # names only, not aliases
+        bad("dtype", f"one of {', '.join(_DISK)}")
+    if not _is_shape(shape):
+        bad("shape", f"a list of at most {MAX_NDIM} ints >= 0")
+    itemsize = _DISK[dtype].itemsize
+    if math.prod(max(n, 1) for n in shape) * itemsize > _MAX_BYTES:
+        bad("shape", f"a shape an array can have (at most {_MAX_BYTES} bytes, a 0-length "
+                     "axis counting as 1)")
+    if not _is_int(offset) or offset < 0 or offset % ALIGN:
+        bad("offset", f"an int >= 0 and a multiple of {ALIGN}")
+    if not _is_int(length):
+        bad("length", "an int")
+    if length != math.prod(shape) * itemsize:
+        fault(f"{where}.length is {length}, but a {dtype} tensor of shape {shape} takes "
+              f"{math.prod(shape) * itemsize} bytes")
+    if not (isinstance(crc, str) and len(crc) == 8 and all(c in "0123456789abcdef" for c in crc)):
+        bad("crc32", "8 lowercase hex digits")
+    requires_grad = spec.get("requires_grad", False)  # optional: fields may be added, not removed
+    if not isinstance(requires_grad, bool):
+        bad("requires_grad", "true or false")
+    return _Entry(i, name, tuple(shape), _dt.as_dtype(dtype), offset, length, crc,
+                  requires_grad)
+
+
+def _check_tree(node, entries, fault, name: str, depth: int) -> None:
+    """Check the structure against what `plan` writes (tags, types, tensor references,
+    nesting depth) before anything is built from it."""
+    where = f"the manifest's tree at '{name}'" if name else "the manifest's tree (its root)"
+    if node is None or isinstance(node, (bool, int, str)):
+        return
+    if isinstance(node, float):
+        if not math.isfinite(node):  # a literal like 1e999; plan writes {"float": "inf"}
+            fault(f"{where} holds a number too large for a float")
+        return
+    if isinstance(node, (list, dict)) and depth >= MAX_NESTING:
+        fault(f"{where}: containers nest more than {MAX_NESTING} deep")
+    if isinstance(node, list):
+        for i, v in enumerate(node):
+            _check_tree(v, entries, fault, _join(name, i), depth + 1)
+        return
+    if isinstance(node, dict) and len(node) == 1:
+        (tag, body), = node.items()
+        if tag == "tensor" and _is_int(body) and 0 <= body < len(entries):
+            return
+        if tag == "tuple" and isinstance(body, list):
+            for i, v in enumerate(body):
+                _check_tree(v, entries, fault, _join(name, i), depth + 1)
+            return
+        if tag == "dict" and isinstance(body, list) and all(
+                isinstance(kv, list) and len(kv) == 2 and isinstance(kv[0], (str, int))
+                for kv in body):
+            for k, v in body:
+                _check_tree(v, entries, fault, _join(name, k), depth + 1)
+            return
+        if tag == "float" and body in ("nan", "inf", "-inf"):
+            return
+        if tag == "sparse_rows" and isinstance(body, dict):
+            _check_sparse_rows(body, entries, fault, where)
+            return
+    fault(f"{where} holds a node rill does not write: {_show(node)}")
+
+
+def _check_sparse_rows(body, entries, fault, where) -> None:
+    if set(body) != {"indices", "rows", "shape"}:
+        fault(f"{where}: a sparse_rows node has the keys indices, rows and shape, this one "
+              f"{', '.join(map(repr, body))}")
+    refs = [body["indices"], body["rows"]]
+    if not all(isinstance(r, dict) and set(r) == {"tensor"} and _is_int(r["tensor"])
+               and 0 <= r["tensor"] < len(entries) for r in refs):
+        fault(f"{where}: sparse_rows indices and rows should be tensors, got {_show(refs)}")
+    shape = body["shape"]
+    if not _is_shape(shape) or not shape:
+        fault(f"{where}: sparse_rows shape should be a list of 1 to {MAX_NDIM} ints >= 0, "
+              f"got {_show(shape)}")
+    indices, rows = (entries[r["tensor"]] for r in refs)
+    if indices.dtype is not _dt.int64 or len(indices.shape) != 1:
+        fault(f"{where}: sparse_rows indices should be a 1-d int64 tensor, got "
+              f"{indices.dtype.name} {indices.shape}")
+    if rows.shape != (indices.shape[0], *shape[1:]):
+        fault(f"{where}: sparse_rows rows should have shape {(indices.shape[0], *shape[1:])} "
+              f"(one row per index, of the dense shape {tuple(shape)}), got {rows.shape}")
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_shape(value) -> bool:
+    return isinstance(value, list) and len(value) <= MAX_NDIM and \
+        all(_is_int(n) and n >= 0 for n in value)
+
+
+def _kind(value) -> str:
+    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
+            type(None): "null"}.get(type(value), "a number")
+
+
+def _show(value, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _check_padding(f, path, n):
-    # Every byte of a file is checked: padding must be zeros, as written.
-    if any(f.read(n)):
-        _Fault(path)("the padding between buffers is corrupted (it should be zeros)")
+    # Every byte of a file is checked: padding must be zeros, as written. Read in pieces: a
+    # crafted gap as large as the file should not take as much memory.
+    while n > 0:
+        piece = f.read(min(n, 1 << 20))
+        if not piece:
+            _Fault(path)("truncated inside the padding between buffers")
+        if any(piece):
+            _Fault(path)("the padding between buffers is corrupted (it should be zeros)")
+        n -= len(piece)
 
 
-def _read_tensor(f, path, spec, target) -> Tensor:
-    dtype = _dt.as_dtype(spec["dtype"])
-    shape = tuple(spec["shape"])
-    disk = np.empty(math.prod(shape), dtype=_DISK[dtype.name])
+def _read_tensor(f, path, e: _Entry, target) -> Tensor:
+    fault = _Fault(path)
+    disk = np.empty(math.prod(e.shape), dtype=_DISK[e.dtype.name])  # <= the file's size
     raw = disk.view(np.uint8)
-    if f.readinto(raw) != spec["length"]:
-        _Fault(path)(f"truncated inside {_label(spec)}")
-    if f"{zlib.crc32(raw):08x}" != spec["crc32"]:
-        _Fault(path)(f"{_label(spec)} ({dtype.name} {shape}) fails its CRC-32 check: "
-                     "the data is corrupted")
-    if dtype is _dt.bfloat16:
+    if f.readinto(raw) != e.length:
+        fault(f"truncated inside {_label(e)}")
+    if f"{zlib.crc32(raw):08x}" != e.crc32:
+        fault(f"{_label(e)} ({e.dtype.name} {e.shape}) fails its CRC-32 check: "
+              "the data is corrupted")
+    if e.dtype is _dt.bfloat16:
         host = (disk.astype(np.uint32) << 16).view(np.float32)
-    elif dtype is _dt.bool_:
+    elif e.dtype is _dt.bool_:
+        if raw.size and raw.max() > 1:  # any other byte would be a bool that is neither
+            k = int(np.argmax(raw > 1))
+            fault(f"{_label(e)} (tensors[{e.index}], bool) holds byte {raw[k]} at element {k}; "
+                  "a bool is stored as 0 or 1")
         host = disk.view(np.bool_)
     else:
-        host = disk.astype(dtype.storage, copy=False)  # a no-op on little-endian hosts
+        host = disk.astype(e.dtype.storage, copy=False)  # a no-op on little-endian hosts
     cpu = _as_device("cpu")
-    t = new_tensor(host.reshape(shape), dtype, cpu)
+    t = new_tensor(host.reshape(e.shape), e.dtype, cpu)
     if target is not None and target is not cpu:
         t = t.to(target)
-    if spec.get("requires_grad") and dtype.is_floating:
+    if e.requires_grad and e.dtype.is_floating:
         t.requires_grad_()
     return t
 
 
-def _label(spec) -> str:
-    return f"tensor '{spec['name']}'" if spec["name"] else "the tensor"
+def _label(e: _Entry) -> str:
+    return f"tensor {e.name!r}" if e.name else "the tensor"
 
 
-def _decode(node, tensors, fault):
-    """The saved structure back from the manifest tree (every node was written by `plan`)."""
+def _decode(node, tensors, fault, name=""):
+    """The saved structure back from a tree that `_check_tree` accepted."""
     if node is None or isinstance(node, (bool, int, float, str)):
         return node
     if isinstance(node, list):
-        return [_decode(v, tensors, fault) for v in node]
-    if isinstance(node, dict) and len(node) == 1:
-        (tag, body), = node.items()
-        if tag == "tensor" and isinstance(body, int) and 0 <= body < len(tensors):
-            return tensors[body]
-        if tag == "tuple" and isinstance(body, list):
-            return tuple(_decode(v, tensors, fault) for v in body)
-        if tag == "dict" and isinstance(body, list) and all(
-                isinstance(kv, list) and len(kv) == 2 and isinstance(kv[0], (str, int))
-                for kv in body):
-            return {k: _decode(v, tensors, fault) for k, v in body}
-        if tag == "float" and body in ("nan", "inf", "-inf"):
-            return float(body)
-        if tag == "sparse_rows" and isinstance(body, dict):
-            return SparseRows(_decode(body.get("indices"), tensors, fault),
-                              _decode(body.get("rows"), tensors, fault), body.get("shape", ()))
-    fault(f"the manifest's structure holds an unknown node {str(node)[:80]}")
+        return [_decode(v, tensors, fault, _join(name, i)) for i, v in enumerate(node)]
+    (tag, body), = node.items()
+    if tag == "tensor":
+        return tensors[body]
+    if tag == "tuple":
+        return tuple(_decode(v, tensors, fault, _join(name, i)) for i, v in enumerate(body))
+    if tag == "dict":
+        return {k: _decode(v, tensors, fault, _join(name, k)) for k, v in body}
+    if tag == "float":
+        return float(body)
+    # sparse_rows: shapes were checked with the manifest; the indices need the data.
+    indices, rows = tensors[body["indices"]["tensor"]], tensors[body["rows"]["tensor"]]
+    host = np.asarray(indices.numpy())
+    if host.size and (host.min() < 0 or host.max() >= body["shape"][0]):
+        bad = int(host[(host < 0) | (host >= body["shape"][0])][0])
+        fault(f"the manifest's tree at '{name}': sparse_rows index {bad} is outside its dense "
+              f"shape {tuple(body['shape'])}")
+    return SparseRows(indices, rows, tuple(body["shape"]))
