@@ -35,6 +35,9 @@ MAX_MANIFEST = 1 << 16
 MAX_DOCUMENT = 1 << 30
 _FILE = re.compile(r"(graph\.[0-9a-f]{16}\.json|state\.[0-9a-f]{16}\.rill)")
 _LEGACY = ("graph.json", "state.rill")  # format 1's names, replaced by a format-2 save
+# What a save cut short leaves: write_atomically's temporary files for the names above.
+_TEMP = re.compile(r"\.(graph\.[0-9a-f]{16}\.json|state\.[0-9a-f]{16}\.rill|manifest\.json)"
+                   r"\.[0-9]+\.[0-9a-f]+\.tmp")
 
 
 # ---- argument and result structure ---------------------------------------------------------
@@ -180,7 +183,8 @@ def save_graph(path, graph: Graph, signature, result, name: str) -> None:
 def _remove_stale(path: str, keep: set) -> None:
     """Drop graph/state files no manifest names (older saves, saves cut short by a crash)."""
     for entry in os.listdir(path):
-        if entry not in keep and (_FILE.fullmatch(entry) or entry in _LEGACY):
+        if entry not in keep and (_FILE.fullmatch(entry) or _TEMP.fullmatch(entry) or
+                                  entry in _LEGACY):
             try:
                 os.unlink(os.path.join(path, entry))
             except OSError:
