@@ -89,7 +89,8 @@ class Node:
             if isinstance(value, Graph):
                 found[key] = value
             elif isinstance(value, tuple) and value and isinstance(value[0], Graph):
-                found.update((f"{key}[{i}]", g) for i, g in enumerate(value))
+                found.update((f"{key}[{i}]", g) for i, g in enumerate(value)
+                             if isinstance(g, Graph))
         return found
 
     def add_output(self, shape, dtype, device=None) -> Value:
