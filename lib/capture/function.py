@@ -24,6 +24,7 @@ from ..errors import CaptureError
 from ..sparse import SparseRows
 from ..tensor import Tensor, new_tensor
 from ..tree import flatten
+from . import escape
 from .evaluate import evaluate
 from .executor import Program
 from .serialize import describe
@@ -192,6 +193,9 @@ class CapturedFunction:
         except BaseException:
             tracer.restore()
             raise
+        escape.find(self.name, _roots(self, args, kwargs), tracer.own)
+        if not any(isinstance(leaf, Tensor) for leaf in flat):
+            self._warn_about_read_only_tensors(tracer.graph, _variable_names(self, args, kwargs))
         graph = tracer.graph
         graph.outputs = values
         late = _variable_names(self, args, kwargs)  # slots made during the trace, by name
@@ -218,6 +222,23 @@ class CapturedFunction:
         except CaptureError:
             variant.signature = None
         return variant
+
+    def _warn_about_read_only_tensors(self, graph, state_names: dict) -> None:
+        """A function with no tensor arguments that only reads outside tensors which are not
+        parameters, buffers or optimizer state most likely reads data a loop makes anew (a
+        list refilled each episode): the graph would keep reading the first ones."""
+        assigned = {n.attrs["var"] for n in graph.nodes if n.op == "assign"}
+        suspects = [v for i, v in enumerate(graph.variables)
+                    if v.kind == "value" and i not in assigned and id(v.owner) not in state_names]
+        if suspects:
+            shown = ", ".join(f"{v.name} ({v.dtype}{list(v.shape)})" for v in suspects[:5])
+            warnings.warn(
+                f"{self.name} takes no tensor arguments and reads {len(suspects)} tensor(s) made "
+                f"outside it that are not parameters, buffers or optimizer state: {shown}. The "
+                "graph reads these same tensor objects on every call; if your code makes new "
+                "ones between calls, pass them as arguments instead. (Python side effects in "
+                "the function, such as list appends, happen once, while tracing.)",
+                CaptureWarning, stacklevel=5)
 
     def __repr__(self) -> str:
         return f"<captured {self.name}: {len(self.variants)} variant(s)>"
@@ -254,10 +275,9 @@ def _describe(key):
     return body[0], list(body[1]), grad
 
 
-def _variable_names(captured, args, kwargs) -> dict:
-    """{id(tensor): readable name} for parameters, buffers and optimizer slots in reach."""
-    from ..nn.module import Module
-    from ..optim.optimizer import Optimizer
+def _roots(captured, args, kwargs) -> list:
+    """[(name prefix, object)] the captured function reaches: its module or bound object, its
+    closure cells, the globals it names, and its arguments."""
     roots: list = []
     fn = captured.fn
     if captured.module is not None:
@@ -278,6 +298,14 @@ def _variable_names(captured, args, kwargs) -> dict:
                 roots.append((name + ".", func.__globals__[name]))
     for i, a in enumerate(list(args) + list(kwargs.values())):
         roots.append((f"arg{i}.", a))
+    return roots
+
+
+def _variable_names(captured, args, kwargs) -> dict:
+    """{id(tensor): readable name} for parameters, buffers and optimizer slots in reach."""
+    from ..nn.module import Module
+    from ..optim.optimizer import Optimizer
+    roots = _roots(captured, args, kwargs)
     names: dict = {}
     optimizers = []
     for prefix, obj in roots:

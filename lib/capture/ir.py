@@ -47,9 +47,10 @@ class Value:
         return n
 
     def __array__(self, *args, **kwargs):
-        # A graph value reached NumPy: code asked for data that exists only when the graph runs.
-        from ..errors import CaptureError
-        raise CaptureError("a graph value has no data while capturing", op="numpy")
+        # A graph value reached NumPy: code asked for data that exists only when the graph
+        # runs (typically a tensor stored outside the trace that made it, used later).
+        from .escape import error
+        raise error(self, op="numpy")
 
 
 class Variable:

@@ -76,9 +76,15 @@ class Tracer:
     def outside(self, t: Tensor) -> Value:
         """A tensor that is neither this graph's value nor a constant: graph state."""
         if type(t._data) is Value:
-            raise CaptureError("this tensor is a value of another captured graph (it escaped an "
-                               "earlier or outer capture, e.g. stored in a global or a list); "
-                               "return it from the captured function instead", op="capture")
+            from .escape import error
+            raise error(t._data)
+        if t.requires_grad and t._node is not None:
+            raise CaptureError(
+                "the captured function reads a tensor computed outside it that carries autodiff "
+                "history (it requires grad and is not a leaf). Its gradient would have to flow "
+                "through code that ran outside the graph, and every call would read this same "
+                "tensor. Compute it inside the captured function, or pass it as an argument",
+                op="capture")
         return self.read(t, "value")
 
     def read(self, owner: Tensor, kind: str) -> Value:

@@ -7,6 +7,7 @@ import numpy as np
 
 from ..dtypes import bfloat16
 from ..errors import DeviceError, Error, IndexingError, KernelError
+from ..capture.escape import among, error as escape_error
 from ..tensor import Tensor, new_tensor
 
 _ndarray = np.ndarray
@@ -26,9 +27,12 @@ class EagerInterpreter:
                 out = kernel(args[0]._data, args[1]._data)
             else:
                 out = kernel(*[a._data for a in args], **attrs)
-        except Error:
-            raise
         except Exception as e:
+            escaped = among(args)  # a graph value outlived its trace: say which, not why numpy
+            if escaped is not None:
+                raise escape_error(escaped, prim.name) from None
+            if isinstance(e, Error):
+                raise
             raise kernel_error(e, prim.name, device.kind) from e
         if prim.multiple_results:
             return tuple(wrap(prim, o, aval, device) for o, aval in zip(out, avals))

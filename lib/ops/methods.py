@@ -70,7 +70,13 @@ def update_in_place(t: Tensor, fn, *args) -> Tensor:
         # that took t as an input see its version move and refuse a stale backward).
         result = fn(t, *args)
     else:
-        result = fn(_snapshot(t), *args)
+        old = _snapshot(t)
+        if ctx.interpreter.capturing:
+            # The snapshot is t's value at this point of the trace. Left holding t's buffer it
+            # would be a separate outside tensor, read by reference: frozen at the value t had
+            # when traced (a counter `c += 1` would stay at 1 on every call).
+            old._data = ctx.interpreter.value_of(t)
+        result = fn(old, *args)
     if result.shape != t.shape:
         raise ShapeError(f"an in-place result of shape {result.shape} does not fit the tensor's "
                          f"shape {t.shape}", op="in-place")
