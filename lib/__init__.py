@@ -49,6 +49,7 @@ from . import nn, optim, data, train
 from . import gpu
 from .serialization import save, load
 from .capture.function import capture, CaptureWarning
+from .capture.guards import guard as capture_guard
 from .capture.serialize import load_graph
 from .control import cond, switch, while_loop, fori_loop, scan
 

@@ -34,8 +34,11 @@ def evaluate(graph, inputs):
             var = graph.variables[node.attrs["var"]]
             value = env[node.inputs[0]]
             if var.kind == "value":
+                # State takes the value, not its history, as the compiled program does: a
+                # buffer updated beside differentiable results (batch norm's running stats
+                # out of a branch) must not become a non-leaf that requires grad.
                 with no_grad():
-                    assign(var.owner, value)
+                    assign(var.owner, value.detach())
             else:
                 set_grad(var.owner, value.detach())
         else:

@@ -24,7 +24,7 @@ from ..errors import CaptureError
 from ..sparse import SparseRows
 from ..tensor import Tensor, new_tensor
 from ..tree import flatten
-from . import escape
+from . import escape, guards
 from .evaluate import evaluate
 from .executor import Program
 from .serialize import describe
@@ -39,13 +39,21 @@ class CaptureWarning(UserWarning):
 class Variant:
     """One traced signature: its graph (as traced and as optimized) and compiled program."""
 
-    def __init__(self, traced, graph, program, template, rebuild, guards, differentiable):
+    def __init__(self, traced, graph, program, template, rebuild, grad_guards, checks,
+                 differentiable):
         self.traced, self.graph, self.program = traced, graph, program
         self.template, self.rebuild = template, rebuild
-        self.guards, self.differentiable = guards, differentiable
+        self.grad_guards, self.checks = grad_guards, checks
+        self.guarded = bool(grad_guards or checks)
+        self.earlier: list = []  # same key, other guarded values (see _variant)
+        self.differentiable = differentiable
 
     def guard_failure(self, name: str) -> str | None:
-        for owner, grad_was_none in self.guards:
+        for check in self.checks:
+            why = check.failure()
+            if why is not None:
+                return f"{name} is traced again because {why}"
+        for owner, grad_was_none in self.grad_guards:
             if (owner.grad is None) != grad_was_none:
                 state = "None" if grad_was_none else "set"
                 hint = ("; if the function clears gradients itself, use zero_grad(), which a "
@@ -86,7 +94,7 @@ class CapturedFunction:
         ctx = current()
         key, tensors = _key(args, kwargs, ctx.grad_enabled)
         variant = self.variants.get(key)
-        if variant is None or variant.guards:
+        if variant is None or variant.guarded:
             variant = self._variant(key, args, kwargs, variant)
         if ctx.interpreter.capturing or (ctx.grad_enabled and variant.differentiable):
             outs = evaluate(variant.graph, tensors)
@@ -94,6 +102,8 @@ class CapturedFunction:
             buffers = variant.program([t._data for t in tensors])
             outs = [new_tensor(b, v.dtype, v.device)
                     for b, v in zip(buffers, variant.graph.outputs)]
+        for owner in variant.cleared:  # the graph has no "None": set after it ran
+            owner.grad = None
         return variant.rebuild(outs)
 
     def __get__(self, instance, owner=None):
@@ -135,16 +145,27 @@ class CapturedFunction:
 
     def _variant(self, key, args, kwargs, variant):
         with self._lock:
+            earlier: list = []  # variants of this key whose guards failed, newest first
             if variant is not None:
                 why = variant.guard_failure(self.name)
                 if why is None:
                     self.variants.move_to_end(key)
                     return variant
+                earlier = [variant] + variant.earlier
+                for other in earlier[1:]:  # e.g. back to train() after eval(): traced before
+                    if other.guard_failure(self.name) is None:
+                        other.earlier = [v for v in earlier if v is not other]
+                        variant.earlier = []
+                        self.variants[key] = other
+                        return other
                 self._say(why)
             elif self.variants:
                 last = next(reversed(self.variants))
                 self._say(explain(self.name, _describe(last), _describe(key), self._arg_names))
             variant = self._trace(args, kwargs)
+            variant.earlier = earlier[: self.max_variants - 1]
+            for v in earlier:
+                v.earlier = []
             self.variants[key] = variant
             if len(self.variants) > self.max_variants:
                 self.variants.popitem(last=False)
@@ -174,7 +195,7 @@ class CapturedFunction:
             traced_args.append(leaf)
         a, kw = rebuild_args(traced_args)
         try:
-            with use_interpreter(tracer):
+            with use_interpreter(tracer), guards.collecting() as collected:
                 result = self.fn(*a, **kw)
                 out_flat, rebuild_out = flatten(result, is_leaf=lambda o: isinstance(o, Tensor))
                 template, values, differentiable = [], [], False
@@ -215,8 +236,11 @@ class CapturedFunction:
                                 SparseRows(next(it), next(it), x.shape)
                                 if type(x) is SparseSlot else x for x in template])
 
+        state = [v for v in graph.variables if v.kind == "value"]
+        checks = collected.guards + ([guards.RequiresGrad(state)] if state else [])
         variant = Variant(graph, optimized, program, (template, rebuild_out), rebuild,
-                          tracer.grad_guards, differentiable)
+                          tracer.grad_guards, checks, differentiable)
+        variant.cleared = tracer.cleared
         try:  # the argument and result structure, for save()
             variant.signature = (describe((list(args), kwargs), [0]), describe(result, [0]))
         except CaptureError:

@@ -40,6 +40,7 @@ class Tracer:
         self.made_here: dict = {}       # id(tensor) -> tensor made by rill.tensor() in the trace
         self.grads: dict = {}           # id(owner) -> [owner, grad before the trace]
         self.grad_guards: list = []     # (owner, grad was None) that the trace relied on
+        self.cleared: list = []         # owners whose .grad the function set to None
         self.changed_at: dict = {}      # id(owner) -> the user's line that last changed it
 
     # ---- the interpreter -------------------------------------------------------------------
@@ -162,9 +163,9 @@ class Tracer:
                 continue
             if isinstance(grad, SparseRows):
                 grad = grad.to_dense()  # graphs carry gradients dense (see capture/README)
-            if grad is None:
-                raise CaptureError("the captured function set a .grad to None after using it; "
-                                   "call zero_grad() before backward() in it", op="capture")
+            if grad is None:  # zero_grad() and no new gradient (a frozen parameter)
+                self.cleared.append(owner)
+                continue
             index = self._variable(owner, "grad")
             final.append((index, grad))
         for index, tensor in final:

@@ -12,6 +12,7 @@ import itertools
 from collections import OrderedDict, namedtuple
 from collections.abc import Mapping
 
+from ..capture.guards import module_called
 from .. import dtypes as _dt
 from ..eager.context import set_grad
 from ..errors import ArgumentError, Error
@@ -82,6 +83,7 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__} does not define forward()")
 
     def __call__(self, *args, **kwargs):
+        module_called(self)  # inside a trace: the training flag is baked in, so guarded
         output = self.forward(*args, **kwargs)
         for hook in list(self._forward_hooks.values()):
             replaced = hook(self, args, output)
