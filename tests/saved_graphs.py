@@ -54,5 +54,10 @@ def reseal(directory) -> None:
         json.dump(doc, f)
 
 
+def first(doc) -> dict:
+    """The first saved variant: its signature, result, variables, nodes and outputs."""
+    return doc["variants"][0]
+
+
 def nodes_of(doc, op):
-    return [n for n in doc["nodes"] if n["op"] == op]
+    return [n for n in first(doc)["nodes"] if n["op"] == op]

@@ -414,3 +414,21 @@ def test_loaded_graph_checks_its_arguments(tmp_path):
         loaded(rill.ones((4, 3)))
     with pytest.raises(rill.CaptureError, match="saved for arguments"):
         loaded(rill.ones((2, 3)), rill.ones(1))
+
+
+def test_save_keeps_every_traced_variant_and_load_dispatches_like_the_original(tmp_path):
+    rill.manual_seed(0)
+    model = nn.Linear(3, 2)
+    fast = rill.capture(model)
+    small, large = rill.randn(2, 3), rill.randn(5, 3)
+    with pytest.warns(rill.CaptureWarning):  # the second shape traces again
+        want = [fast(small).numpy(), fast(large).numpy()]
+    fast.save(tmp_path / "both")
+    loaded = rill.load_graph(tmp_path / "both")
+    assert len(loaded.variants) == 2
+    np.testing.assert_array_equal(loaded(small).numpy(), want[0])
+    np.testing.assert_array_equal(loaded(large).numpy(), want[1])
+    assert loaded.variants[0][0].variables[0].owner is loaded.variants[1][0].variables[0].owner
+    with pytest.raises(rill.CaptureError, match=r"must be float32\[[25], 3\] on cpu \(or 1 "
+                                                r"other saved variant"):
+        loaded(rill.randn(7, 3))

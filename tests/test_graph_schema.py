@@ -13,7 +13,7 @@ import rill
 from rill import nn
 
 import saved_graphs
-from saved_graphs import edit_doc, graph_file, nodes_of
+from saved_graphs import edit_doc, first, graph_file, nodes_of
 
 
 @pytest.fixture
@@ -113,15 +113,15 @@ MUTATIONS = {
         "var", 9), r"nodes\[1\]\.attrs\.var: variable 9 does not exist"),
     "read with the wrong spec": (lambda d: nodes_of(d, "read")[0]["outputs"][0].__setitem__(
         "shape", [4, 3]), r"nodes\[\d\].*linear|read of"),
-    "variable spec differs from state": (lambda d: d["variables"][0].__setitem__(
+    "variable spec differs from state": (lambda d: first(d)["variables"][0].__setitem__(
         "shape", [4, 3]), r"variables\[0\]: is float32\[4, 3\] but state.rill holds"),
-    "input index twice": (lambda d: d["nodes"].insert(1, dict(d["nodes"][0])),
+    "input index twice": (lambda d: first(d)["nodes"].insert(1, dict(first(d)["nodes"][0])),
                           r"input 0 appears twice"),
-    "signature numbers too many tensors": (lambda d: d["signature"]["$tuple"][0][
+    "signature numbers too many tensors": (lambda d: first(d)["signature"]["$tuple"][0][
         "$list"].append({"$tensor": 1}), r"signature: numbers 2 tensors; the graph has 1"),
     "unknown top-level field": (lambda d: d.__setitem__("code", "print(1)"),
                                 r"code: unknown field"),
-    "missing field": (lambda d: d.pop("outputs"), r"missing field 'outputs'"),
+    "missing field": (lambda d: first(d).pop("outputs"), r"missing field 'outputs'"),
     "unknown attr encoding": (lambda d: _leaky(d)["attrs"].__setitem__(
         "alpha", {"$pickle": "gASVAA=="}), r"nodes\[4\]\.attrs\.alpha: unknown attribute "
                                            r"encoding"),

@@ -123,23 +123,24 @@ class CapturedFunction:
         return variant.graph if optimized else variant.traced
 
     def save(self, path, *args, **kwargs) -> None:
-        """Write the graph for these arguments (or the one variant traced so far), its state
-        and its signature to the directory `path`; `rill.load_graph(path)` runs it with none
-        of this code present. See docs/GRAPH_FORMAT.md."""
+        """Write every traced variant (or, given example arguments, the one for them), its
+        state and its signature to the directory `path`; `rill.load_graph(path)` runs it with
+        none of this code present, choosing the variant by its arguments as this function
+        does. See docs/GRAPH_FORMAT.md."""
         from .serialize import save_graph
         if args or kwargs:
             key, _ = _key(args, kwargs, current().grad_enabled)
-            variant = self._variant(key, args, kwargs, self.variants.get(key))
-        elif len(self.variants) == 1:
-            variant = next(iter(self.variants.values()))
+            chosen = [self._variant(key, args, kwargs, self.variants.get(key))]
         else:
-            raise CaptureError(f"{self.name} has {len(self.variants)} traced variants; pass "
-                               "example arguments to save() to choose one", op="save")
-        if variant.signature is None:
+            chosen = list(self.variants.values())
+        if not chosen:
+            raise CaptureError(f"{self.name} has not been traced yet: call it once, or pass "
+                               "example arguments to save()", op="save")
+        if any(v.signature is None for v in chosen):
             raise CaptureError(f"{self.name} takes or returns values other than tensors, "
                                "numbers, strings and None, which a saved graph cannot hold",
                                op="save")
-        save_graph(path, variant.graph, *variant.signature, self.name)
+        save_graph(path, [(v.graph, *v.signature) for v in chosen], self.name)
 
     # ---- tracing ---------------------------------------------------------------------------
 

@@ -32,6 +32,7 @@ FORMAT = "rill-graph"
 VERSION = 2
 MANIFEST = "manifest.json"
 MAX_MANIFEST = 1 << 16
+MAX_VARIANTS = 64
 MAX_DOCUMENT = 1 << 30
 _FILE = re.compile(r"(graph\.[0-9a-f]{16}\.json|state\.[0-9a-f]{16}\.rill)")
 _LEGACY = ("graph.json", "state.rill")  # format 1's names, replaced by a format-2 save
@@ -148,22 +149,34 @@ def encode_graph(graph: Graph, arrays: dict) -> dict:
 
 # ---- saving --------------------------------------------------------------------------------
 
-def save_graph(path, graph: Graph, signature, result, name: str) -> None:
+def save_graph(path, variants, name: str) -> None:
+    """Write `variants` — (graph, signature, result) each, one per traced signature — with
+    their state to the directory `path`, atomically (see the module docstring)."""
     from ..serialization import save, write_atomically
     path = os.fspath(path)
     os.makedirs(path, exist_ok=True)
     arrays: dict = {}
-    body = encode_graph(graph, arrays)
-    doc = {
-        "format": FORMAT, "version": VERSION, "name": name,
-        "signature": signature, "result": result,
-        "variables": [{"name": v.name, "kind": v.kind, "shape": list(v.shape),
-                       "dtype": v.dtype.name, "device": str(v.device)}
-                      for v in graph.variables],
-        "nodes": body["nodes"],
-        "outputs": body["outputs"],
-    }
-    state = {"variables": {_key(v): _value_of(v) for v in graph.variables},
+    keys: dict = {}      # (id(owner), kind) -> its unique key in the state file
+    values: dict = {}    # key -> tensor
+    docs = []
+    for graph, signature, result in variants:
+        body = encode_graph(graph, arrays)
+        entries = []
+        for v in graph.variables:
+            unique = keys.get((id(v.owner), v.kind))
+            if unique is None:  # variants share parameters; two different tensors never a name
+                suffix = ".grad" if v.kind == "grad" else ""
+                unique = v.name
+                while unique + suffix in values:
+                    unique = f"{v.name}#{len(values)}"
+                keys[(id(v.owner), v.kind)] = unique
+                values[unique + suffix] = _value_of(v)
+            entries.append({"name": unique, "kind": v.kind, "shape": list(v.shape),
+                            "dtype": v.dtype.name, "device": str(v.device)})
+        docs.append({"signature": signature, "result": result, "variables": entries,
+                     "nodes": body["nodes"], "outputs": body["outputs"]})
+    doc = {"format": FORMAT, "version": VERSION, "name": name, "variants": docs}
+    state = {"variables": values,
              "arrays": {k: new_tensor(a, _dtype_of(a), as_device("cpu"))
                         for k, a in arrays.items()}}
     token = secrets.token_hex(8)  # fresh names: the files the old manifest names stay whole
@@ -234,10 +247,10 @@ def load_graph(path):
     from ..serialization import load
     state = load(state_file)
     try:
-        graph, signature, result = _build(doc, state)
+        variants = _build(doc, state)
     except CheckpointError as e:
         raise CheckpointError(f"{graph_file}: {e.message}", op="load_graph") from None
-    return LoadedGraph(graph, signature, result)
+    return LoadedGraph(variants)
 
 
 def _read_manifest(path: str) -> dict:
@@ -301,16 +314,12 @@ def _parse(data: bytes, file: str):
                               op="load_graph") from None
 
 
-def _build(doc, state):
-    """(Graph, signature, result) from the checked document and the loaded state."""
+def _build(doc, state) -> list:
+    """[(Graph, signature, result)] per saved variant, from the checked document and state."""
     root = schema.Path()
-    schema.fields(doc, root, ("format", "version", "name", "signature", "result", "variables",
-                              "nodes", "outputs"))
+    schema.fields(doc, root, ("format", "version", "name", "variants"))
     _check_format(doc, "the document")
     name = schema.text(doc["name"], root / "name")
-    counts = [[0], [0]]
-    schema.structure(doc["signature"], root / "signature", counts[0])
-    schema.structure(doc["result"], root / "result", counts[1])
     if not isinstance(state, dict) or set(state) != {"variables", "arrays"} or \
             not all(isinstance(state[k], dict) for k in state):
         schema.fail("state.rill", "expected {'variables': {...}, 'arrays': {...}}")
@@ -319,10 +328,23 @@ def _build(doc, state):
         if not isinstance(t, Tensor):
             schema.fail(f"state.rill: arrays.{str(key)[:40]}", "expected a tensor")
         arrays[key] = np.asarray(t.numpy())
+    variants = schema.expect(doc["variants"], list, root / "variants", "list")
+    if not 1 <= len(variants) <= MAX_VARIANTS:
+        schema.fail(root / "variants", f"expected 1 to {MAX_VARIANTS} variants")
+    owners: dict = {}  # state key -> Variable owner, shared by the variants that use it
+    return [_build_variant(entry, root / "variants" / i, name, state["variables"], arrays,
+                           owners) for i, entry in enumerate(variants)]
+
+
+def _build_variant(doc, root, name, values, arrays, owners):
+    schema.fields(doc, root, ("signature", "result", "variables", "nodes", "outputs"))
+    counts = [[0], [0]]
+    schema.structure(doc["signature"], root / "signature", counts[0])
+    schema.structure(doc["result"], root / "result", counts[1])
     graph = Graph(name=name)
     variables = schema.expect(doc["variables"], list, root / "variables", "list")
     for i, entry in enumerate(variables):
-        graph.variables.append(_variable(entry, root / "variables" / i, state["variables"]))
+        graph.variables.append(_variable(entry, root / "variables" / i, values, owners))
     paths: dict = {}
     schema.graph(doc, root, arrays, paths, into=graph)
     n_inputs = len(graph.inputs)
@@ -336,12 +358,12 @@ def _build(doc, state):
     try:
         graph.lint()
     except CaptureError as e:  # the file's specs are not what its nodes compute
-        where = paths.get(getattr(e, "node", None), "nodes")
+        where = paths.get(getattr(e, "node", None), str(root / "nodes"))
         schema.fail(where, e.message.replace("graph lint: ", ""))
     return graph, doc["signature"], doc["result"]
 
 
-def _variable(entry, path, values: dict) -> Variable:
+def _variable(entry, path, values: dict, owners: dict) -> Variable:
     schema.fields(entry, path, ("name", "kind", "shape", "dtype", "device"))
     name = schema.text(entry["name"], path / "name")
     kind = entry["kind"]
@@ -357,12 +379,15 @@ def _variable(entry, path, values: dict) -> Variable:
     if (owner.shape, owner.dtype) != (shape, dtype):
         schema.fail(path, f"is {dtype}{list(shape)} but state.rill holds "
                           f"{owner.dtype}{list(owner.shape)}")
+    if key in owners:
+        return Variable(owners[key], kind, name, shape, dtype, device)
     if owner.device != device:
         owner = owner.to(device)
     if kind == "grad":  # the graph writes a parameter's .grad: give it one
         holder = new_tensor(owner._data, owner.dtype, owner.device)
         holder.grad = owner
         owner = holder
+    owners[key] = owner
     return Variable(owner, kind, name, shape, dtype, device)
 
 
@@ -379,41 +404,54 @@ def _check_constants(graph: Graph, paths: dict) -> None:
 
 
 class LoadedGraph:
-    """A saved graph, callable like the function it was captured from."""
+    """A saved captured function, callable like the original: each call runs the saved
+    variant whose signature its arguments match (structure, shapes, dtypes, devices)."""
 
-    def __init__(self, graph: Graph, signature, result):
+    def __init__(self, variants):
         from .executor import Program
-        self.graph = graph
-        self.signature, self.result = signature, result
-        self.program = Program(graph)
-        self.name = graph.name
+        self.variants = [(graph, signature, result, Program(graph))
+                         for graph, signature, result in variants]
+        self.graph, self.signature, self.result, self.program = self.variants[0]
+        self.name = self.graph.name
 
     def __call__(self, *args, **kwargs):
         from ..tree import flatten
-        counter = [0]
-        given = describe((list(args), kwargs), counter)
-        if _shape_of(given) != _shape_of(self.signature):
-            raise CaptureError(f"{self.name} was saved for arguments shaped like "
-                               f"{_show(self.signature)}, got {_show(given)}", op=self.name)
+        given = _shape_of(describe((list(args), kwargs), [0]))
         tensors = [t for t in flatten((args, kwargs), is_leaf=lambda o: isinstance(o, Tensor))[0]
                    if isinstance(t, Tensor)]
-        for i, (t, v) in enumerate(zip(tensors, self.graph.inputs)):
-            if (t.shape, t.dtype, t.device) != (v.shape, v.dtype, v.device):
-                raise CaptureError(f"tensor argument {i} of {self.name} must be {v.dtype}"
-                                   f"{list(v.shape)} on {v.device}, got {t.dtype}"
-                                   f"{list(t.shape)} on {t.device}", op=self.name)
-        buffers = self.program([t._data for t in tensors])
-        outs = [new_tensor(b, v.dtype, v.device) for b, v in zip(buffers, self.graph.outputs)]
-        return rebuild(self.result, outs)
+        specs = [(t.shape, t.dtype, t.device) for t in tensors]
+        for graph, signature, result, program in self.variants:
+            if given == _shape_of(signature) and specs == [
+                    (v.shape, v.dtype, v.device) for v in graph.inputs]:
+                buffers = program([t._data for t in tensors])
+                return rebuild(result, [new_tensor(b, v.dtype, v.device)
+                                        for b, v in zip(buffers, graph.outputs)])
+        raise CaptureError(self._mismatch(given, specs), op=self.name)
+
+    def _mismatch(self, given: str, specs) -> str:
+        """Why no saved variant takes these arguments, as precisely as the closest one."""
+        same = [(g, s) for g, s, _, _ in self.variants if _shape_of(s) == given]
+        if not same:
+            saved = " or ".join(_show(s) for _, s, _, _ in self.variants)
+            return (f"{self.name} was saved for arguments shaped like {saved}, got "
+                    f"{_show(json.loads(given))}")
+        graph = same[0][0]
+        for i, (spec, v) in enumerate(zip(specs, graph.inputs)):
+            if spec != (v.shape, v.dtype, v.device):
+                shape, dtype, device = spec
+                also = f" (or {len(same) - 1} other saved variant(s))" if len(same) > 1 else ""
+                return (f"tensor argument {i} of {self.name} must be {v.dtype}{list(v.shape)} "
+                        f"on {v.device}{also}, got {dtype}{list(shape)} on {device}")
+        return f"no saved variant of {self.name} takes these arguments"
 
     def state_dict(self) -> dict:
         """{name: tensor} of the graph's variables (their current values)."""
         return {_key(v): (v.owner if v.kind == "value" else v.owner.grad)
-                for v in self.graph.variables}
+                for graph, *_ in self.variants for v in graph.variables}
 
     def __repr__(self) -> str:
-        return f"<loaded graph {self.name}: {self.graph.count()} nodes, " \
-               f"{len(self.graph.variables)} variables>"
+        return f"<loaded graph {self.name}: {len(self.variants)} variant(s), " \
+               f"{self.graph.count()} nodes, {len(self.graph.variables)} variables>"
 
 
 def _shape_of(desc):
