@@ -48,8 +48,15 @@ class Value:
 
     def __array__(self, *args, **kwargs):
         # A graph value reached NumPy: code asked for data that exists only when the graph
-        # runs (typically a tensor stored outside the trace that made it, used later).
+        # runs: during its own trace (NumPy called on it), or later (it was stored outside).
+        from ..eager.context import current
+        from ..errors import CaptureError
         from .escape import error
+        if self.node in getattr(current().interpreter, "own", ()):
+            raise CaptureError(
+                "NumPy was asked for the data of a tensor being traced, which exists only when "
+                "the captured graph runs; use rill ops on it (rill.where, rill.cond for "
+                "choices), or return it from the captured function to look at it", op="numpy")
         raise error(self, op="numpy")
 
 
