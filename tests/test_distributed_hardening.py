@@ -60,6 +60,22 @@ def test_a_killed_rank_is_named_by_rank_role_and_signal(signal_name):
     assert "the second all-reduce completed" not in out
 
 
+def test_a_timeout_names_a_peer_that_was_killed(tmp_path):
+    from rill.distributed.collectives import timeout_error
+    from rill.distributed.status import StatusBoard
+    from rill.distributed.world import World
+    path = str(tmp_path / "board")
+    board = StatusBoard(path, 3, rank=0)
+    board.note("all_reduce")
+    watcher = StatusBoard(path, 3)
+    watcher.started(2, 4242)
+    watcher.ended(2, "killed", 9)
+    watcher.ended(2, "stopped", 15)  # the first account stands
+    error = timeout_error(World(0, 3, 0, 2.0, board=board), "all_reduce")
+    assert "rank 1 (worker1), last seen entering starting" in str(error)
+    assert "rank 2 (worker2), killed by SIGKILL" in str(error)
+
+
 # ---- loopback only on one host -------------------------------------------------------------
 
 def _children(pid: int) -> set:

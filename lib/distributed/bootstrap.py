@@ -2,15 +2,26 @@
 
 Each line the rank prints, traceback included, becomes "worker1 | ..." written whole in
 one call, so that lines of different ranks interleave but never mix.
+
+On Linux the process mpiexec starts becomes a watcher: it forks the rank's process, waits
+for it, and writes on the status board how it ended — the exit code, or the signal that
+killed it, which a process killed by SIGKILL cannot write itself. The watcher passes a
+request to stop (SIGTERM, SIGINT, SIGHUP, SIGQUIT: mpiexec stopping the job) on to the rank
+as SIGTERM (SIGKILL at a second request, or after 5 s); the rank dies with its watcher, and
+the watcher stops the rank if mpiexec dies.
 """
 from __future__ import annotations
 
 import io
 import os
 import runpy
+import signal
 import sys
 
 from .launch import role_of
+from .status import StatusBoard
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 
 
 class LabelledLines(io.TextIOBase):
@@ -35,10 +46,77 @@ class LabelledLines(io.TextIOBase):
             self.write("\n")
 
 
+def watch(path: str, rank: int, size: int) -> None:
+    """Fork; return in the child, which runs the rank. The parent waits for it, writes how it
+    ended on the status board, and ends the same way (never returns)."""
+    launcher, parent = os.getppid(), os.getpid()
+    child = os.fork()
+    if child == 0:
+        _die_with(parent, signal.SIGKILL)
+        return
+    board = StatusBoard(path, size)
+    board.started(rank, child)
+    stops = []
+
+    def stop(signum, frame):
+        stops.append(signum)
+        _kill(child, signal.SIGTERM if len(stops) == 1 else signal.SIGKILL)
+        if len(stops) == 1:
+            signal.alarm(5)
+
+    signal.signal(signal.SIGALRM, lambda signum, frame: _kill(child, signal.SIGKILL))
+    for s in STOP_SIGNALS:
+        signal.signal(s, stop)
+    _die_with(launcher, signal.SIGHUP)  # mpiexec gone (even by SIGKILL): stop the rank
+    _, status = os.waitpid(child, 0)  # handlers run in between; the wait resumes after them
+    signal.alarm(0)
+    for s in STOP_SIGNALS:
+        signal.signal(s, signal.SIG_DFL)
+    if not os.WIFSIGNALED(status):
+        code = os.waitstatus_to_exitcode(status)
+        board.ended(rank, "exited", code)
+        os._exit(code)
+    killed_by = os.WTERMSIG(status)
+    if stops:
+        board.ended(rank, "stopped", stops[0])
+        os._exit(128 + stops[0])
+    board.ended(rank, "killed", killed_by)
+    # End as the rank did, so that mpiexec reports and handles it as before (no core file:
+    # the rank has written its own if it was going to).
+    import resource
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if killed_by not in (signal.SIGKILL, signal.SIGSTOP):
+        signal.signal(killed_by, signal.SIG_DFL)
+    os.kill(os.getpid(), killed_by)
+    os._exit(128 + killed_by)
+
+
+def _kill(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _die_with(parent: int, sig: int) -> None:
+    """Get `sig` when `parent` dies (Linux's PR_SET_PDEATHSIG): the rank's process dies with
+    its watcher, and the watcher stops the rank when mpiexec is gone."""
+    import ctypes
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, sig, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # it was gone before that took effect
+        os.kill(os.getpid(), sig)
+
+
 def main() -> None:
     rank = int(os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0")))
     size = int(os.environ.get("PMI_SIZE", os.environ.get("OMPI_COMM_WORLD_SIZE", "1")))
     num_ps = int(os.environ.get("RILL_NUM_PS", "0"))
+    board_path = os.environ.get("RILL_STATUS_FILE")
+    if board_path and sys.platform.startswith("linux"):
+        watch(board_path, rank, size)
     width = max(len(role_of(r, num_ps)) for r in range(size))
     label = role_of(rank, num_ps).ljust(width)
     streams = [LabelledLines(sys.stdout, label), LabelledLines(sys.stderr, label)]
@@ -62,6 +140,8 @@ def main() -> None:
         from .world import joined
         if joined() is not None and joined().board is not None:
             joined().board.note("failed", collective=False)
+        if board_path:
+            StatusBoard(board_path, size).ended(rank, "exited", code)
         mpi = sys.modules.get("mpi4py.MPI")
         if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
             mpi.COMM_WORLD.Abort(code)

@@ -77,15 +77,17 @@ def timeout_error(w: World, what: str, peers=None) -> DistributedError:
         return DistributedError(head + " (launch with rill-launch to learn which ranks did "
                                 "not arrive)", op=what.split(" ")[0])
     rows = w.board.read()
-    mine = rows[w.rank][0]
+    mine = rows[w.rank].collectives
     if peers is None:  # a collective: the ranks that have not entered this one yet
-        peers = [r for r, (count, _, _) in enumerate(rows) if r != w.rank and count < mine]
+        peers = [r for r, row in enumerate(rows) if r != w.rank and row.collectives < mine]
     parts = []
     for r in peers:
-        count, operation, ago = rows[r]
-        when = f", {ago:.1f} s ago" if ago is not None else ""
-        parts.append(f"rank {r} ({_name(w, r)}), last seen entering {operation} (its "
-                     f"collective #{count}{when})")
+        row = rows[r]
+        when = f", {row.ago:.1f} s ago" if row.ago is not None else ""
+        gone = "" if row.ending == "running" else \
+            f", {row.outcome()} {row.ended_ago or 0:.1f} s ago"
+        parts.append(f"rank {r} ({_name(w, r)}){gone}, last seen entering {row.operation} "
+                     f"(its collective #{row.collectives}{when})")
     if not parts:
         return DistributedError(head, op=what.split(" ")[0])
     return DistributedError(f"{head}: waiting for {'; '.join(parts)}", op=what.split(" ")[0])

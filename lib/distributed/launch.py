@@ -6,10 +6,17 @@
 It wraps the mpiexec of the installed MPI (the MPICH wheel's by default), tells every rank
 the job's layout through the environment (RILL_NUM_PS, RILL_TIMEOUT, RILL_STATUS_FILE,
 RILL_ATTEMPT), prefixes each line a rank prints with its role ("worker1 | ..."), and shows
-a table of the ranks (role, the exchange each last entered): live on a terminal, and when the
-job ends. A job that fails (a rank exits non-zero or is killed) is started again up to
+a table of the ranks (role, the exchange each last entered, how its process ended): live on
+a terminal, and when the job ends. A job that fails (a rank exits non-zero or is killed) is
+named by its cause ("rank 2 (worker2) was killed by SIGKILL ...") and started again up to
 --max-restarts times; the script resumes from its latest checkpoint (RILL_ATTEMPT tells it
 which attempt this is).
+
+On one host (no --mpiexec given, and no host file or resource manager in the environment)
+nothing of the job listens beyond the loopback interface: rill-launch runs MPICH's
+single-host process manager, mpiexec.gforker, which talks to the ranks over inherited
+socket pairs (Hydra's mpiexec listens on every interface whatever -iface says), and confines
+the ranks' network layers to `lo` (UCX_NET_DEVICES, FI_TCP_IFACE, FI_SOCKETS_IFACE).
 """
 from __future__ import annotations
 
@@ -19,9 +26,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 from rich.console import Console
 from rich.table import Table
+
 
 def find_mpiexec(given: str | None = None) -> str:
     """The mpiexec to use: the given one, the one installed beside this Python (the MPICH
@@ -38,6 +47,23 @@ def find_mpiexec(given: str | None = None) -> str:
 
 def role_of(rank: int, num_ps: int) -> str:
     return f"ps{rank}" if rank < num_ps else f"worker{rank - num_ps}"
+
+
+# Set where a host file or a resource manager lets mpiexec spread the job over hosts.
+CLUSTER_ENV = ("HYDRA_HOST_FILE", "SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID", "PE_HOSTFILE")
+# On one host the ranks' MPI network layers (UCX or libfabric) bind to loopback only.
+LOOPBACK_ENV = {"UCX_NET_DEVICES": "lo", "FI_TCP_IFACE": "lo", "FI_SOCKETS_IFACE": "lo"}
+
+
+def process_manager(given: str | None) -> tuple[str, dict]:
+    """(the mpiexec to run, environment it adds). On one host with the mpiexec found here:
+    MPICH's mpiexec.gforker beside it when there is one, and the ranks on loopback only."""
+    mpiexec = find_mpiexec(given)
+    if given or not sys.platform.startswith("linux") or any(k in os.environ
+                                                            for k in CLUSTER_ENV):
+        return mpiexec, {}
+    forker = os.path.join(os.path.dirname(mpiexec), "mpiexec.gforker")
+    return (forker if os.path.exists(forker) else mpiexec), dict(LOOPBACK_ENV)
 
 
 def parse(argv):
@@ -62,56 +88,117 @@ def parse(argv):
     return a
 
 
-def run_once(a, mpiexec: str, status: str, attempt: int, console: Console) -> int:
+def run_once(a, mpiexec: str, extra_env: dict, status: str, attempt: int,
+             console: Console) -> int:
+    """Run the job once; returns its exit code, and prints the rank table and, if it failed,
+    which ranks caused it."""
     env = dict(os.environ, RILL_LAUNCHED="1", RILL_NUM_PS=str(a.ps), RILL_TIMEOUT=str(a.timeout),
-               RILL_STATUS_FILE=status, RILL_ATTEMPT=str(attempt), PYTHONUNBUFFERED="1")
+               RILL_STATUS_FILE=status, RILL_ATTEMPT=str(attempt), PYTHONUNBUFFERED="1",
+               **extra_env)
     # Each rank starts in bootstrap.py, which labels its output lines and runs the script.
     cmd = [mpiexec, "-n", str(a.n), sys.executable, "-u", "-m", "rill.distributed.bootstrap",
            a.script, *a.args]
     if not console.is_terminal:
-        return subprocess.call(cmd, env=env)
-    # On a terminal: the ranks' lines scroll above a live table of the ranks.
-    from rich.live import Live
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, bufsize=1)
-    class Running:  # re-read at every refresh, so a silent job's table still moves
-        def __rich__(self):
-            return rank_table(a, status, "running")
+        rc, causes = outcome(a, status, subprocess.call(cmd, env=env))
+        console.print(rank_table(a, status, f"exited with {rc}"))
+    else:  # the ranks' lines scroll above a live table of the ranks
+        from rich.live import Live
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, bufsize=1)
 
-    with Live(Running(), console=console, refresh_per_second=4) as live:
-        for line in proc.stdout:
-            live.console.print(line.rstrip("\n"), markup=False, highlight=False)
-        rc = proc.wait()
-        live.update(rank_table(a, status, f"exited with {rc}"))
+        class Running:  # re-read at every refresh, so a silent job's table still moves
+            def __rich__(self):
+                return rank_table(a, status, "running")
+
+        with Live(Running(), console=console, refresh_per_second=4) as live:
+            for line in proc.stdout:
+                live.console.print(line.rstrip("\n"), markup=False, highlight=False)
+            rc, causes = outcome(a, status, proc.wait())
+            live.update(rank_table(a, status, f"exited with {rc}"))
+    for cause in causes:
+        console.print(f"rill-launch: {cause}", markup=False, highlight=False, soft_wrap=True)
     return rc
 
 
+def board_rows(a, status: str) -> list:
+    from .status import Row, StatusBoard
+    if os.path.getsize(status):
+        return StatusBoard(status, a.n).read()
+    return [Row(0, "not started", None, 0, "running", 0, None)] * a.n
+
+
+def outcome(a, status: str, rc: int) -> tuple[int, list]:
+    """(the job's exit code, what made it fail). The status board, not mpiexec's exit code,
+    says which ranks failed and how: mpiexec.gforker exits 0 when a rank is killed, and
+    Hydra's mpiexec reports a pid. A rank killed by a signal, or that failed or exited
+    non-zero on its own, is a cause; ranks stopped because of it are not (they are named
+    only when there is no cause)."""
+    from .status import signal_name
+    # mpiexec may end before the ranks' watchers do (when it is killed): let them finish.
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline and any(
+            row.ending == "running" and row.pid and _alive(row.pid)
+            for row in board_rows(a, status)):
+        time.sleep(0.05)
+    causes, consequences = [], []
+    for rank, row in enumerate(board_rows(a, status)):
+        who = f"rank {rank} ({role_of(rank, a.ps)})"
+        seen = f"last seen entering {row.operation} (its collective #{row.collectives})"
+        if row.ending == "killed":
+            causes.append((-(row.ended_ago or 0), 128 + row.code,
+                           f"{who} was killed by {signal_name(row.code)} (pid {row.pid}), "
+                           f"{seen}"))
+        elif row.ending == "exited" and row.code:
+            failed = row.operation == "failed"
+            causes.append((-(row.ended_ago or 0), row.code,
+                           f"{who} failed with exit code {row.code}" +
+                           (" (see its output above)" if failed else f", {seen}")))
+        elif row.ending == "stopped":
+            consequences.append((0, 1, f"{who} was stopped ({signal_name(row.code)}), {seen}"))
+        elif row.ending == "running" and row.pid and not _alive(row.pid):
+            consequences.append((0, 1, f"{who}: its process (pid {row.pid}) is gone and left "
+                                       f"no exit status, {seen}"))
+    if causes:  # the earliest first; its exit code is the job's (128 + n for signal n)
+        causes.sort()
+        return causes[0][1], [text for _, _, text in causes]
+    if rc == 0 and consequences:
+        rc = 1
+    return rc, [text for _, _, text in consequences] if rc else []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def rank_table(a, status: str, state: str) -> Table:
-    """Each rank's role, the exchange it last entered and how many collectives it made."""
-    from .status import StatusBoard
+    """Each rank's role, the exchange it last entered, how many collectives it made, and
+    how its process ended."""
     table = Table(title=f"rill-launch: {os.path.basename(a.script)} {state}",
                   title_justify="left")
-    for col in ("rank", "role", "last operation", "collectives"):
+    for col in ("rank", "role", "last operation", "collectives", "process"):
         table.add_column(col)
-    rows = StatusBoard(status, a.n).read() if os.path.getsize(status) else \
-        [(0, "not started", None)] * a.n
-    for rank, (count, operation, _) in enumerate(rows):
-        table.add_row(str(rank), role_of(rank, a.ps), operation, str(count))
+    for rank, row in enumerate(board_rows(a, status)):
+        table.add_row(str(rank), role_of(rank, a.ps), row.operation, str(row.collectives),
+                      row.outcome())
     return table
 
 
 def main(argv=None) -> int:
     a = parse(sys.argv[1:] if argv is None else argv)
-    mpiexec = find_mpiexec(a.mpiexec)
+    mpiexec, extra_env = process_manager(a.mpiexec)
     console = Console(stderr=True)
     rc = 1
     with tempfile.TemporaryDirectory(prefix="rill-launch-") as tmp:
         for attempt in range(a.max_restarts + 1):
             status = os.path.join(tmp, f"status-{attempt}")
             open(status, "wb").close()
-            rc = run_once(a, mpiexec, status, attempt, console)
-            if not console.is_terminal:  # a terminal has seen the live table
-                console.print(rank_table(a, status, f"exited with {rc}"))
+            rc = run_once(a, mpiexec, extra_env, status, attempt, console)
             if rc == 0:
                 break
             if attempt < a.max_restarts:

@@ -22,19 +22,26 @@ first n - b pushes for it have arrived (n workers, b backup workers), as their m
 that arrive later for a step already applied are dropped and counted; a worker's next pull
 waits until the ps has applied the step it pushed for, and a straggler catches up to the
 current step.
+
+Messages travel as wire.py's typed buffers (a fixed header, then named raw arrays) and are
+checked on receipt against the receiver's own variables (names, shapes, row ranges): nothing
+is unpickled, and a malformed message raises DistributedError naming its sender.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from . import wire
 from ..eager.context import no_grad
 from ..errors import ArgumentError, DistributedError
 from ..ops.creation import tensor
 from ..sparse import SparseRows
-from .collectives import wait_until
+from .collectives import _name, wait_until
 from .world import world
 
-REQUEST, REPLY = 11, 12
+REQUEST, REPLY = 11, 12  # MPI tags; the messages themselves are wire.py's typed buffers
 
 
 class ParameterServer:
@@ -74,7 +81,8 @@ class ParameterServer:
             want_rows = {name: idx[(idx >= lo) & (idx < hi)]
                          for name, idx in rows.items() for lo, hi in [self.ranges[name][k]]}
             dense = [n for n, owner in self.place.items() if owner == k]
-            self._send({"op": "pull", "step": self.step, "dense": dense, "rows": want_rows}, k)
+            self._send("pull", self.step, {n: None for n in dense},
+                       {n: (idx, None) for n, idx in want_rows.items()}, k)
         with no_grad():
             for k in self.world.ps_ranks:
                 reply = self._recv(k, REPLY, "pull")
@@ -104,7 +112,7 @@ class ParameterServer:
                     sparse[name] = (idx[keep], vals[keep])
                 elif self.place[name] == k:
                     dense[name] = (g.to_dense() if isinstance(g, SparseRows) else g).numpy()
-            self._send({"op": "push", "step": self.step, "dense": dense, "sparse": sparse}, k)
+            self._send("push", self.step, dense, sparse, k)
         self.step += 1
 
     def backward(self, loss) -> None:
@@ -117,7 +125,7 @@ class ParameterServer:
     def close(self) -> None:
         """This worker is done; serve() returns on the ps once every worker has closed."""
         for k in self.world.ps_ranks:
-            self._send({"op": "close"}, k)
+            self._send("close", 0, {}, {}, k)
 
     # ---- ps side ---------------------------------------------------------------------------
 
@@ -157,8 +165,9 @@ class ParameterServer:
 
     def _answer(self, msg, worker) -> None:
         dense = {name: self.params[name].numpy() for name in msg["dense"]}
-        rows = {name: (idx, self.params[name].numpy()[idx]) for name, idx in msg["rows"].items()}
-        self._send({"step": self.step, "dense": dense, "rows": rows}, worker, REPLY)
+        rows = {name: (idx, self.params[name].numpy()[idx])
+                for name, (idx, _) in msg["rows"].items()}
+        self._send("reply", self.step, dense, rows, worker, REPLY)
 
     def _apply(self, pushes) -> None:
         """The mean of these pushes' gradients as .grad of the variables here; one step."""
@@ -173,7 +182,7 @@ class ParameterServer:
             p.grad = tensor(np.mean(gs, axis=0), dtype=p.dtype)
         sparse: dict = {}
         for msg in pushes:
-            for name, (idx, vals) in msg["sparse"].items():
+            for name, (idx, vals) in msg["rows"].items():
                 sparse.setdefault(name, []).append((idx, vals))
         self.optimizer.step()
         for name, parts in sparse.items():
@@ -220,36 +229,103 @@ class ParameterServer:
                 else:
                     slots[k] = v
 
-    # ---- messages --------------------------------------------------------------------------
+    # ---- messages ------------------------------------------------------------------------
+    # A message is {"op", "step", "dense": {name: array}, "rows": {name: (indices, rows)}}
+    # in memory (a pull's arrays are None: it names what it wants), and wire.py's typed
+    # buffer between ranks. A received one is checked against this rank's variables before
+    # anything reads it.
 
-    def _send(self, msg, dest: int, tag: int = REQUEST) -> None:
+    def _send(self, kind: str, step: int, dense: dict, rows: dict, dest: int,
+              tag: int = REQUEST) -> None:
+        from mpi4py import MPI
         w = self.world
         if w.board is not None:
-            w.board.note("push" if msg.get("op") == "push" else "send", collective=False)
-        request = w.comm.isend(msg, dest, tag)
-        self._wait(lambda: request.Test(), f"send to rank {dest}", [dest])
+            w.board.note("push" if kind == "push" else "send", collective=False)
+        entries = [("wanted" if v is None else "value", name, _NOTHING if v is None else v)
+                   for name, v in dense.items()]
+        for name, (idx, vals) in rows.items():
+            entries.append(("indices", name, np.asarray(idx, np.int64)))
+            if vals is not None:
+                entries.append(("rows", name, vals))
+        buffer = wire.encode(kind, step, entries)
+        request = w.comm.Isend([buffer, MPI.BYTE], dest, tag)
+        self._wait(request.Test, f"send to rank {dest}", [dest])
 
-    def _recv(self, source: int, tag: int, what: str):
+    def _recv(self, source: int, tag: int, what: str) -> dict:
         w = self.world
         if w.board is not None:
             w.board.note("pull" if what == "pull" else "recv", collective=False)
-        found = []
-        self._wait(lambda: found.append(w.comm.improbe(source, tag)) or found[-1] is not None,
-                   f"{what} from rank {source}", [source])
-        return found[-1].recv()
+        msg, _ = self._receive(source, tag, f"{what} from rank {source}", [source])
+        return msg
 
     def _recv_any(self):
+        from mpi4py import MPI
+        return self._receive(MPI.ANY_SOURCE, REQUEST, "serve (waiting for any worker)",
+                             self.world.worker_ranks)
+
+    def _receive(self, source: int, tag: int, what: str, peers) -> tuple[dict, int]:
+        """(the checked message, its sender) of the first message from source with tag."""
         from mpi4py import MPI
         w = self.world
         status = MPI.Status()
         found = []
-        self._wait(lambda: found.append(w.comm.improbe(MPI.ANY_SOURCE, REQUEST, status))
-                   or found[-1] is not None, "serve (waiting for any worker)",
-                   w.worker_ranks)
-        return found[-1].recv(), status.Get_source()
+        self._wait(lambda: found.append(w.comm.Improbe(source, tag, status))
+                   or found[-1] is not None, what, peers)
+        sender = status.Get_source()
+        who = f"rank {sender} ({_name(w, sender)})"
+        buffer = bytearray(status.Get_count(MPI.BYTE))
+        found[-1].Recv([buffer, MPI.BYTE])
+        message = wire.decode(buffer, who)
+        expected = ("reply",) if tag == REPLY else ("pull", "push", "close")
+        msg = self._checked(message, expected, w.rank if tag == REQUEST else sender, who)
+        return msg, sender
+
+    def _checked(self, message, expected, owner: int, who: str) -> dict:
+        """The message as a dict, once every name, shape and index in it has been checked
+        against the variables ps `owner` holds."""
+        def refuse(why):
+            return DistributedError(f"malformed message from {who}: {why}; refused",
+                                    op="ParameterServer")
+
+        kind = message.kind
+        if kind not in expected:
+            raise refuse(f"a {kind} where a {' or '.join(expected)} was expected")
+        fields: dict = {"value": {}, "wanted": {}, "indices": {}, "rows": {}}
+        for field, name, array in message.entries:
+            fields[field][name] = array
+        dense = {**{n: None for n in fields["wanted"]}, **fields["value"]}
+        if kind != "pull" and set(fields["indices"]) != set(fields["rows"]):
+            raise refuse(f"row indices name the tables {sorted(fields['indices'])}, rows "
+                         f"{sorted(fields['rows'])}")
+        for name, value in dense.items():
+            if self.place.get(name) != owner:
+                raise refuse(f"{name!r} is not a variable held by ps{owner}")
+            shape = self.params[name].shape
+            if value is None and fields["wanted"][name].size or \
+                    value is not None and value.shape != shape:
+                raise refuse(f"{name!r} has shape {value.shape if value is not None else ()}"
+                             f", the variable {shape}")
+        rows = {}
+        for name, idx in fields["indices"].items():
+            if name not in self.ranges:
+                raise refuse(f"{name!r} is not an embedding table split over the ps")
+            lo, hi = self.ranges[name][owner]
+            if idx.ndim != 1 or idx.dtype != np.int64 or idx.size and (idx.min() < lo or
+                                                                      idx.max() >= hi):
+                raise refuse(f"the row indices of {name!r} are not int64 in [{lo}, {hi})")
+            vals = fields["rows"].get(name)
+            width = math.prod(self.params[name].shape[1:])
+            if vals is not None and (vals.ndim < 1 or vals.shape[0] != len(idx) or
+                                     vals.size != len(idx) * width):
+                raise refuse(f"{len(idx)} rows of {name!r} have shape {vals.shape}")
+            rows[name] = (idx, vals)
+        return {"op": kind, "step": message.step, "dense": dense, "rows": rows}
 
     def _wait(self, done, what: str, peers) -> None:
         wait_until(done, self.world, what, peers)
+
+
+_NOTHING = np.zeros(0, np.uint8)  # the array of a "wanted" entry: the name is the request
 
 
 def _set(p, value) -> None:

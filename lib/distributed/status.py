@@ -7,33 +7,73 @@ file that rill-launch creates: how many collectives it has entered, the current 
 and when. Writing is a store to memory (no system call), cheap enough for every exchange.
 On one machine the file is in a temporary directory; on a cluster, point RILL_STATUS_FILE at
 a shared filesystem.
+
+A slot also says which process runs the rank and how that process ended. A process killed
+by SIGKILL cannot say so itself, so bootstrap.py runs each rank's process as the child of a
+small watcher that waits for it and writes the exit code, or the signal that killed it:
+rill-launch then names the rank, its role and the signal when a job fails.
 """
 from __future__ import annotations
 
 import mmap
 import os
+import signal
 import struct
 import time
+from typing import NamedTuple
 
-SLOT = struct.Struct("<qqd")  # collectives entered, operation code, wall time
+ACTIVITY = struct.Struct("<qqd")  # collectives entered, operation code, wall time
+PROCESS = struct.Struct("<qqqd")  # pid, ending code, exit code or signal, wall time of the end
+SLOT = ACTIVITY.size + PROCESS.size
 OPERATIONS = ("starting", "all_reduce", "broadcast", "all_gather", "reduce_scatter",
               "barrier", "send", "recv", "pull", "push", "finished", "failed")
+# How a rank's process ended. "killed": by a signal it was sent; "stopped": by its watcher,
+# because the job was being stopped (another rank had failed, or the user interrupted it).
+ENDINGS = ("running", "exited", "killed", "stopped")
+
+
+class Row(NamedTuple):
+    """One rank as the board shows it."""
+    collectives: int
+    operation: str
+    ago: float | None       # seconds since it entered `operation`
+    pid: int                # its process (0: not started)
+    ending: str             # one of ENDINGS
+    code: int               # the exit code, or the signal's number
+    ended_ago: float | None
+
+    def outcome(self) -> str:
+        """'running', 'exit 0', 'killed by SIGKILL', 'stopped (SIGINT)', 'not started'."""
+        if self.ending == "exited":
+            return f"exit {self.code}"
+        if self.ending in ("killed", "stopped"):
+            name = signal_name(self.code)
+            return f"killed by {name}" if self.ending == "killed" else f"stopped ({name})"
+        return "running" if self.pid else "not started"
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 class StatusBoard:
     def __init__(self, path: str, size: int, rank: int | None = None):
-        """rank None: a reader (rill-launch), which writes no slot."""
+        """rank None: a reader (rill-launch, a rank's watcher), which notes no operation."""
         self.rank, self.size = rank, size
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            if os.fstat(fd).st_size < SLOT.size * size:
-                os.ftruncate(fd, SLOT.size * size)
-            self.map = mmap.mmap(fd, SLOT.size * size)
+            if os.fstat(fd).st_size < SLOT * size:
+                os.ftruncate(fd, SLOT * size)
+            self.map = mmap.mmap(fd, SLOT * size)
         finally:
             os.close(fd)
         self.collectives = 0
         self.failed = False
         if rank is not None:
+            struct.pack_into("<q", self.map, SLOT * rank + ACTIVITY.size, os.getpid())
             self.note("starting", collective=False)
 
     def note(self, operation: str, collective: bool = True) -> int:
@@ -44,16 +84,31 @@ class StatusBoard:
         self.failed = operation == "failed"
         if collective:
             self.collectives += 1
-        SLOT.pack_into(self.map, SLOT.size * self.rank, self.collectives,
-                       OPERATIONS.index(operation), time.time())
+        ACTIVITY.pack_into(self.map, SLOT * self.rank, self.collectives,
+                           OPERATIONS.index(operation), time.time())
         return self.collectives
 
+    def started(self, rank: int, pid: int) -> None:
+        """The watcher: `pid` now runs `rank`."""
+        PROCESS.pack_into(self.map, SLOT * rank + ACTIVITY.size, pid, 0, 0, 0.0)
+
+    def ended(self, rank: int, ending: str, code: int) -> None:
+        """How rank's process ended. The first account stands: a rank that reported its own
+        failure keeps that report when its watcher then stops it."""
+        at = SLOT * rank + ACTIVITY.size
+        pid, current, _, _ = PROCESS.unpack_from(self.map, at)
+        if current == 0:
+            PROCESS.pack_into(self.map, at, pid, ENDINGS.index(ending), code, time.time())
+
     def read(self) -> list:
-        """[(collectives entered, operation, seconds ago)] per rank."""
+        """[Row] per rank."""
         now = time.time()
         out = []
         for r in range(self.size):
-            count, code, when = SLOT.unpack_from(self.map, SLOT.size * r)
-            out.append((count, OPERATIONS[code] if 0 <= code < len(OPERATIONS) else "?",
-                        now - when if when else None))
+            count, code, when = ACTIVITY.unpack_from(self.map, SLOT * r)
+            pid, ending, value, ended = PROCESS.unpack_from(self.map, SLOT * r + ACTIVITY.size)
+            out.append(Row(count, OPERATIONS[code] if 0 <= code < len(OPERATIONS) else "?",
+                           now - when if when else None, pid,
+                           ENDINGS[ending] if 0 <= ending < len(ENDINGS) else "running",
+                           value, now - ended if ended else None))
         return out

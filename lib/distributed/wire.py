@@ -1,0 +1,155 @@
+"""The parameter servers' wire format: a fixed header, then typed entries of raw buffers.
+
+A message between a worker and a ps is data, and the receiver reads it as data: nothing is
+unpickled, so a peer that can reach a rank can at worst make it refuse a message (with a
+DistributedError naming the sender and the fault). All integers are little-endian and every
+part starts on an 8-byte boundary:
+
+    header (24 bytes)  magic b"RLPS" | version u8 | kind u8 | 2 zero bytes | step i64 |
+                       number of entries u32 | 4 zero bytes
+    entry              field u8 | dtype u8 | ndim u8 | 1 zero byte | name length u32 |
+                       ndim dimensions, u64 each | the name, UTF-8 | the array's bytes,
+                       C order, little-endian (name and bytes each padded to 8)
+
+Kinds and the fields each carries (an entry's name is a variable's name):
+
+    pull   worker -> ps   wanted (variables to send back whole; an empty array),
+                          indices (rows of an embedding table to send back)
+    push   worker -> ps   value (a variable's gradient), indices + rows (a table's gradient)
+    reply  ps -> worker   value (a variable), indices + rows (rows of a table)
+    close  worker -> ps   nothing
+
+>>> import numpy as np
+>>> from rill.distributed import wire
+>>> data = wire.encode("push", 3, [("value", "bias", np.ones(2, np.float32))])
+>>> len(data), wire.decode(data, "rank 1").entries[0][:2]
+(56, ('value', 'bias'))
+"""
+from __future__ import annotations
+
+import math
+import struct
+from typing import NamedTuple
+
+import numpy as np
+
+from ..errors import DistributedError
+
+MAGIC = b"RLPS"
+VERSION = 1
+HEADER = struct.Struct("<4sBBHqII")
+ENTRY = struct.Struct("<BBBBI")
+KINDS = ("pull", "push", "reply", "close")  # coded as index + 1
+FIELDS = ("value", "wanted", "indices", "rows")  # coded as index + 1
+CARRIES = {"pull": {"wanted", "indices"}, "push": {"value", "indices", "rows"},
+           "reply": {"value", "indices", "rows"}, "close": set()}
+# The NumPy dtypes of rill's host buffers (bfloat16 lives in float32), coded as index + 1.
+DTYPES = tuple(np.dtype(t) for t in ("<?", "<i1", "<i2", "<i4", "<i8", "<u1", "<f2", "<f4",
+                                     "<f8"))
+MAX_NDIM = 64    # what NumPy allows
+MAX_NAME = 4096  # bytes of a variable's name
+_CODE = {d.newbyteorder("="): i + 1 for i, d in enumerate(DTYPES)}
+
+
+class Message(NamedTuple):
+    kind: str
+    step: int
+    entries: list  # [(field, name, array)]
+
+
+def _padded(n: int) -> int:
+    return n + (-n % 8)
+
+
+def encode(kind: str, step: int, entries) -> bytearray:
+    """One message as a single buffer, to send as MPI bytes."""
+    if kind not in KINDS:
+        raise DistributedError(f"no message kind {kind!r}; expected one of {KINDS}", op="wire")
+    parts = []
+    size = HEADER.size
+    for field, name, array in entries:
+        array = np.asarray(array)
+        code = _CODE.get(array.dtype.newbyteorder("="))
+        if field not in CARRIES[kind] or code is None or array.ndim > MAX_NDIM:
+            raise DistributedError(f"a {kind} message cannot carry {field!r} {name!r} as "
+                                   f"{array.dtype}[{array.ndim} dims]", op="wire")
+        raw_name = name.encode("utf-8")
+        data = array.astype(DTYPES[code - 1], order="C", copy=False)  # 0-d stays 0-d
+        parts.append((FIELDS.index(field) + 1, code, data, raw_name))
+        size += ENTRY.size + 8 * data.ndim + _padded(len(raw_name)) + _padded(data.nbytes)
+    out = bytearray(size)
+    HEADER.pack_into(out, 0, MAGIC, VERSION, KINDS.index(kind) + 1, 0, step, len(parts), 0)
+    at = HEADER.size
+    for field, code, data, raw_name in parts:
+        ENTRY.pack_into(out, at, field, code, data.ndim, 0, len(raw_name))
+        at += ENTRY.size
+        struct.pack_into(f"<{data.ndim}Q", out, at, *data.shape)
+        at += 8 * data.ndim
+        out[at:at + len(raw_name)] = raw_name
+        at += _padded(len(raw_name))
+        out[at:at + data.nbytes] = data.reshape(-1).view(np.uint8).data
+        at += _padded(data.nbytes)
+    return out
+
+
+def decode(buffer, sender: str) -> Message:
+    """Read a message, checking every field against the layout before it is used; arrays are
+    views into `buffer`. Any fault raises DistributedError("malformed message from
+    <sender>: ...")."""
+    raw = np.frombuffer(buffer, np.uint8)
+    n = len(raw)
+
+    def refuse(why):
+        return DistributedError(f"malformed message from {sender}: {why}; refused", op="wire")
+
+    if n < HEADER.size:
+        raise refuse(f"{n} bytes, shorter than the {HEADER.size}-byte header")
+    magic, version, kind, zero, step, count, zero2 = HEADER.unpack_from(raw)
+    if magic != MAGIC:
+        raise refuse(f"it starts with {bytes(magic)!r}, not {MAGIC!r}: not a rill message")
+    if version != VERSION:
+        raise refuse(f"format version {version}; this rill reads version {VERSION}")
+    if not 1 <= kind <= len(KINDS):
+        raise refuse(f"unknown message kind {kind}")
+    if zero or zero2 or step < 0:
+        raise refuse("reserved header bytes are not zero" if zero or zero2 else
+                     f"negative step {step}")
+    kind = KINDS[kind - 1]
+    entries, seen, at = [], set(), HEADER.size
+    for i in range(count):
+        where = f"entry {i} of {count}"
+        if at + ENTRY.size > n:
+            raise refuse(f"{where} would start at byte {at}, past the end ({n} bytes)")
+        field, code, ndim, zero, name_length = ENTRY.unpack_from(raw, at)
+        if not 1 <= field <= len(FIELDS) or FIELDS[field - 1] not in CARRIES[kind]:
+            raise refuse(f"{where}: field code {field} is not one a {kind} carries "
+                         f"({sorted(CARRIES[kind])})")
+        if not 1 <= code <= len(DTYPES) or ndim > MAX_NDIM or zero or name_length > MAX_NAME:
+            raise refuse(f"{where}: dtype code {code}, {ndim} dims, name of {name_length} "
+                         f"bytes (at most {len(DTYPES)}, {MAX_NDIM}, {MAX_NAME})")
+        at += ENTRY.size
+        if at + 8 * ndim + name_length > n:
+            raise refuse(f"{where}: its shape and name run past the end ({n} bytes)")
+        shape = struct.unpack_from(f"<{ndim}Q", raw, at)
+        at += 8 * ndim
+        try:
+            name = bytes(raw[at:at + name_length]).decode("utf-8")
+        except UnicodeDecodeError:
+            raise refuse(f"{where}: its name is not UTF-8") from None
+        at += _padded(name_length)
+        dtype = DTYPES[code - 1]
+        nbytes = math.prod(shape) * dtype.itemsize  # Python ints: no overflow
+        if max(shape, default=0) >= 2**62 or at + _padded(nbytes) > n:
+            raise refuse(f"{where} ({name!r}): shape {shape} of {dtype.name} needs {nbytes} "
+                         f"bytes, {max(n - at, 0)} are left")
+        array = raw[at:at + nbytes].view(dtype).reshape(shape)
+        if dtype.kind == "b" and nbytes and raw[at:at + nbytes].max() > 1:
+            raise refuse(f"{where} ({name!r}): booleans other than 0 and 1")
+        at += _padded(nbytes)
+        if (FIELDS[field - 1], name) in seen:
+            raise refuse(f"{where}: {FIELDS[field - 1]} {name!r} a second time")
+        seen.add((FIELDS[field - 1], name))
+        entries.append((FIELDS[field - 1], name, array))
+    if at != n:
+        raise refuse(f"{n - at} bytes after the last of its {count} entries")
+    return Message(kind, step, entries)
