@@ -184,8 +184,9 @@ def rank_table(a, status: str, state: str) -> Table:
     for col in ("rank", "role", "last operation", "collectives", "process"):
         table.add_column(col)
     for rank, row in enumerate(board_rows(a, status)):
+        gone = row.ending == "running" and row.pid and not _alive(row.pid)
         table.add_row(str(rank), role_of(rank, a.ps), row.operation, str(row.collectives),
-                      row.outcome())
+                      "gone (no exit status)" if gone else row.outcome())
     return table
 
 
