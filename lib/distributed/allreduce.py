@@ -108,8 +108,14 @@ def check_same_parameters(named) -> None:
     padded = np.zeros(int(length.max()), np.uint8)
     padded[:len(mine)] = np.frombuffer(mine, np.uint8)
     everyone = all_gather(tensor(padded)).numpy()
-    tables = [dict((n, (s, d)) for n, s, d in json.loads(bytes(row[:k]).decode()))
-              for row, k in zip(everyone, length)]
+    tables = []
+    for rank, (row, k) in enumerate(zip(everyone, length)):
+        try:  # JSON of plain types, from a peer: data, never code
+            tables.append({n: (list(s), str(d)) for n, s, d in
+                           json.loads(bytes(row[:k]).decode("utf-8"))})
+        except (ValueError, TypeError):  # bad JSON or UTF-8, not [name, shape, dtype] rows
+            raise DistributedError(f"malformed parameter list from rank {rank}: not JSON "
+                                   "[name, shape, dtype] rows", op="AllReduce") from None
     reference = tables[0]
     problems = []
     for rank, table in enumerate(tables[1:], 1):
