@@ -92,29 +92,34 @@ _BY_NAME.update({"bool_": bool_, "half": float16, "float": float32, "double": fl
 _BY_NUMPY = {d.storage: d for d in ALL if d is not bfloat16}
 
 
-def as_dtype(value) -> DType:
-    """Accept a rill dtype, a name ('float32'), a NumPy dtype or a Python type."""
+def as_dtype(value, op: str | None = None) -> DType:
+    """Accept a rill dtype, a name ('float32'), a NumPy dtype or a Python type; a DTypeError
+    naming `op` (the function that was asked for the dtype) for anything else."""
     from .errors import DTypeError
     if isinstance(value, DType):
         return value
+    expected = f"expected one of {', '.join(d.name for d in ALL)}"
     if isinstance(value, str):
         if value in _BY_NAME:
             return _BY_NAME[value]
-        raise DTypeError(f"unknown dtype {value!r}; expected one of {', '.join(d.name for d in ALL)}")
+        raise DTypeError(f"unknown dtype {value[:40]!r}; {expected}", op=op)
     if value is bool:
         return bool_
     if value is int:
         return default_int
     if value is float:
         return default_float
+    if value is None or isinstance(value, (int, float)):
+        # np.dtype(None) would be float64: a dtype left out reads as a missing argument.
+        raise DTypeError(f"expected a dtype, got {value!r}", op=op)
     try:
         npd = np.dtype(value)
-    except TypeError:
-        raise DTypeError(f"cannot interpret {value!r} as a dtype") from None
+    except Exception:  # noqa: BLE001 - NumPy raises TypeError or ValueError, by the value
+        raise DTypeError(f"cannot interpret {type(value).__name__} as a dtype; {expected}",
+                         op=op) from None
     if npd in _BY_NUMPY:
         return _BY_NUMPY[npd]
-    raise DTypeError(f"NumPy dtype {npd} has no rill counterpart; "
-                     f"expected one of {', '.join(d.name for d in ALL)}")
+    raise DTypeError(f"NumPy dtype {npd} has no rill counterpart; {expected}", op=op)
 
 
 def from_numpy(npd: np.dtype) -> DType | None:

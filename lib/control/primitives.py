@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from ..dtypes import int64
 from ..errors import DTypeError, ShapeError
+from ..ops import attrs as A
 from ..ops.primitive import primitive, register_kernels
 from . import autodiff, run
 
@@ -66,11 +67,29 @@ def _while_residuals(*, body, n_carry, state, backward, **_):
     return 0 if backward is None else 1 + len(body.outputs) - n_carry - len(state)
 
 
-switch_p = primitive("switch", _switch_infer, autodiff.switch_vjp, multiple_results=True)
+# What a traced loop's gradient needs (loops.py:_finish): the positions of the carried, x
+# and captured inputs that take gradients, the outputs that take cotangents, and per
+# captured target a plan (None: summed inside the loop; else a sum over stacked rows).
+_SOURCE = A.Tuple(A.Choice("res", "x", "y"), A.NonNegInt)
+_PLAN = A.Optional(A.Tuple(A.Choice("linear_weight_grad", "sum", "matmul_t"),
+                           A.TupleOf(_SOURCE)))
+_POSITIONS = A.TupleOf(A.NonNegInt)
+_GRAD_OF = A.Optional(A.Tuple(_POSITIONS, _POSITIONS, _POSITIONS, _POSITIONS,
+                              A.TupleOf(_PLAN)))
+_LOOP = dict(n_carry=A.NonNegInt, state=_POSITIONS, backward=A.Optional(A.Subgraph),
+             grad_of=_GRAD_OF)
+
+switch_p = primitive("switch", _switch_infer, autodiff.switch_vjp, multiple_results=True,
+                     attrs=dict(branches=A.TupleOf(A.Subgraph, min_length=1), state=_POSITIONS,
+                                n_operands=A.NonNegInt))
 scan_p = primitive("scan", _scan_infer, autodiff.scan_vjp, multiple_results=True,
-                   save_output=True, residuals=_scan_residuals)
+                   save_output=True, residuals=_scan_residuals,
+                   attrs=dict(_LOOP, body=A.Subgraph, length=A.NonNegInt, reverse=A.BOOL,
+                              n_x=A.NonNegInt, n_y=A.NonNegInt))
 while_p = primitive("while", _while_infer, autodiff.while_vjp, multiple_results=True,
-                    save_output=True, residuals=_while_residuals)
+                    save_output=True, residuals=_while_residuals,
+                    attrs=dict(_LOOP, cond=A.Subgraph, body=A.Subgraph,
+                               max_iterations=A.Optional(A.NonNegInt)))
 
 # Every device kind: the kernels only run other kernels.
 for _kind in ("cpu", "gpu"):

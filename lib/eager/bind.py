@@ -1,7 +1,8 @@
 """bind: the only dispatch point of rill.
 
 Every op, eager or captured, passes here:
-1. inputs are normalized (Python scalars lifted as weak values, dtypes promoted);
+1. attrs are checked against the primitive's declared types, and inputs are normalized
+   (Python scalars lifted as weak values, dtypes promoted);
 2. the shape/dtype rule runs first, so bad input fails at the user's call, named;
 3. the current interpreter (chosen by context, never by the arguments) runs the op;
 4. a tape node is recorded when grad mode is on and an input requires grad (or came
@@ -9,16 +10,36 @@ Every op, eager or captured, passes here:
 """
 from __future__ import annotations
 
-from ..errors import DeviceError, Error
+from ..errors import ArgumentError, DeviceError, Error
 from .context import current
 from .tape import mark_no_gradient, record
+
+# What a shape/dtype rule or a normalization raises when handed a value it cannot use: the
+# user's bad argument, reported as one (chained, so the original stays visible).
+_RULE_FAILURES = (TypeError, ValueError, OverflowError, IndexError, ZeroDivisionError)
 
 
 def bind(prim, *args, **attrs):
     """Run primitive `prim` on `args` under the current interpreter."""
     ctx = current()
-    args = prim.normalize(args)
     try:
+        if attrs:
+            checks = prim.attr_checks
+            if checks is not None:  # None: a primitive that declares no attr types
+                ok = len(attrs) == len(checks)  # else unknown, missing, or optional left out
+                try:
+                    for key, value in attrs.items():
+                        check = checks.get(key)
+                        if check is None or check(value) is not None:
+                            ok = False
+                            break
+                except Exception:  # noqa: BLE001 - a value too odd to judge here
+                    ok = False
+                if not ok:
+                    _attr_error(prim, attrs)
+        elif prim.required_attrs:
+            _attr_error(prim, attrs)
+        args = prim.normalize(args)
         if prim.device_attr:
             device = attrs["device"]
         else:
@@ -32,6 +53,8 @@ def bind(prim, *args, **attrs):
         if e.op is None:
             e.op = prim.name
         raise
+    except _RULE_FAILURES as e:
+        raise ArgumentError(f"{type(e).__name__}: {e}", op=prim.name) from e
     outs = ctx.interpreter.apply(prim, args, attrs, avals, device)
     if ctx.grad_enabled:
         origin = None
@@ -45,3 +68,15 @@ def bind(prim, *args, **attrs):
             if origin is not None:
                 mark_no_gradient(prim, outs, origin)
     return outs
+
+
+def _attr_error(prim, attrs) -> None:
+    """ArgumentError naming every attr of `attrs` that does not fit `prim`'s declaration
+    (returns quietly when all fit: only optional attrs were left out)."""
+    from ..ops.attrs import attr_problems
+    problems = attr_problems(prim, attrs)
+    if problems:
+        raise ArgumentError("; ".join(
+            f"unknown attribute {path}" if why == "unknown attribute" else
+            f"missing attribute {path}" if why == "missing" else f"attribute {path}: {why}"
+            for path, why in problems), op=prim.name)

@@ -3,12 +3,14 @@ gradient rule that needs only the output (no exp/sum intermediates kept for the 
 from __future__ import annotations
 
 from ..eager.bind import bind
+from . import attrs as A
 from . import promotion
+from .arguments import as_axis, as_choice, as_float, as_int
 from .primitive import primitive
 from .rules import normalize_axis
 
 
-def _infer(x, axis):
+def _infer(x, *, axis):
     normalize_axis(axis, max(x.ndim, 1))  # a 0-d tensor is its own one-element row
     return x.shape, x.dtype
 
@@ -30,9 +32,9 @@ def _log_softmax_vjp(g, y, x, axis):
 
 
 softmax_p = primitive("softmax", _infer, _softmax_vjp, normalize=promotion.floating,
-                      save_output=True)
+                      save_output=True, attrs={"axis": A.AXIS})
 log_softmax_p = primitive("log_softmax", _infer, _log_softmax_vjp,
-                          normalize=promotion.floating, save_output=True)
+                          normalize=promotion.floating, save_output=True, attrs={"axis": A.AXIS})
 
 
 def softmax(x, axis: int = -1):
@@ -41,7 +43,7 @@ def softmax(x, axis: int = -1):
     >>> rill.nn.functional.softmax(rill.tensor([0.0, 0.0]))
     tensor([0.5, 0.5])
     """
-    return bind(softmax_p, x, axis=axis)
+    return bind(softmax_p, x, axis=as_axis(axis, "softmax"))
 
 
 def log_softmax(x, axis: int = -1):
@@ -50,7 +52,7 @@ def log_softmax(x, axis: int = -1):
     >>> rill.nn.functional.log_softmax(rill.tensor([0.0, 0.0])).exp()
     tensor([0.5, 0.5])
     """
-    return bind(log_softmax_p, x, axis=axis)
+    return bind(log_softmax_p, x, axis=as_axis(axis, "log_softmax"))
 
 
 # ---- softmax cross-entropy over class indices -----------------------------------------------
@@ -61,7 +63,7 @@ def log_softmax(x, axis: int = -1):
 _XENT_REDUCTIONS = ("none", "sum", "mean")
 
 
-def _xent_infer(logits, target, ignore_index, label_smoothing, reduction):
+def _xent_infer(logits, target, *, ignore_index, label_smoothing, reduction):
     from ..errors import ArgumentError, DTypeError, ShapeError
     if logits.ndim != 2 or target.ndim != 1 or target.shape[0] != logits.shape[0]:
         raise ShapeError(f"expects logits (N, C) and target (N,), got {logits.shape} and "
@@ -77,7 +79,9 @@ def _xent_vjp(g, out, logits, target, **attrs):
     return bind(softmax_cross_entropy_grad_p, logits, target, g, **attrs), None
 
 
-def _xent_grad_infer(logits, target, g, **attrs):
+def _xent_grad_infer(logits, target, g, *, ignore_index, label_smoothing, reduction):
+    _xent_infer(logits, target, ignore_index=ignore_index, label_smoothing=label_smoothing,
+                reduction=reduction)
     return logits.shape, logits.dtype
 
 
@@ -103,11 +107,12 @@ def _xent_grad_vjp(h, out, logits, target, g, ignore_index, label_smoothing, red
     return glogits, None, gg
 
 
+_XENT = dict(ignore_index=A.INT, label_smoothing=A.FLOAT, reduction=A.Choice(*_XENT_REDUCTIONS))
 softmax_cross_entropy_p = primitive("softmax_cross_entropy", _xent_infer, _xent_vjp,
-                                    normalize=promotion.lift)
+                                    normalize=promotion.lift, attrs=_XENT)
 # d loss / d logits_i = a_i (softmax_i - (1 - eps) onehot(t_i) - eps / C), 0 if ignored.
 softmax_cross_entropy_grad_p = primitive("softmax_cross_entropy_grad", _xent_grad_infer,
-                                         _xent_grad_vjp, normalize=promotion.lift)
+                                         _xent_grad_vjp, normalize=promotion.lift, attrs=_XENT)
 
 
 def softmax_cross_entropy(logits, target, ignore_index: int = -100,
@@ -115,5 +120,8 @@ def softmax_cross_entropy(logits, target, ignore_index: int = -100,
     """-log softmax(logits)[target] per row (label-smoothed; 0 where target is
     ignore_index), reduced: 'none', 'sum', or 'mean' over the counted rows. The fused form
     of cross_entropy's common case, forward and back."""
-    return bind(softmax_cross_entropy_p, logits, target, ignore_index=int(ignore_index),
-                label_smoothing=float(label_smoothing), reduction=reduction)
+    op = "softmax_cross_entropy"
+    return bind(softmax_cross_entropy_p, logits, target,
+                ignore_index=as_int(ignore_index, "ignore_index", op),
+                label_smoothing=as_float(label_smoothing, "label_smoothing", op),
+                reduction=as_choice(reduction, "reduction", op, _XENT_REDUCTIONS))

@@ -9,10 +9,11 @@ from __future__ import annotations
 from .. import dtypes as dt
 from ..eager.bind import bind
 from ..errors import DTypeError
+from . import attrs as A
 from .primitive import primitive
 
 
-def _check_infer(ok, value, message, error, op):
+def _check_infer(ok, value, *, message, error, op):
     if ok.dtype is not dt.bool_:
         raise DTypeError(f"check needs a bool condition, got {ok.dtype}", op="check")
     return value.shape, value.dtype
@@ -22,7 +23,8 @@ def _check_vjp(g, out, ok, value, **_):
     return None, g
 
 
-check_p = primitive("check", _check_infer, _check_vjp, effect="check")
+check_p = primitive("check", _check_infer, _check_vjp, effect="check",
+                    attrs=dict(message=A.STR, error=A.ErrorName, op=A.STR))
 
 
 def check(ok, value, message: str, error: str = "ArgumentError", op: str = "check"):

@@ -12,18 +12,22 @@ from __future__ import annotations
 
 from ..eager.bind import bind
 from ..errors import ArgumentError, ShapeError, reports_as
+from . import attrs as A
 from . import promotion
+from .arguments import as_int, as_ints, as_tensor, describe, optional_tensor
 from .primitive import primitive
 from .rules import require
 
 
-def _pair(value, name: str) -> tuple:
-    if isinstance(value, int) and not isinstance(value, bool):
+def _pair(value, name: str, op: str | None = None) -> tuple:
+    """An int or a pair of ints as a pair (a window, a stride, a padding)."""
+    if not isinstance(value, (tuple, list)):
+        value = as_int(value, name, op)
         return (value, value)
-    if isinstance(value, (tuple, list)) and len(value) == 2 and all(
-            isinstance(v, int) and not isinstance(v, bool) for v in value):
-        return tuple(value)
-    raise ArgumentError(f"{name} must be an int or a pair of ints, got {value!r}")
+    if len(value) != 2:
+        raise ArgumentError(f"{name} must be an int or a pair of ints, got {describe(value)}",
+                            op=op)
+    return as_ints(value, name, op)
 
 
 def conv_output_size(size: int, kernel: int, stride: int, pad: tuple, dilation: int) -> int:
@@ -33,7 +37,7 @@ def conv_output_size(size: int, kernel: int, stride: int, pad: tuple, dilation: 
 def _check_common(stride, padding, dilation, groups):
     if min(stride) < 1 or min(dilation) < 1:
         raise ArgumentError(f"stride {stride} and dilation {dilation} must be positive")
-    if not isinstance(groups, int) or groups < 1:
+    if groups < 1:
         raise ArgumentError(f"groups must be a positive int, got {groups!r}")
 
 
@@ -50,6 +54,8 @@ def _floating_inputs(args):
 
 
 def _conv_infer(x, w, *bias, stride, padding, dilation, groups):
+    if len(bias) > 1:
+        raise ArgumentError(f"expects x, w and at most a bias, got {2 + len(bias)} inputs")
     require(x, "f", "floating-point tensors")
     _check_common(stride, padding, dilation, groups)
     if x.ndim != 4 or w.ndim != 4:
@@ -85,7 +91,7 @@ def _conv_vjp(g, out, x, w, *bias, **attrs):
     return gx, gw, sum_(g, axis=(0, 2, 3)) if bias[0].requires_grad else None
 
 
-def _transpose_infer(g, w, input_size, stride, padding, dilation, groups):
+def _transpose_infer(g, w, *, input_size, stride, padding, dilation, groups):
     require(g, "f", "floating-point tensors")
     if min(input_size) < 1:
         raise ShapeError(f"the output size {tuple(input_size)} must be positive")
@@ -111,8 +117,12 @@ def _transpose_vjp(gg, out, g, w, input_size, **attrs):
             if w.requires_grad else None)
 
 
-def _weight_grad_infer(x, g, kernel_size, stride, padding, dilation, groups):
+def _weight_grad_infer(x, g, *, kernel_size, stride, padding, dilation, groups):
     require(x, "f", "floating-point tensors")
+    _check_common(stride, padding, dilation, groups)
+    if x.ndim != 4 or g.ndim != 4:
+        raise ShapeError(f"expects x (N, C, H, W) and g (N, O, OH, OW), got {x.shape} and "
+                         f"{g.shape}")
     n, c, h, wd = x.shape
     o = g.shape[1]
     if g.shape[0] != n or o % groups or c % groups:
@@ -129,26 +139,32 @@ def conv_transpose2d_p_bind(g, w, input_size, attrs):
     return bind(conv_transpose2d_p, g, w, input_size=tuple(input_size), **attrs)
 
 
-conv2d_p = primitive("conv2d", _conv_infer, _conv_vjp, normalize=_floating_inputs)
+# stride (sh, sw), padding ((top, bottom), (left, right)), dilation (dh, dw), groups.
+_CONV = dict(stride=A.PAIR, padding=A.TupleOf(A.PAIR, length=2), dilation=A.PAIR,
+             groups=A.INT)
+conv2d_p = primitive("conv2d", _conv_infer, _conv_vjp, normalize=_floating_inputs, attrs=_CONV)
 conv_transpose2d_p = primitive("conv_transpose2d", _transpose_infer, _transpose_vjp,
-                               normalize=_floating_inputs)
+                               normalize=_floating_inputs,
+                               attrs=dict(_CONV, input_size=A.TupleOf(A.NonNegInt, length=2)))
 conv2d_weight_grad_p = primitive("conv2d_weight_grad", _weight_grad_infer, _weight_grad_vjp,
-                                 normalize=_floating_inputs)
+                                 normalize=_floating_inputs,
+                                 attrs=dict(_CONV, kernel_size=A.TupleOf(A.NonNegInt, length=2)))
 
 
 # ---- public functions ----------------------------------------------------------------------
 
-def _padding(padding, kernel, dilation) -> tuple:
+def _padding(padding, kernel, dilation, op: str = "conv2d") -> tuple:
     """int | pair | 'valid' | 'same' as ((top, bottom), (left, right))."""
-    if padding == "valid":
-        return ((0, 0), (0, 0))
-    if padding == "same":
-        # As PyTorch: the extra pixel of an even kernel goes to the bottom/right.
-        total = [d * (k - 1) for k, d in zip(kernel, dilation)]
-        return tuple((t // 2, t - t // 2) for t in total)
     if isinstance(padding, str):
-        raise ArgumentError(f"padding must be an int, a pair, 'same' or 'valid', got {padding!r}")
-    ph, pw = _pair(padding, "padding")
+        if padding == "valid":
+            return ((0, 0), (0, 0))
+        if padding == "same":
+            # As PyTorch: the extra pixel of an even kernel goes to the bottom/right.
+            total = [d * (k - 1) for k, d in zip(kernel, dilation)]
+            return tuple((t // 2, t - t // 2) for t in total)
+        raise ArgumentError(f"padding must be an int, a pair, 'same' or 'valid', got "
+                            f"{describe(padding)}", op=op)
+    ph, pw = _pair(padding, "padding", op)
     if ph < 0 or pw < 0:
         raise ArgumentError(f"padding must not be negative, got {padding!r}")
     return ((ph, ph), (pw, pw))
@@ -176,24 +192,34 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 
             [6., 9., 9., 6.],
             [4., 6., 6., 4.]])
     """
-    stride, dilation = _pair(stride, "stride"), _pair(dilation, "dilation")
-    if padding == "same" and stride != (1, 1):
+    op = "conv2d"
+    x, weight = as_tensor(x, "x", op), as_tensor(weight, "weight", op)
+    bias = optional_tensor(bias, "bias", op)
+    stride, dilation = _pair(stride, "stride", op), _pair(dilation, "dilation", op)
+    if isinstance(padding, str) and padding == "same" and stride != (1, 1):
         raise ArgumentError("padding='same' needs stride 1 (as PyTorch)")
     kernel = tuple(weight.shape[2:]) if weight.ndim == 4 else (1, 1)
     # The bias rides in the same primitive: added into the fresh product, no op of its own.
     return bind(conv2d_p, x, weight, *(() if bias is None else (bias,)), stride=stride,
-                padding=_padding(padding, kernel, dilation), dilation=dilation, groups=groups)
+                padding=_padding(padding, kernel, dilation), dilation=dilation,
+                groups=as_int(groups, "groups", op))
 
 
 @reports_as("conv1d")
 def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1):
     """1-d convolution of x (N, C, L) with weight (O, C/groups, K): conv2d with unit height."""
     from .shape import expand_dims, squeeze
+    x, weight = as_tensor(x, "x", "conv1d"), as_tensor(weight, "weight", "conv1d")
     if x.ndim != 3 or weight.ndim != 3:
         raise ShapeError(f"expects x (N, C, L) and w (O, C/groups, K), got {x.shape} and "
                          f"{weight.shape}")
-    one = lambda v, name: (1, v) if isinstance(v, int) and not isinstance(v, bool) else (
-        (1,) + tuple(v) if isinstance(v, (tuple, list)) and len(v) == 1 else _pair(v, name))
+
+    def one(v, name):  # a 1-d window setting as the 2-d one of a unit-height image
+        if isinstance(v, (tuple, list)) and len(v) == 1:
+            v = v[0]
+        if isinstance(v, (tuple, list)):
+            return _pair(v, name, "conv1d")
+        return (1, as_int(v, name, "conv1d"))
     pad = padding if isinstance(padding, str) else (0, one(padding, "padding")[1])
     y = conv2d(expand_dims(x, 2), expand_dims(weight, 2), bias, one(stride, "stride"), pad,
                one(dilation, "dilation"), groups)
@@ -205,11 +231,15 @@ def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0
                      dilation=1):
     """Transposed convolution of x (N, C, H, W) with weight (C, O/groups, KH, KW): the
     gradient of conv2d with respect to its input, as PyTorch's conv_transpose2d."""
-    stride, dilation = _pair(stride, "stride"), _pair(dilation, "dilation")
-    ph, pw = _pair(padding, "padding")
+    op = "conv_transpose2d"
+    x, weight = as_tensor(x, "x", op), as_tensor(weight, "weight", op)
+    bias = optional_tensor(bias, "bias", op)
+    groups = as_int(groups, "groups", op)
+    stride, dilation = _pair(stride, "stride", op), _pair(dilation, "dilation", op)
+    ph, pw = _pair(padding, "padding", op)
     if ph < 0 or pw < 0:
         raise ArgumentError(f"padding must not be negative, got {padding!r}")
-    oph, opw = _pair(output_padding, "output_padding")
+    oph, opw = _pair(output_padding, "output_padding", op)
     if oph >= max(stride[0], dilation[0]) or opw >= max(stride[1], dilation[1]):
         raise ArgumentError(f"output_padding {(oph, opw)} must be smaller than stride {stride} "
                             f"or dilation {dilation}")

@@ -5,26 +5,31 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..devices import Device, device as as_device
-from ..errors import ArgumentError, DTypeError, ShapeError
+from ..errors import ArgumentError, DTypeError, Error
 from ..eager.bind import bind
 from ..eager.context import current
 from ..tensor import Tensor, new_tensor
+from . import attrs as A
+from .arguments import (as_bool, as_dtype, as_float, as_int, as_number, as_shape, check_fits,
+                        describe)
 from .primitive import primitive
 
 
-def _shape(shape) -> tuple:
+def _shape(shape, op: str) -> tuple:
     """zeros(2, 3), zeros((2, 3)) and zeros([2, 3]) all mean shape (2, 3)."""
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = shape[0]
-    shape = tuple(shape)
-    for s in shape:
-        if not isinstance(s, (int, np.integer)) or isinstance(s, bool) or s < 0:
-            raise ShapeError(f"a shape holds non-negative ints, got {shape}")
-    return tuple(int(s) for s in shape)
+    return as_shape(tuple(shape), op)
 
 
-def _device(device) -> Device:
-    return as_device("cpu" if device is None else device)
+def _device(device, op: str | None = None) -> Device:
+    if device is None:
+        return as_device("cpu")
+    try:
+        return as_device(device)
+    except Error as e:
+        e.op = e.op or op
+        raise
 
 
 def _finish(t: Tensor, requires_grad: bool) -> Tensor:
@@ -34,51 +39,77 @@ def _finish(t: Tensor, requires_grad: bool) -> Tensor:
 # ---- from data -----------------------------------------------------------------------------
 
 
-def _host_array(data, dtype):
-    """data as a NumPy array of the rill dtype it should become."""
+def _host_array(data, dtype, op: str):
+    """data as a NumPy array, and the rill dtype it should become."""
     if isinstance(data, Tensor):
         return np.asarray(data.device.backend.to_host(data._data)), dtype or data.dtype
     strong = isinstance(data, (np.ndarray, np.generic))
     try:
         array = np.asarray(data)
-    except (ValueError, TypeError) as e:
-        raise ArgumentError(f"cannot make a tensor from {type(data).__name__}: {e}") from None
+    except Exception as e:  # noqa: BLE001 - ragged lists, objects whose __array__ fails
+        raise ArgumentError(f"cannot make a tensor from {type(data).__name__}: {e}",
+                            op=op) from None
+    if array.dtype.kind in "OUSVMm" and not _python_ints(array):
+        raise DTypeError(f"a tensor holds numbers, got {_items(data, array)}", op=op)
+    if array.dtype.kind == "c":
+        raise DTypeError(f"complex numbers have no rill dtype, got {array.dtype}", op=op)
     if dtype is not None:
         return array, dtype
-    if array.dtype == object:
-        raise DTypeError(f"cannot make a tensor from {type(data).__name__} of mixed or "
-                         "non-numeric items")
+    if array.dtype == object:  # ints beyond int64: refused by the fit check that follows
+        return array, dt.default_int
     if strong:
         found = dt.from_numpy(array.dtype)
         if found is None:
-            raise DTypeError(f"NumPy dtype {array.dtype} has no rill counterpart")
+            raise DTypeError(f"NumPy dtype {array.dtype} has no rill counterpart", op=op)
         return array, found
     kind = array.dtype.kind
     if kind == "b":
         return array, dt.bool_
     if kind in "iu":
         return array, dt.default_int
-    if kind == "f":
-        return array, dt.default_float
-    raise DTypeError(f"cannot make a tensor from values of NumPy kind {array.dtype}")
+    return array, dt.default_float
+
+
+def _python_ints(array) -> bool:
+    """An object array NumPy made from Python ints too large for int64 (or uint64)."""
+    return array.dtype == object and array.size > 0 and all(
+        isinstance(v, (int, float)) for v in array.flat)
+
+
+def _items(data, array) -> str:
+    if array.ndim == 0:
+        return describe(data)
+    if array.dtype == object and array.size:
+        return f"{type(data).__name__} of {describe(next(iter(array.flat)))}"
+    return f"{type(data).__name__} of {array.dtype.name}"
+
+
+def _stored(data, dtype, op: str) -> tuple:
+    """(host buffer of data in dtype, dtype): ints that do not fit are refused, not wrapped."""
+    dtype = None if dtype is None else as_dtype(dtype, op)
+    array, dtype = _host_array(data, dtype, op)
+    check_fits(array, dtype, op)
+    try:
+        return dt.to_storage(array, dtype), array, dtype
+    except (OverflowError, ValueError, TypeError) as e:  # e.g. 10**400 as float32
+        raise ArgumentError(f"cannot convert the data to {dtype}: {e}", op=op) from None
 
 
 def tensor(data, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
     """A new tensor holding a copy of `data` (nested lists, scalars, arrays, tensors).
 
-    Python floats become float32 and ints int64; NumPy arrays keep their dtype.
+    Python floats become float32 and ints int64; NumPy arrays keep their dtype. Values that
+    do not fit an integer dtype are an error, not a wrap.
 
     >>> rill.tensor([[1, 2], [3, 4]]).dtype
     rill.int64
     """
-    dtype = None if dtype is None else dt.as_dtype(dtype)
-    array, dtype = _host_array(data, dtype)
-    stored = dt.to_storage(array, dtype)
+    stored, array, dtype = _stored(data, dtype, "tensor")
     array = stored.copy() if stored is array else stored  # never share the caller's memory
     dev = _device(device if device is not None else
-                  (data.device if isinstance(data, Tensor) else None))
+                  (data.device if isinstance(data, Tensor) else None), "tensor")
     return _finish(_made(new_tensor(dev.backend.from_host(array, dev), dtype, dev)),
-                   requires_grad)
+                   as_bool(requires_grad, "requires_grad", "tensor"))
 
 
 def _made(t: Tensor) -> Tensor:
@@ -95,88 +126,120 @@ def as_tensor(data, dtype=None, device=None) -> Tensor:
     Do not write to a shared NumPy array afterwards: rill treats buffers as immutable.
     """
     if isinstance(data, Tensor):
-        out = data if dtype is None else data.astype(dtype)
+        out = data if dtype is None else data.astype(as_dtype(dtype, "as_tensor"))
         return out if device is None else out.to(device)
-    dtype = None if dtype is None else dt.as_dtype(dtype)
-    array, dtype = _host_array(data, dtype)
-    dev = _device(device)
-    return _made(new_tensor(dev.backend.from_host(dt.to_storage(array, dtype), dev), dtype, dev))
+    stored, _, dtype = _stored(data, dtype, "as_tensor")
+    dev = _device(device, "as_tensor")
+    return _made(new_tensor(dev.backend.from_host(stored, dev), dtype, dev))
 
 
 # ---- filled and ranges ---------------------------------------------------------------------
 
 
-def _no_inputs(shape, dtype, device, **_):
+def _full_infer(*, shape, dtype, device, value):
     return shape, dtype
 
 
-full_p = primitive("full", _no_inputs, device_attr=True)
-empty_p = primitive("empty", _no_inputs, device_attr=True)
+def _empty_infer(*, shape, dtype, device):
+    return shape, dtype
 
 
-def _fill_dtype(value, dtype):
-    if dtype is not None:
-        return dt.as_dtype(dtype)
+_PLACED = dict(shape=A.SHAPE, dtype=A.DTypeAttr, device=A.DeviceAttr)
+full_p = primitive("full", _full_infer, device_attr=True, attrs=dict(_PLACED, value=A.Scalar()))
+empty_p = primitive("empty", _empty_infer, device_attr=True, attrs=_PLACED)
+
+
+def _fill(value, dtype, op: str):
+    """(fill value as a Python scalar, its dtype): a value the dtype cannot hold is an error."""
+    if isinstance(value, (Tensor, np.generic)) or (isinstance(value, np.ndarray) and
+                                                    value.ndim == 0):
+        value = value.item()
     kind = dt.scalar_kind(value)
     if kind is None:
-        raise ArgumentError(f"fill value must be a Python bool, int or float, got {value!r}")
-    return dt.result_type((), (kind,))
+        raise ArgumentError(f"fill value must be a bool, int or float, got {describe(value)}",
+                            op=op)
+    dtype = dt.result_type((), (kind,)) if dtype is None else as_dtype(dtype, op)
+    if dtype.is_integer:
+        check_fits(np.array([value], dtype=object), dtype, op, "fill value")
+    elif kind == "i" and abs(value) >= 2**63:  # too long for an int attr: as the float it is
+        try:
+            value = float(value)
+        except OverflowError:
+            raise ArgumentError(f"fill value {A.show_int(value)} is too large for {dtype}",
+                                op=op) from None
+    return value, dtype
+
+
+def _filled(shape, value, dtype, device, requires_grad, op: str) -> Tensor:
+    value, dtype = _fill(value, dtype, op)
+    t = bind(full_p, shape=shape, dtype=dtype, device=_device(device, op), value=value)
+    return _finish(t, as_bool(requires_grad, "requires_grad", op))
 
 
 def full(shape, fill_value, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
     """A tensor of `shape` filled with `fill_value` (dtype from the value if not given)."""
-    if isinstance(fill_value, Tensor):
-        fill_value = fill_value.item()
-    dtype = _fill_dtype(fill_value, dtype)
-    t = bind(full_p, shape=_shape((shape,) if isinstance(shape, int) else (shape,)), dtype=dtype,
-             device=_device(device), value=fill_value)
-    return _finish(t, requires_grad)
+    return _filled(_shape((shape,), "full"), fill_value, dtype, device, requires_grad, "full")
 
 
 def zeros(*shape, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
     """zeros(2, 3) or zeros((2, 3)): a float32 tensor of zeros unless `dtype` says."""
-    return full(_shape(shape), 0, dtype or dt.default_float, device, requires_grad)
+    return _filled(_shape(shape, "zeros"), 0, dtype or dt.default_float, device, requires_grad,
+                   "zeros")
 
 
 def ones(*shape, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
-    return full(_shape(shape), 1, dtype or dt.default_float, device, requires_grad)
+    return _filled(_shape(shape, "ones"), 1, dtype or dt.default_float, device, requires_grad,
+                   "ones")
+
+
+def _empty(shape, dtype, device, requires_grad, op: str) -> Tensor:
+    t = bind(empty_p, shape=shape, dtype=as_dtype(dtype or dt.default_float, op),
+             device=_device(device, op))
+    return _finish(t, as_bool(requires_grad, "requires_grad", op))
 
 
 def empty(*shape, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
     """Uninitialized values (whatever the allocator returns)."""
-    t = bind(empty_p, shape=_shape(shape), dtype=dt.as_dtype(dtype or dt.default_float),
-             device=_device(device))
-    return _finish(t, requires_grad)
+    return _empty(_shape(shape, "empty"), dtype, device, requires_grad, "empty")
 
 
-def _like(x, dtype, device):
-    return dict(dtype=dtype or x.dtype, device=device or x.device)
+def _like(x, dtype, device, op: str):
+    from .arguments import as_tensor
+    x = as_tensor(x, "x", op)
+    return x.shape, dtype or x.dtype, device or x.device
 
 
 def zeros_like(x, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
-    return full(x.shape, 0, **_like(x, dtype, device), requires_grad=requires_grad)
+    shape, dtype, device = _like(x, dtype, device, "zeros_like")
+    return _filled(shape, 0, dtype, device, requires_grad, "zeros_like")
 
 
 def ones_like(x, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
-    return full(x.shape, 1, **_like(x, dtype, device), requires_grad=requires_grad)
+    shape, dtype, device = _like(x, dtype, device, "ones_like")
+    return _filled(shape, 1, dtype, device, requires_grad, "ones_like")
 
 
 def full_like(x, fill_value, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
-    return full(x.shape, fill_value, **_like(x, dtype, device), requires_grad=requires_grad)
+    shape, dtype, device = _like(x, dtype, device, "full_like")
+    return _filled(shape, fill_value, dtype, device, requires_grad, "full_like")
 
 
 def empty_like(x, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
-    return empty(x.shape, **_like(x, dtype, device), requires_grad=requires_grad)
+    shape, dtype, device = _like(x, dtype, device, "empty_like")
+    return _empty(shape, dtype, device, requires_grad, "empty_like")
 
 
-def _arange_infer(start, stop, step, dtype, device):
+def _arange_infer(*, start, stop, step, dtype, device):
     if step == 0:
         raise ArgumentError("step must not be zero")
     n = int(max(0, np.ceil((stop - start) / step)))
     return (n,), dtype
 
 
-arange_p = primitive("arange", _arange_infer, device_attr=True)
+_RANGE = dict(dtype=A.DTypeAttr, device=A.DeviceAttr)
+arange_p = primitive("arange", _arange_infer, device_attr=True,
+                     attrs=dict(_RANGE, start=A.Float(True), stop=A.Float(True),
+                                step=A.Float(True)))
 
 
 def arange(start, stop=None, step=1, dtype=None, device=None) -> Tensor:
@@ -187,48 +250,62 @@ def arange(start, stop=None, step=1, dtype=None, device=None) -> Tensor:
     """
     if stop is None:
         start, stop = 0, start
+    start, stop, step = (as_number(v, what, "arange", finite=True) for v, what in
+                         ((start, "start"), (stop, "stop"), (step, "step")))
     if dtype is None:
-        ints = all(isinstance(v, (int, np.integer)) for v in (start, stop, step))
+        ints = all(isinstance(v, int) for v in (start, stop, step))
         dtype = dt.default_int if ints else dt.default_float
-    return bind(arange_p, start=start, stop=stop, step=step, dtype=dt.as_dtype(dtype),
-                device=_device(device))
+    dtype = as_dtype(dtype, "arange")
+    if step != 0 and dtype.is_integer:
+        # The first and last values must fit: refuse rather than wrap around.
+        n = max(0, -(-(stop - start) // step)) if all(isinstance(v, int) for v in
+                                                       (start, stop, step)) else \
+            int(max(0, np.ceil((stop - start) / step)))
+        if n:
+            check_fits(np.array([start, start + (n - 1) * step], dtype=object), dtype,
+                       "arange")
+    return bind(arange_p, start=start, stop=stop, step=step, dtype=dtype,
+                device=_device(device, "arange"))
 
 
-def _linspace_infer(start, stop, num, endpoint, dtype, device):
-    if num < 0:
-        raise ArgumentError(f"num must be non-negative, got {num}")
+def _linspace_infer(*, start, stop, num, endpoint, dtype, device):
     return (num,), dtype
 
 
-linspace_p = primitive("linspace", _linspace_infer, device_attr=True)
+linspace_p = primitive("linspace", _linspace_infer, device_attr=True,
+                       attrs=dict(_RANGE, start=A.FLOAT, stop=A.FLOAT, num=A.NonNegInt,
+                                  endpoint=A.BOOL))
 
 
 def linspace(start, stop, num: int = 50, endpoint: bool = True, dtype=None, device=None) -> Tensor:
     """`num` evenly spaced values from start to stop."""
-    return bind(linspace_p, start=float(start), stop=float(stop), num=int(num),
-                endpoint=bool(endpoint), dtype=dt.as_dtype(dtype or dt.default_float),
-                device=_device(device))
+    op = "linspace"
+    return bind(linspace_p, start=as_float(start, "start", op),
+                stop=as_float(stop, "stop", op), num=as_int(num, "num", op, 0),
+                endpoint=as_bool(endpoint, "endpoint", op),
+                dtype=as_dtype(dtype or dt.default_float, op), device=_device(device, op))
 
 
-def _eye_infer(n, m, k, dtype, device):
-    if n < 0 or m < 0:
-        raise ShapeError(f"eye needs non-negative sizes, got {n} x {m}")
+def _eye_infer(*, n, m, k, dtype, device):
     return (n, m), dtype
 
 
-eye_p = primitive("eye", _eye_infer, device_attr=True)
+eye_p = primitive("eye", _eye_infer, device_attr=True,
+                  attrs=dict(_RANGE, n=A.NonNegInt, m=A.NonNegInt, k=A.INT))
 
 
 def eye(n: int, m: int | None = None, k: int = 0, dtype=None, device=None) -> Tensor:
     """Ones on the k-th diagonal of an n x m matrix."""
-    return bind(eye_p, n=int(n), m=int(n if m is None else m), k=int(k),
-                dtype=dt.as_dtype(dtype or dt.default_float), device=_device(device))
+    op = "eye"
+    n = as_int(n, "n", op, 0)
+    return bind(eye_p, n=n, m=n if m is None else as_int(m, "m", op, 0), k=as_int(k, "k", op),
+                dtype=as_dtype(dtype or dt.default_float, op), device=_device(device, op))
 
 
 # ---- between devices -----------------------------------------------------------------------
 
 
-def _to_device_infer(x, device, source):
+def _to_device_infer(x, *, device, source):
     return x.shape, x.dtype
 
 
@@ -236,12 +313,15 @@ def _to_device_vjp(g, out, x, device, source):
     return (to_device(g, source),)
 
 
-to_device_p = primitive("to_device", _to_device_infer, _to_device_vjp, device_attr=True)
+to_device_p = primitive("to_device", _to_device_infer, _to_device_vjp, device_attr=True,
+                        attrs=dict(device=A.DeviceAttr, source=A.DeviceAttr))
 
 
 def to_device(x, device) -> Tensor:
     """x copied to `device` (the only way values move between devices)."""
-    target = as_device(device)
+    from .arguments import as_tensor
+    x = as_tensor(x, "x", "to_device")
+    target = _device(device, "to_device")
     if target is x.device:
         return x
     return bind(to_device_p, x, device=target, source=x.device)

@@ -11,23 +11,33 @@ import math
 from .. import dtypes as dt
 from ..eager.bind import bind
 from ..errors import reports_as
+from . import attrs as A
 from . import promotion
+from .arguments import as_choice, as_dtype, as_float
 from .primitive import primitive
 from .rules import broadcast_shapes, require
 
 # ---- shape/dtype rules ---------------------------------------------------------------------
 
 
-def _same(x, **_):
+def _same(x):
     return x.shape, x.dtype
 
 
-def _numeric(x, **_):
+def _same_alpha(x, *, alpha):
+    return x.shape, x.dtype
+
+
+def _same_gelu(x, *, approximate):
+    return x.shape, x.dtype
+
+
+def _numeric(x):
     require(x, "iuf", "a numeric tensor (not bool)")
     return x.shape, x.dtype
 
 
-def _predicate(x, **_):
+def _predicate(x):
     return x.shape, dt.bool_
 
 
@@ -128,16 +138,23 @@ _UNARY = {
     "softplus": (_F, _same, lambda g, out, x: (g * sigmoid(x),), False),
     "silu": (_F, _same, _silu_vjp, False),
     "erf": (_F, _same, lambda g, out, x: (g * (_TWO_OVER_SQRT_PI * exp(-x * x)),), False),
-    "leaky_relu": (_F, _same, lambda g, out, x, alpha: (where(x > 0, g, g * alpha),), False),
-    "elu": (_F, _same, lambda g, out, x, alpha: (where(x > 0, g, g * (out + alpha)),), True),
-    "gelu": (_F, _same, _gelu_vjp, False),
+    "leaky_relu": (_F, _same_alpha, lambda g, out, x, alpha: (where(x > 0, g, g * alpha),),
+                   False),
+    "elu": (_F, _same_alpha, lambda g, out, x, alpha: (where(x > 0, g, g * (out + alpha)),),
+            True),
+    "gelu": (_F, _same_gelu, _gelu_vjp, False),
     "isnan": (None, _predicate, None, False),
     "isinf": (None, _predicate, None, False),
     "isfinite": (None, _predicate, None, False),
     "logical_not": (None, _predicate, None, False),
 }
 
-P = {name: primitive(name, infer, vjp, normalize=norm, save_output=save)
+_GELU_MODES = ("none", "tanh")
+_UNARY_ATTRS = {"leaky_relu": {"alpha": A.FLOAT}, "elu": {"alpha": A.FLOAT},
+                "gelu": {"approximate": A.Choice(*_GELU_MODES)}}
+
+P = {name: primitive(name, infer, vjp, normalize=norm, save_output=save,
+                     attrs=_UNARY_ATTRS.get(name, {}))
      for name, (norm, infer, vjp, save) in _UNARY.items()}
 
 
@@ -289,22 +306,19 @@ def erf(x):
 
 def leaky_relu(x, negative_slope: float = 0.01):
     """x for x > 0, negative_slope * x otherwise."""
-    return bind(P["leaky_relu"], x, alpha=float(negative_slope))
+    return bind(P["leaky_relu"], x,
+                alpha=as_float(negative_slope, "negative_slope", "leaky_relu"))
 
 
 def elu(x, alpha: float = 1.0):
     """x for x > 0, alpha * (exp(x) - 1) otherwise."""
-    return bind(P["elu"], x, alpha=float(alpha))
+    return bind(P["elu"], x, alpha=as_float(alpha, "alpha", "elu"))
 
 
-@reports_as("gelu")
 def gelu(x, approximate: str = "none"):
     """x * Phi(x); approximate='tanh' uses the tanh formula of the GPT-2 paper."""
-    if approximate not in ("none", "tanh"):
-        from ..errors import ArgumentError
-        raise ArgumentError(f"approximate must be 'none' or 'tanh', got {approximate!r}",
-                            op="gelu")
-    return bind(P["gelu"], x, approximate=approximate)
+    return bind(P["gelu"], x, approximate=as_choice(approximate, "approximate", "gelu",
+                                                    _GELU_MODES))
 
 
 def isnan(x):
@@ -404,7 +418,7 @@ _BINARY = {
     "bitwise_xor": (_C, _binary_integer, None, False),
 }
 
-P.update({name: primitive(name, infer, vjp, normalize=norm, save_output=save)
+P.update({name: primitive(name, infer, vjp, normalize=norm, save_output=save, attrs={})
           for name, (norm, infer, vjp, save) in _BINARY.items()})
 
 
@@ -518,7 +532,8 @@ def _where_vjp(g, out, c, x, y):
             sum_to_shape(where(c, 0.0, g), y.shape))
 
 
-where_p = primitive("where", _where_infer, _where_vjp, normalize=promotion.bool_then_common)
+where_p = primitive("where", _where_infer, _where_vjp, normalize=promotion.bool_then_common,
+                    attrs={})
 
 
 def where(condition, x, y):
@@ -542,7 +557,7 @@ def _clip_vjp(g, out, x, lo, hi):
             sum_to_shape(where(x > hi, g, 0.0), hi.shape))
 
 
-clip_p = primitive("clip", _clip_infer, _clip_vjp, normalize=promotion.common)
+clip_p = primitive("clip", _clip_infer, _clip_vjp, normalize=promotion.common, attrs={})
 
 
 @reports_as("clip")
@@ -558,7 +573,7 @@ def clip(x, min=None, max=None):  # noqa: A002 - NumPy's names
     return bind(clip_p, x, min, max)
 
 
-def _cast_infer(x, dtype):
+def _cast_infer(x, *, dtype):
     return x.shape, dtype
 
 
@@ -566,12 +581,12 @@ def _cast_vjp(g, out, x, dtype):
     return (cast(g, x.dtype),)
 
 
-cast_p = primitive("cast", _cast_infer, _cast_vjp)
+cast_p = primitive("cast", _cast_infer, _cast_vjp, attrs={"dtype": A.DTypeAttr})
 
 
 def cast(x, dtype):
-    """x converted to `dtype` (floats to ints truncate toward zero)."""
-    return bind(cast_p, x, dtype=dt.as_dtype(dtype))
+    """x converted to `dtype` (floats to ints truncate toward zero, ints wrap)."""
+    return bind(cast_p, x, dtype=as_dtype(dtype, "cast"))
 
 
 def zeros_like(x, dtype=None):
@@ -581,7 +596,7 @@ def zeros_like(x, dtype=None):
 
 # ---- scaled_add: the update of every optimizer, in one op -----------------------------------
 
-def _scaled_add_infer(x, y, alpha, beta):
+def _scaled_add_infer(x, y, *, alpha, beta):
     require(x, "f", "floating-point tensors")
     return _binary_same(x, y)
 
@@ -592,7 +607,8 @@ def _scaled_add_vjp(g, out, x, y, alpha, beta):
 
 
 P["scaled_add"] = primitive("scaled_add", _scaled_add_infer, _scaled_add_vjp,
-                            normalize=promotion.common_float)
+                            normalize=promotion.common_float,
+                            attrs={"alpha": A.FLOAT, "beta": A.FLOAT})
 
 
 def scaled_add(x, y, alpha: float = 1.0, beta: float = 1.0):
@@ -602,4 +618,5 @@ def scaled_add(x, y, alpha: float = 1.0, beta: float = 1.0):
     >>> rill.scaled_add(rill.tensor([1.0, 2.0]), rill.tensor([10.0, 20.0]), 1.0, -0.1)
     tensor([0., 0.])
     """
-    return bind(P["scaled_add"], x, y, alpha=float(alpha), beta=float(beta))
+    return bind(P["scaled_add"], x, y, alpha=as_float(alpha, "alpha", "scaled_add"),
+                beta=as_float(beta, "beta", "scaled_add"))

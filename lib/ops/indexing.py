@@ -18,7 +18,9 @@ from ..errors import IndexingError, ShapeError
 from ..errors import reports_as
 from ..eager.bind import bind
 from ..tensor import Tensor
+from . import attrs as A
 from . import promotion
+from .arguments import as_axis, as_index, as_int, as_tensor
 from .primitive import primitive
 from .rules import broadcast_shapes, normalize_axis, require
 
@@ -33,8 +35,8 @@ def _nonzero(mask: Tensor):
     return [tensor(i.astype(np.int64), device=mask.device) for i in np.nonzero(host)]
 
 
-def parse_key(x, key):
-    """(static key, index tensors) for x[key]."""
+def parse_key(x, key, op: str = "getitem"):
+    """(static key, index tensors) for x[key]; IndexingError naming `op` for a bad key."""
     if not isinstance(key, tuple):
         key = (key,)
     static, arrays = [], []
@@ -44,18 +46,21 @@ def parse_key(x, key):
         elif k is Ellipsis:
             static.append(ELLIPSIS)
         elif isinstance(k, slice):
-            parts = (k.start, k.stop, k.step)
-            static.append(("slice",) + tuple(None if p is None else _as_int(p) for p in parts))
+            step = as_index(k.step, "slice step", op)
+            if step == 0:
+                raise IndexingError("slice step must not be zero", op=op)
+            static.append(("slice", as_index(k.start, "slice start", op),
+                           as_index(k.stop, "slice stop", op), step))
         elif isinstance(k, (bool, np.bool_)):
             raise IndexingError("a bare True/False index is not supported; use a mask tensor",
-                                op="getitem")
+                                op=op)
         elif isinstance(k, (int, np.integer)):
-            static.append(("int", int(k)))
+            static.append(("int", as_index(k, "index", op)))
         else:
-            t = k if isinstance(k, Tensor) else _index_tensor(k, x)
+            t = k if isinstance(k, Tensor) else _index_tensor(k, x, op)
             if t.dtype is dt.bool_:
                 if t.ndim == 0:
-                    raise IndexingError("a 0-d boolean index is not supported", op="getitem")
+                    raise IndexingError("a 0-d boolean index is not supported", op=op)
                 pieces = _nonzero(t)
                 static.extend([ARRAY] * len(pieces))
                 arrays.extend(pieces)
@@ -64,24 +69,17 @@ def parse_key(x, key):
                 arrays.append(t)
             else:
                 raise IndexingError(f"index tensors must be integer or bool, got {t.dtype}",
-                                    op="getitem")
+                                    op=op)
     return tuple(static), arrays
 
 
-def _as_int(p):
-    if isinstance(p, Tensor):
-        return int(p)
-    if not isinstance(p, (int, np.integer)):
-        raise IndexingError(f"slice bounds must be ints, got {p!r}", op="getitem")
-    return int(p)
-
-
-def _index_tensor(k, x):
+def _index_tensor(k, x, op):
     from .creation import tensor
+    from .arguments import describe
     try:
         t = tensor(k, device=x.device)
-    except Exception:
-        raise IndexingError(f"unsupported index {k!r}", op="getitem") from None
+    except Exception:  # noqa: BLE001 - strings, None in a list, ragged lists ...
+        raise IndexingError(f"unsupported index {describe(k)}", op=op) from None
     if t.size == 0 and t.dtype.is_floating:  # x[[]] means an empty integer index
         t = t.astype(dt.int64)
     return t
@@ -167,6 +165,7 @@ def _is_row_gather(static, x_ndim):
 
 
 def _getitem_infer(x, *arrays, key):
+    _check_arrays(key, arrays)
     for a in arrays:
         require(a, "iu", "integer index tensors")
     return key_shape(x.shape, key, [a.shape for a in arrays]), x.dtype
@@ -185,10 +184,17 @@ def _getitem_vjp(g, out, x, *arrays, key):
     return (bind(index_add_p, zeros_like(x), g, *arrays, key=key),) + (None,) * len(arrays)
 
 
-getitem_p = primitive("getitem", _getitem_infer, _getitem_vjp)
+getitem_p = primitive("getitem", _getitem_infer, _getitem_vjp, attrs={"key": A.INDEX_KEY})
+
+
+def _check_arrays(key, arrays):
+    """One index tensor per ('array',) entry of the key (a saved graph could say otherwise)."""
+    if sum(1 for k in key if k == ARRAY) != len(arrays):
+        raise IndexingError(f"the key {key} does not match {len(arrays)} index tensors")
 
 
 def _update_infer(x, values, *arrays, key):
+    _check_arrays(key, arrays)
     for a in arrays:
         require(a, "iu", "integer index tensors")
     target = key_shape(x.shape, key, [a.shape for a in arrays])
@@ -235,8 +241,10 @@ def _values_like_x(args):
     return (x, values, *arrays)
 
 
-index_add_p = primitive("index_add", _update_infer, _index_add_vjp, normalize=_values_like_x)
-index_set_p = primitive("index_set", _update_infer, _index_set_vjp, normalize=_values_like_x)
+index_add_p = primitive("index_add", _update_infer, _index_add_vjp, normalize=_values_like_x,
+                        attrs={"key": A.INDEX_KEY})
+index_set_p = primitive("index_set", _update_infer, _index_set_vjp, normalize=_values_like_x,
+                        attrs={"key": A.INDEX_KEY})
 
 
 def getitem(x, key):
@@ -248,14 +256,16 @@ def getitem(x, key):
 @reports_as("index_add")
 def index_add(x, key, values):
     """A copy of x with `values` added at x[key]; repeated indices add up."""
-    static, arrays = parse_key(x, key)
+    x = as_tensor(x, "x", "index_add")
+    static, arrays = parse_key(x, key, "index_add")
     return bind(index_add_p, x, values, *arrays, key=static)
 
 
 @reports_as("index_set")
 def index_set(x, key, values):
     """A copy of x with x[key] replaced by `values` (the functional form of x[key] = values)."""
-    static, arrays = parse_key(x, key)
+    x = as_tensor(x, "x", "index_set")
+    static, arrays = parse_key(x, key, "index_set")
     return bind(index_set_p, x, values, *arrays, key=static)
 
 
@@ -267,11 +277,12 @@ def take(x, indices, axis: int | None = None):
     tensor([30, 10])
     """
     from .shape import reshape
-    x = promotion.lift((x,))[0]
+    x = as_tensor(x, "x", "take")
+    indices = as_tensor(indices, "indices", "take")
     if axis is None:
         x, axis = reshape(x, (-1,)), 0
-    a = normalize_axis(axis, x.ndim)
-    return getitem(x, (slice(None),) * a + (promotion.lift((indices,))[0],))
+    a = normalize_axis(as_axis(axis, "take"), x.ndim)
+    return getitem(x, (slice(None),) * a + (indices,))
 
 
 # ---- along an axis -------------------------------------------------------------------------
@@ -285,7 +296,7 @@ def _along_axis_check(x, idx, axis, what):
     return a
 
 
-def _take_along_infer(x, idx, axis):
+def _take_along_infer(x, idx, *, axis):
     a = _along_axis_check(x, idx, axis, "take_along_axis")
     try:
         shape = broadcast_shapes(tuple(1 if i == a else s for i, s in enumerate(x.shape)),
@@ -305,15 +316,16 @@ def _take_along_vjp(g, out, x, idx, axis):
     return scatter_add(zeros_like(x), idx, g, axis=a), None
 
 
-take_along_axis_p = primitive("take_along_axis", _take_along_infer, _take_along_vjp)
+take_along_axis_p = primitive("take_along_axis", _take_along_infer, _take_along_vjp,
+                              attrs={"axis": A.AXIS})
 
 
 def take_along_axis(x, indices, axis: int):
     """out[..., i, ...] = x[..., indices[..., i, ...], ...] along `axis` (NumPy's)."""
-    return bind(take_along_axis_p, x, indices, axis=axis)
+    return bind(take_along_axis_p, x, indices, axis=as_axis(axis, "take_along_axis"))
 
 
-def _scatter_add_infer(x, idx, updates, axis):
+def _scatter_add_infer(x, idx, updates, *, axis):
     a = _along_axis_check(x, idx, axis, "scatter_add")
     if idx.shape != updates.shape:
         raise ShapeError(f"indices {idx.shape} and updates {updates.shape} must have one shape")
@@ -334,12 +346,12 @@ def _updates_like_x(args):
 
 
 scatter_add_p = primitive("scatter_add", _scatter_add_infer, _scatter_add_vjp,
-                          normalize=_updates_like_x)
+                          normalize=_updates_like_x, attrs={"axis": A.AXIS})
 
 
 def scatter_add(x, indices, updates, axis: int):
     """A copy of x with updates[..., i, ...] added at x[..., indices[..., i, ...], ...]."""
-    return bind(scatter_add_p, x, indices, updates, axis=axis)
+    return bind(scatter_add_p, x, indices, updates, axis=as_axis(axis, "scatter_add"))
 
 
 @reports_as("one_hot")
@@ -348,9 +360,12 @@ def one_hot(indices, num_classes: int, dtype=None):
     from .creation import arange
     from .elementwise import cast, equal
     from .shape import expand_dims
-    indices = promotion.lift((indices,))[0]
+    from .arguments import as_dtype
+    indices = as_tensor(indices, "indices", "one_hot")
     if not indices.dtype.is_integer:
         from ..errors import DTypeError
         raise DTypeError(f"one_hot needs integer indices, got {indices.dtype}", op="one_hot")
+    num_classes = as_int(num_classes, "num_classes", "one_hot", 0)
+    dtype = as_dtype(dtype or dt.default_float, "one_hot")
     hits = equal(expand_dims(indices, -1), arange(num_classes, device=indices.device))
-    return cast(hits, dtype or dt.default_float)
+    return cast(hits, dtype)

@@ -2,12 +2,15 @@
 dot, outer and tensordot built on them."""
 from __future__ import annotations
 
+import re
 import string
 
 from ..errors import ArgumentError, ShapeError
 from ..errors import reports_as
 from ..eager.bind import bind
+from . import attrs as A
 from . import promotion
+from .arguments import as_int, as_ints, as_tensor, describe
 from .primitive import primitive
 from .rules import broadcast_shapes, require
 
@@ -50,7 +53,8 @@ def _matmul_vjp(g, out, x, y):
     return gx, gy
 
 
-matmul_p = primitive("matmul", _matmul_infer, _matmul_vjp, normalize=promotion.common)
+matmul_p = primitive("matmul", _matmul_infer, _matmul_vjp, normalize=promotion.common,
+                     attrs={})
 
 
 def matmul(x, y):
@@ -65,7 +69,7 @@ def matmul(x, y):
 @reports_as("dot")
 def dot(x, y):
     """Inner product of vectors, or matmul for matrices (NumPy's dot up to 2-d)."""
-    x, y = promotion.lift((x, y))
+    x, y = as_tensor(x, "x", "dot"), as_tensor(y, "y", "dot")
     if x.ndim > 2 or y.ndim > 2:
         raise ShapeError(f"dot takes up to 2-d operands, got {x.shape} and {y.shape}; use "
                          "matmul or tensordot", op="dot")
@@ -78,7 +82,7 @@ def dot(x, y):
 def outer(x, y):
     """x[i] * y[j] for vectors (other shapes are flattened first)."""
     from .shape import reshape
-    x, y = promotion.lift((x, y))
+    x, y = as_tensor(x, "x", "outer"), as_tensor(y, "y", "outer")
     return reshape(x, (-1, 1)) * reshape(y, (1, -1))
 
 
@@ -87,15 +91,19 @@ def tensordot(x, y, axes=2):
     """Sum over the last `axes` axes of x and the first of y, or over explicit axis lists."""
     from .shape import reshape, transpose
     from .rules import normalize_axis, size_of
-    x, y = promotion.lift((x, y))
-    if isinstance(axes, int):
+    x, y = as_tensor(x, "x", "tensordot"), as_tensor(y, "y", "tensordot")
+    if not isinstance(axes, (tuple, list)):
+        axes = as_int(axes, "axes", "tensordot")
         if axes < 0 or axes > min(x.ndim, y.ndim):
             raise ShapeError(f"axes={axes} is out of range for {x.shape} and {y.shape}",
                              op="tensordot")
         ax = list(range(x.ndim - axes, x.ndim))
         ay = list(range(axes))
     else:
-        ax, ay = ([a] if isinstance(a, int) else list(a) for a in axes)
+        if len(axes) != 2:
+            raise ArgumentError(f"axes must be an int or a pair of axis lists, got "
+                                f"{describe(axes)}", op="tensordot")
+        ax, ay = (list(as_ints(a, f"axes[{i}]", "tensordot")) for i, a in enumerate(axes))
         ax = [normalize_axis(a, x.ndim) for a in ax]
         ay = [normalize_axis(a, y.ndim) for a in ay]
     if [x.shape[a] for a in ax] != [y.shape[a] for a in ay]:
@@ -113,9 +121,16 @@ def tensordot(x, y, axes=2):
 # ---- einsum --------------------------------------------------------------------------------
 
 
+_EQUATION = re.compile(r"[A-Za-z.]*(,[A-Za-z.]*)*(->[A-Za-z.]*)?")
+
+
 def parse_einsum(equation: str, shapes) -> tuple:
     """(input subscripts, output subscripts) with '...' spelled out as letters."""
     equation = equation.replace(" ", "")
+    if not _EQUATION.fullmatch(equation) or any(
+            "." in part.replace("...", "", 1) for part in re.split(",|->", equation)):
+        raise ArgumentError(f"equation {equation[:60]!r} is not of the form 'ij,jk->ik' "
+                            "(ASCII letters, and '...' at most once per operand)")
     if "->" in equation:
         lhs, rhs = equation.split("->")
     else:
@@ -205,7 +220,8 @@ def _einsum_vjp(g, out, *xs, inputs, output):
     return tuple(grads)
 
 
-einsum_p = primitive("einsum", _einsum_infer, _einsum_vjp, normalize=promotion.common)
+einsum_p = primitive("einsum", _einsum_infer, _einsum_vjp, normalize=promotion.common,
+                     attrs=dict(inputs=A.TupleOf(A.Letters()), output=A.Letters()))
 
 
 @reports_as("einsum")
@@ -215,7 +231,9 @@ def einsum(equation: str, *operands):
     >>> rill.einsum("ij,jk->ik", rill.ones(2, 3), rill.ones(3, 4)).shape
     (2, 4)
     """
-    tensors = promotion.lift(operands)
+    if not isinstance(equation, str):
+        raise ArgumentError(f"equation must be a str, got {describe(equation)}", op="einsum")
+    tensors = [as_tensor(t, f"operands[{i}]", "einsum") for i, t in enumerate(operands)]
     if not tensors:
         raise ArgumentError("einsum needs at least one operand", op="einsum")
     inputs, output = parse_einsum(equation, [t.shape for t in tensors])
@@ -262,11 +280,12 @@ def _weight_grad_vjp(h, out, g, x):
 
 
 # x @ w.T (+ bias): one primitive, so the bias costs no op, buffer or tape node of its own.
-linear_p = primitive("linear", _linear_infer, _linear_vjp, normalize=promotion.common_float)
+linear_p = primitive("linear", _linear_infer, _linear_vjp, normalize=promotion.common_float,
+                     attrs={})
 # g^T x: the weight's gradient, in the weight's own (out, in) layout (so the optimizer's
 # update reads it contiguously), with no transpose op on the tape.
 linear_weight_grad_p = primitive("linear_weight_grad", _weight_grad_infer, _weight_grad_vjp,
-                                 normalize=promotion.common_float)
+                                 normalize=promotion.common_float, attrs={})
 
 
 @reports_as("linear")
@@ -276,6 +295,7 @@ def linear(x, weight, bias=None):
     >>> rill.nn.functional.linear(rill.ones(2, 3), rill.ones(4, 3)).shape
     (2, 4)
     """
+    x, weight = as_tensor(x, "x", "linear"), as_tensor(weight, "weight", "linear")
     if bias is None:
         return bind(linear_p, x, weight)
-    return bind(linear_p, x, weight, bias)
+    return bind(linear_p, x, weight, as_tensor(bias, "bias", "linear"))

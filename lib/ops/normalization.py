@@ -13,11 +13,13 @@ from __future__ import annotations
 
 from ..eager.bind import bind
 from ..errors import ShapeError
+from . import attrs as A
 from . import promotion
+from .arguments import as_float, as_int
 from .primitive import primitive
 
 
-def _infer(x, w, b, eps, axes):
+def _infer(x, w, b, *, eps, axes):
     _check(x, w, b, axes)
     return x.shape, x.dtype
 
@@ -31,8 +33,10 @@ def _check(x, w, b, axes):
             raise ShapeError(f"{what} must have shape {shape}, got {t.shape}")
 
 
-def _grad_infer(g, x, w, eps, axes):
+def _grad_infer(g, x, w, *, eps, axes):
     _check(x, w, w, axes)
+    if tuple(g.shape) != tuple(x.shape):
+        raise ShapeError(f"gradient {g.shape} does not match the input {x.shape}")
     return [(x.shape, x.dtype), (w.shape, w.dtype), (w.shape, w.dtype)]
 
 
@@ -82,12 +86,15 @@ def _grad_vjp(cot, out, g, x, w, eps, axes):
     return grad_g, grad_x, grad_w
 
 
-layer_norm_p = primitive("layer_norm", _infer, _vjp, normalize=promotion.common_float)
+layer_norm_p = primitive("layer_norm", _infer, _vjp, normalize=promotion.common_float,
+                         attrs=dict(eps=A.FLOAT, axes=A.INT))
 layer_norm_grad_p = primitive("layer_norm_grad", _grad_infer, _grad_vjp,
-                              normalize=promotion.common_float, multiple_results=True)
+                              normalize=promotion.common_float, multiple_results=True,
+                              attrs=dict(eps=A.FLOAT, axes=A.INT))
 
 
 def layer_norm(x, weight, bias, eps: float, axes: int):
     """The fused primitive: normalize the last `axes` axes, then scale by weight and shift by
     bias (both of the normalized shape). rill.nn.functional.layer_norm is the public form."""
-    return bind(layer_norm_p, x, weight, bias, eps=float(eps), axes=int(axes))
+    return bind(layer_norm_p, x, weight, bias, eps=as_float(eps, "eps", "layer_norm"),
+                axes=as_int(axes, "axes", "layer_norm"))

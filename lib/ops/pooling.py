@@ -14,7 +14,9 @@ import numpy as np
 from .. import dtypes as dt
 from ..eager.bind import bind
 from ..errors import ArgumentError, ShapeError, reports_as
+from . import attrs as A
 from . import promotion
+from .arguments import as_bool, as_tensor
 from .conv import _pair, conv2d, conv_output_size
 from .primitive import primitive
 from .rules import require
@@ -34,14 +36,14 @@ def _check_window(x, kernel_size, stride, padding, dilation=(1, 1)):
                             f"{kernel_size}")
 
 
-def _window(kernel_size, stride, padding) -> tuple:
+def _window(kernel_size, stride, padding, op) -> tuple:
     """The public arguments as pairs; the stride defaults to the window."""
-    kernel_size = _pair(kernel_size, "kernel_size")
-    stride = kernel_size if stride is None else _pair(stride, "stride")
-    return kernel_size, stride, _pair(padding, "padding")
+    kernel_size = _pair(kernel_size, "kernel_size", op)
+    stride = kernel_size if stride is None else _pair(stride, "stride", op)
+    return kernel_size, stride, _pair(padding, "padding", op)
 
 
-def _max_pool_infer(x, kernel_size, stride, padding, dilation):
+def _max_pool_infer(x, *, kernel_size, stride, padding, dilation):
     _check_window(x, kernel_size, stride, padding, dilation)
     out = tuple(conv_output_size(s, k, st, (p, p), d) for s, k, st, p, d in
                 zip(x.shape[2:], kernel_size, stride, padding, dilation))
@@ -74,7 +76,11 @@ def _max_pool_vjp(g, outs, x, **attrs):
     return (bind(max_pool2d_grad_p, g[0], outs[1], input_shape=x.shape, **attrs),)
 
 
-def _max_pool_grad_infer(g, winners, input_shape, **attrs):
+def _max_pool_grad_infer(g, winners, *, input_shape, kernel_size, stride, padding, dilation):
+    if len(input_shape) != 4 or tuple(g.shape) != tuple(winners.shape) or \
+            tuple(g.shape[:2]) != tuple(input_shape[:2]):
+        raise ShapeError(f"gradient {g.shape} and winners {winners.shape} do not fit an input "
+                         f"of shape {tuple(input_shape)}")
     return tuple(input_shape), g.dtype
 
 
@@ -88,16 +94,19 @@ def _max_pool_grad_vjp(gg, out, g, winners, input_shape, **attrs):
     return reshape(picked, g.shape), None
 
 
+_WINDOW = dict(kernel_size=A.PAIR, stride=A.PAIR, padding=A.PAIR, dilation=A.PAIR)
 max_pool2d_p = primitive("max_pool2d", _max_pool_infer, _max_pool_vjp,
-                         normalize=promotion.floating, multiple_results=True, save_output=True)
-max_pool2d_grad_p = primitive("max_pool2d_grad", _max_pool_grad_infer, _max_pool_grad_vjp)
+                         normalize=promotion.floating, multiple_results=True, save_output=True,
+                         attrs=_WINDOW)
+max_pool2d_grad_p = primitive("max_pool2d_grad", _max_pool_grad_infer, _max_pool_grad_vjp,
+                              attrs=dict(_WINDOW, input_shape=A.SHAPE))
 
 
 def _unbatched(fn):
     """Accept (C, H, W) as well as (N, C, H, W), as PyTorch's pooling does."""
     def run(x, *args, **kwargs):
         from .shape import expand_dims, squeeze
-        x = promotion.lift((x,))[0]
+        x = as_tensor(x, "x", fn.__name__)
         if x.ndim == 3:
             out = fn(expand_dims(x, 0), *args, **kwargs)
             return tuple(squeeze(o, 0) for o in out) if isinstance(out, tuple) else squeeze(out, 0)
@@ -116,11 +125,13 @@ def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, return_indice
     tensor([[ 5.,  7.],
             [13., 15.]])
     """
-    kernel_size, stride, padding = _window(kernel_size, stride, padding)
+    kernel_size, stride, padding = _window(kernel_size, stride, padding, "max_pool2d")
     attrs = dict(kernel_size=kernel_size, stride=stride, padding=padding,
-                 dilation=_pair(dilation, "dilation"))
+                 dilation=_pair(dilation, "dilation", "max_pool2d"))
     out, winners = bind(max_pool2d_p, x, **attrs)
-    return (out, flat_indices(winners, x.shape, **attrs)) if return_indices else out
+    if as_bool(return_indices, "return_indices", "max_pool2d"):
+        return out, flat_indices(winners, x.shape, **attrs)
+    return out
 
 
 def _window_counts(size, kernel, stride, padding, out_size) -> np.ndarray:
@@ -140,7 +151,8 @@ def avg_pool2d(x, kernel_size, stride=None, padding=0, count_include_pad: bool =
             [10.5, 12.5]])
     """
     from .creation import full, tensor
-    kernel_size, stride, padding = _window(kernel_size, stride, padding)
+    kernel_size, stride, padding = _window(kernel_size, stride, padding, "avg_pool2d")
+    count_include_pad = as_bool(count_include_pad, "count_include_pad", "avg_pool2d")
     _check_window(x, kernel_size, stride, padding)
     c = x.shape[1]
     ones = full((c, 1) + kernel_size, 1.0, dtype=x.dtype, device=x.device)
@@ -174,7 +186,7 @@ def adaptive_avg_pool2d(x, output_size):
     require(x, "f", "floating-point tensors")
     if x.ndim != 4:
         raise ShapeError(f"expects x (N, C, H, W), got {x.shape}")
-    oh, ow = _pair(output_size, "output_size")
+    oh, ow = _pair(output_size, "output_size", "adaptive_avg_pool2d")
     if oh < 1 or ow < 1:
         raise ArgumentError(f"output_size must be positive, got {(oh, ow)}")
     rows = tensor(_adaptive_matrix(x.shape[2], oh), dtype=x.dtype, device=x.device)

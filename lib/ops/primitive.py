@@ -25,15 +25,19 @@ class Primitive:
         folded by graph passes), "check" for an op that may raise (kept even when unused).
     residuals(**attrs) -> how many trailing outputs are saved for the vjp only (control flow's
         per-iteration stacks): not differentiable, held by the tape until backward.
+    attrs: {name: attribute type} (ops/attrs.py), the keyword-only parameters of `infer`;
+        bind checks every call against it, loaders every saved node. None: not declared.
+    required_attrs: the names in `attrs` whose infer parameter has no default.
     """
 
     __slots__ = ("name", "infer", "vjp", "normalize", "multiple_results", "save_output",
-                 "device_attr", "effect", "residuals", "kernels", "__weakref__")
+                 "device_attr", "effect", "residuals", "kernels", "attrs", "required_attrs",
+                 "attr_checks", "__weakref__")
 
     def __init__(self, name: str, infer: Callable, vjp: Callable | None = None, *,
                  normalize: Callable | None = None, multiple_results: bool = False,
                  save_output: bool = False, device_attr: bool = False, effect: str | None = None,
-                 residuals: Callable | None = None):
+                 residuals: Callable | None = None, attrs: dict | None = None):
         self.name = name
         self.infer = infer
         self.vjp = vjp
@@ -44,6 +48,11 @@ class Primitive:
         self.effect = effect
         self.residuals = residuals
         self.kernels: dict[str, Callable] = {}
+        self.attrs = None if attrs is None else dict(attrs)
+        defaults = getattr(infer, "__kwdefaults__", None) or {}
+        self.required_attrs = frozenset(k for k in self.attrs or () if k not in defaults)
+        # Bound `check`s looked up once here: bind runs them on every call.
+        self.attr_checks = None if attrs is None else {k: t.check for k, t in attrs.items()}
 
     def __repr__(self) -> str:
         return f"Primitive({self.name})"
@@ -53,7 +62,8 @@ PRIMITIVES: dict[str, Primitive] = {}
 
 
 def primitive(name: str, infer: Callable, vjp: Callable | None = None, **options) -> Primitive:
-    """Declare and register a primitive under `name`."""
+    """Declare and register a primitive under `name` (options: Primitive's keywords, among them
+    `attrs={name: type}` from ops/attrs.py)."""
     from .promotion import lift
     options.setdefault("normalize", lift)
     if options["normalize"] is None:

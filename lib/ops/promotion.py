@@ -10,7 +10,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..devices import cpu
-from ..errors import DTypeError
+from ..errors import ArgumentError, DTypeError, Error
 from ..capture.tracer import KNOWN_CONSTANTS
 from ..tensor import Tensor, new_tensor
 
@@ -54,9 +54,18 @@ def _make_constant(value, dtype: dt.DType, device) -> Tensor:
 
 
 def as_input(value, device) -> Tensor:
-    """A non-scalar, non-tensor input (list, ndarray, NumPy scalar) as a strong tensor."""
+    """A non-scalar, non-tensor input (list, ndarray, NumPy scalar) as a strong tensor.
+
+    Errors name no op: the op being bound names itself (bind fills in `op`)."""
+    from .arguments import array_like, describe
     from .creation import tensor
-    return tensor(value, device=device)
+    if not array_like(value):
+        raise ArgumentError(f"expected a tensor or a number, got {describe(value)}")
+    try:
+        return tensor(value, device=device)
+    except Error as e:
+        e.op = None
+        raise
 
 
 def lift(args):

@@ -12,7 +12,9 @@ from .. import dtypes as dt
 from ..errors import ArgumentError, ShapeError
 from ..errors import reports_as
 from ..eager.bind import bind
+from . import attrs as A
 from . import promotion
+from .arguments import as_axes, as_axis, as_bool, as_float, as_number
 from .primitive import primitive
 from .rules import normalize_axes, normalize_axis, reduced_shape, require, size_of
 
@@ -38,29 +40,29 @@ def _check_nonempty(x, axes, what):
 # ---- rules ---------------------------------------------------------------------------------
 
 
-def _sum_like(x, axis, keepdims):
+def _sum_like(x, *, axis, keepdims):
     axes = normalize_axes(axis, x.ndim)
     out = dt.int64 if x.dtype.kind in "biu" else x.dtype
     return reduced_shape(x.shape, axes, keepdims), out
 
 
-def _float_reduce(x, axis, keepdims, **_):
+def _float_reduce(x, *, axis, keepdims):
     axes = normalize_axes(axis, x.ndim)
     return reduced_shape(x.shape, axes, keepdims), x.dtype
 
 
-def _extremum(x, axis, keepdims):
+def _extremum(x, *, axis, keepdims):
     axes = normalize_axes(axis, x.ndim)
     _check_nonempty(x, axes, "max/min")
     return reduced_shape(x.shape, axes, keepdims), x.dtype
 
 
-def _bool_reduce(x, axis, keepdims):
+def _bool_reduce(x, *, axis, keepdims):
     axes = normalize_axes(axis, x.ndim)
     return reduced_shape(x.shape, axes, keepdims), dt.bool_
 
 
-def _arg_reduce(x, axis, keepdims):
+def _arg_reduce(x, *, axis, keepdims):
     require(x, "biuf", "a tensor")
     if axis is None:
         if x.size == 0:
@@ -71,11 +73,11 @@ def _arg_reduce(x, axis, keepdims):
     return reduced_shape(x.shape, (a,), keepdims), dt.int64
 
 
-def _var_infer(x, axis, keepdims, correction):
-    return _float_reduce(x, axis, keepdims)
+def _var_infer(x, *, axis, keepdims, correction):
+    return _float_reduce(x, axis=axis, keepdims=keepdims)
 
 
-def _scan_infer(x, axis):
+def _scan_infer(x, *, axis):
     out = dt.int64 if x.dtype.kind in "biu" else x.dtype
     if axis is None:
         return (x.size,), out
@@ -83,10 +85,8 @@ def _scan_infer(x, axis):
     return x.shape, out
 
 
-def _norm_infer(x, ord, axis, keepdims):
-    if not (ord in (math.inf, -math.inf) or isinstance(ord, (int, float))):
-        raise ArgumentError(f"ord must be a number or +-inf, got {ord!r}")
-    return _float_reduce(x, axis, keepdims)
+def _norm_infer(x, *, ord, axis, keepdims):
+    return _float_reduce(x, axis=axis, keepdims=keepdims)
 
 
 # ---- gradient rules ------------------------------------------------------------------------
@@ -209,26 +209,29 @@ def _norm_vjp(g, out, x, ord, axis, keepdims):
 
 
 F = promotion.floating
+R = dict(axis=A.AXES, keepdims=A.BOOL)  # the attrs of every reduction
+ONE = dict(axis=A.Optional(A.AXIS))      # argmax/argmin and the scans: one axis or all
 
-sum_p = primitive("sum", _sum_like, _sum_vjp)
-mean_p = primitive("mean", _float_reduce, _mean_vjp, normalize=F)
-prod_p = primitive("prod", _sum_like, _prod_vjp)
-max_p = primitive("max", _extremum, _extremum_vjp, save_output=True)
-min_p = primitive("min", _extremum, _extremum_vjp, save_output=True)
-argmax_p = primitive("argmax", _arg_reduce)
-argmin_p = primitive("argmin", _arg_reduce)
-var_p = primitive("var", _var_infer, _var_vjp, normalize=F)
+sum_p = primitive("sum", _sum_like, _sum_vjp, attrs=R)
+mean_p = primitive("mean", _float_reduce, _mean_vjp, normalize=F, attrs=R)
+prod_p = primitive("prod", _sum_like, _prod_vjp, attrs=R)
+max_p = primitive("max", _extremum, _extremum_vjp, save_output=True, attrs=R)
+min_p = primitive("min", _extremum, _extremum_vjp, save_output=True, attrs=R)
+argmax_p = primitive("argmax", _arg_reduce, attrs=dict(ONE, keepdims=A.BOOL))
+argmin_p = primitive("argmin", _arg_reduce, attrs=dict(ONE, keepdims=A.BOOL))
+var_p = primitive("var", _var_infer, _var_vjp, normalize=F, attrs=dict(R, correction=A.FLOAT))
 logsumexp_p = primitive("logsumexp", _float_reduce, _logsumexp_vjp, normalize=F,
-                        save_output=True)
-all_p = primitive("all", _bool_reduce)
-any_p = primitive("any", _bool_reduce)
-cumsum_p = primitive("cumsum", _scan_infer, _cumsum_vjp)
-cumprod_p = primitive("cumprod", _scan_infer, _cumprod_vjp, save_output=True)
-norm_p = primitive("norm", _norm_infer, _norm_vjp, normalize=F, save_output=True)
+                        save_output=True, attrs=R)
+all_p = primitive("all", _bool_reduce, attrs=R)
+any_p = primitive("any", _bool_reduce, attrs=R)
+cumsum_p = primitive("cumsum", _scan_infer, _cumsum_vjp, attrs=ONE)
+cumprod_p = primitive("cumprod", _scan_infer, _cumprod_vjp, save_output=True, attrs=ONE)
+norm_p = primitive("norm", _norm_infer, _norm_vjp, normalize=F, save_output=True,
+                   attrs=dict(R, ord=A.FLOAT))
 
 
-def _axis_attr(axis):
-    return tuple(axis) if isinstance(axis, list) else axis
+def _one_axis(axis, op):
+    return None if axis is None else as_axis(axis, op)
 
 
 def sum(x, axis=None, keepdims: bool = False):  # noqa: A001
@@ -237,38 +240,46 @@ def sum(x, axis=None, keepdims: bool = False):  # noqa: A001
     >>> rill.sum(rill.tensor([[1., 2.], [3., 4.]]), axis=0)
     tensor([4., 6.])
     """
-    return bind(sum_p, x, axis=_axis_attr(axis), keepdims=keepdims)
+    return bind(sum_p, x, axis=as_axes(axis, "sum"),
+                keepdims=as_bool(keepdims, "keepdims", "sum"))
 
 
 def mean(x, axis=None, keepdims: bool = False):
-    return bind(mean_p, x, axis=_axis_attr(axis), keepdims=keepdims)
+    return bind(mean_p, x, axis=as_axes(axis, "mean"),
+                keepdims=as_bool(keepdims, "keepdims", "mean"))
 
 
 def prod(x, axis=None, keepdims: bool = False):
-    return bind(prod_p, x, axis=_axis_attr(axis), keepdims=keepdims)
+    return bind(prod_p, x, axis=as_axes(axis, "prod"),
+                keepdims=as_bool(keepdims, "keepdims", "prod"))
 
 
 def max(x, axis=None, keepdims: bool = False):  # noqa: A001
     """Largest value over `axis`; ties share the gradient."""
-    return bind(max_p, x, axis=_axis_attr(axis), keepdims=keepdims)
+    return bind(max_p, x, axis=as_axes(axis, "max"),
+                keepdims=as_bool(keepdims, "keepdims", "max"))
 
 
 def min(x, axis=None, keepdims: bool = False):  # noqa: A001
-    return bind(min_p, x, axis=_axis_attr(axis), keepdims=keepdims)
+    return bind(min_p, x, axis=as_axes(axis, "min"),
+                keepdims=as_bool(keepdims, "keepdims", "min"))
 
 
 def argmax(x, axis: int | None = None, keepdims: bool = False):
     """Index of the largest value (of the flattened tensor when axis is None). Not differentiable."""
-    return bind(argmax_p, x, axis=axis, keepdims=keepdims)
+    return bind(argmax_p, x, axis=_one_axis(axis, "argmax"),
+                keepdims=as_bool(keepdims, "keepdims", "argmax"))
 
 
 def argmin(x, axis: int | None = None, keepdims: bool = False):
-    return bind(argmin_p, x, axis=axis, keepdims=keepdims)
+    return bind(argmin_p, x, axis=_one_axis(axis, "argmin"),
+                keepdims=as_bool(keepdims, "keepdims", "argmin"))
 
 
 def var(x, axis=None, correction: float = 0, keepdims: bool = False):
     """Variance; `correction=1` divides by N-1 (Bessel), the default 0 by N."""
-    return bind(var_p, x, axis=_axis_attr(axis), keepdims=keepdims, correction=correction)
+    return bind(var_p, x, axis=as_axes(axis, "var"), keepdims=as_bool(keepdims, "keepdims", "var"),
+                correction=as_float(correction, "correction", "var"))
 
 
 @reports_as("std")
@@ -280,24 +291,27 @@ def std(x, axis=None, correction: float = 0, keepdims: bool = False):
 
 def logsumexp(x, axis=None, keepdims: bool = False):
     """log(sum(exp(x))) computed without overflow."""
-    return bind(logsumexp_p, x, axis=_axis_attr(axis), keepdims=keepdims)
+    return bind(logsumexp_p, x, axis=as_axes(axis, "logsumexp"),
+                keepdims=as_bool(keepdims, "keepdims", "logsumexp"))
 
 
 def all(x, axis=None, keepdims: bool = False):  # noqa: A001
-    return bind(all_p, x, axis=_axis_attr(axis), keepdims=keepdims)
+    return bind(all_p, x, axis=as_axes(axis, "all"),
+                keepdims=as_bool(keepdims, "keepdims", "all"))
 
 
 def any(x, axis=None, keepdims: bool = False):  # noqa: A001
-    return bind(any_p, x, axis=_axis_attr(axis), keepdims=keepdims)
+    return bind(any_p, x, axis=as_axes(axis, "any"),
+                keepdims=as_bool(keepdims, "keepdims", "any"))
 
 
 def cumsum(x, axis: int | None = None):
     """Running sum along `axis` (over the flattened tensor when axis is None)."""
-    return bind(cumsum_p, x, axis=axis)
+    return bind(cumsum_p, x, axis=_one_axis(axis, "cumsum"))
 
 
 def cumprod(x, axis: int | None = None):
-    return bind(cumprod_p, x, axis=axis)
+    return bind(cumprod_p, x, axis=_one_axis(axis, "cumprod"))
 
 
 @reports_as("norm")
@@ -308,4 +322,5 @@ def norm(x, ord=None, axis=None, keepdims: bool = False):
         ord = 2
     if isinstance(ord, str):
         raise ArgumentError(f"ord must be a number, inf, -inf or 'fro', got {ord!r}", op="norm")
-    return bind(norm_p, x, ord=ord, axis=_axis_attr(axis), keepdims=keepdims)
+    return bind(norm_p, x, ord=as_number(ord, "ord", "norm"), axis=as_axes(axis, "norm"),
+                keepdims=as_bool(keepdims, "keepdims", "norm"))

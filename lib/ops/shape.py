@@ -6,16 +6,21 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import dtypes as dt
 from ..errors import ArgumentError, ShapeError
 from ..errors import reports_as
 from ..eager.bind import bind
+from . import attrs as A
+from .arguments import as_axes, as_axis, as_choice, as_int, as_ints, as_shape, as_tensor, \
+    as_tensors, describe
 from . import promotion
 from .primitive import primitive
 from .rules import normalize_axes, normalize_axis, size_of
+from ..tensor import Tensor
 
 
-def _tensor(x):
-    return promotion.lift((x,))[0]
+def _tensor(x, op: str):
+    return as_tensor(x, "x", op)
 
 
 # ---- reshape -------------------------------------------------------------------------------
@@ -37,12 +42,13 @@ def _resolve_shape(old, new) -> tuple:
     return new
 
 
-def _reshape_infer(x, shape):
+def _reshape_infer(x, *, shape):
     return _resolve_shape(x.shape, shape), x.dtype
 
 
 reshape_p = primitive("reshape", _reshape_infer,
-                      lambda g, out, x, shape: (reshape(g, x.shape),))
+                      lambda g, out, x, shape: (reshape(g, x.shape),),
+                      attrs={"shape": A.TupleOf(A.Int(-1))})
 
 
 def reshape(x, *shape):
@@ -53,8 +59,8 @@ def reshape(x, *shape):
     """
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = shape[0]
-    x = _tensor(x)
-    shape = tuple(shape)
+    x = _tensor(x, "reshape")
+    shape = as_ints(shape, "shape", "reshape")
     if shape == x.shape:
         return x
     return bind(reshape_p, x, shape=shape)
@@ -63,7 +69,7 @@ def reshape(x, *shape):
 # ---- transpose -----------------------------------------------------------------------------
 
 
-def _transpose_infer(x, axes):
+def _transpose_infer(x, *, axes):
     if sorted(axes) != list(range(x.ndim)):
         raise ShapeError(f"axes {axes} are not a permutation of the {x.ndim} axes of {x.shape}")
     return tuple(x.shape[a] for a in axes), x.dtype
@@ -76,16 +82,17 @@ def _transpose_vjp(g, out, x, axes):
     return (transpose(g, tuple(inverse)),)
 
 
-transpose_p = primitive("transpose", _transpose_infer, _transpose_vjp)
+transpose_p = primitive("transpose", _transpose_infer, _transpose_vjp,
+                        attrs={"axes": A.TupleOf(A.INT)})
 
 
 def transpose(x, axes=None):
     """Permute axes (reverse them when `axes` is None)."""
-    x = _tensor(x)
+    x = _tensor(x, "transpose")
     if axes is None:
         axes = tuple(range(x.ndim))[::-1]
-    axes = tuple(int(a) % x.ndim if x.ndim and -x.ndim <= int(a) < x.ndim else int(a)
-                 for a in axes)
+    axes = tuple(a % x.ndim if x.ndim and -x.ndim <= a < x.ndim else a
+                 for a in as_ints(axes, "axes", "transpose"))
     if axes == tuple(range(x.ndim)):
         return x
     return bind(transpose_p, x, axes=axes)
@@ -98,8 +105,9 @@ def permute_dims(x, axes):
 
 @reports_as("swapaxes")
 def swapaxes(x, axis1: int, axis2: int):
-    x = _tensor(x)
-    a, b = normalize_axis(axis1, x.ndim), normalize_axis(axis2, x.ndim)
+    x = _tensor(x, "swapaxes")
+    a = normalize_axis(as_axis(axis1, "swapaxes", "axis1"), x.ndim)
+    b = normalize_axis(as_axis(axis2, "swapaxes", "axis2"), x.ndim)
     axes = list(range(x.ndim))
     axes[a], axes[b] = axes[b], axes[a]
     return transpose(x, axes)
@@ -108,9 +116,9 @@ def swapaxes(x, axis1: int, axis2: int):
 @reports_as("moveaxis")
 def moveaxis(x, source, destination):
     """Move axes to new positions; the others keep their order."""
-    x = _tensor(x)
-    src = [source] if isinstance(source, int) else list(source)
-    dst = [destination] if isinstance(destination, int) else list(destination)
+    x = _tensor(x, "moveaxis")
+    src = list(as_ints(source, "source", "moveaxis"))
+    dst = list(as_ints(destination, "destination", "moveaxis"))
     if len(src) != len(dst):
         raise ShapeError(f"moveaxis: {len(src)} sources but {len(dst)} destinations", op="moveaxis")
     src = [normalize_axis(a, x.ndim) for a in src]
@@ -132,11 +140,11 @@ def moveaxis_many(x, axes):
 @reports_as("squeeze")
 def squeeze(x, axis=None):
     """Remove axes of length one (all of them, or those named, which must have length one)."""
-    x = _tensor(x)
+    x = _tensor(x, "squeeze")
     if axis is None:
         axes = tuple(i for i, s in enumerate(x.shape) if s == 1)
     else:
-        axes = normalize_axes(axis, x.ndim)
+        axes = normalize_axes(as_axes(axis, "squeeze"), x.ndim)
         for a in axes:
             if x.shape[a] != 1:
                 raise ShapeError(f"cannot squeeze axis {a} of length {x.shape[a]} "
@@ -147,8 +155,8 @@ def squeeze(x, axis=None):
 @reports_as("expand_dims")
 def expand_dims(x, axis):
     """Insert axes of length one at the given positions of the result."""
-    x = _tensor(x)
-    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    x = _tensor(x, "expand_dims")
+    axes = as_ints(axis, "axis", "expand_dims")
     ndim = x.ndim + len(axes)
     axes = normalize_axes(axes, ndim)
     dims = iter(x.shape)
@@ -158,7 +166,9 @@ def expand_dims(x, axis):
 @reports_as("flatten")
 def flatten(x, start_axis: int = 0, end_axis: int = -1):
     """Merge axes start_axis..end_axis (inclusive) into one."""
-    x = _tensor(x)
+    x = _tensor(x, "flatten")
+    start_axis = as_axis(start_axis, "flatten", "start_axis")
+    end_axis = as_axis(end_axis, "flatten", "end_axis")
     if x.ndim == 0:
         return reshape(x, (1,))
     s, e = normalize_axis(start_axis, x.ndim), normalize_axis(end_axis, x.ndim)
@@ -170,7 +180,7 @@ def flatten(x, start_axis: int = 0, end_axis: int = -1):
 # ---- broadcast_to --------------------------------------------------------------------------
 
 
-def _broadcast_to_infer(x, shape):
+def _broadcast_to_infer(x, *, shape):
     lead = len(shape) - x.ndim
     if lead < 0 or any(s != 1 and s != shape[lead + i] for i, s in enumerate(x.shape)):
         raise ShapeError(f"cannot broadcast shape {x.shape} to {shape}")
@@ -182,12 +192,13 @@ def _broadcast_to_vjp(g, out, x, shape):
     return (sum_to_shape(g, x.shape),)
 
 
-broadcast_to_p = primitive("broadcast_to", _broadcast_to_infer, _broadcast_to_vjp)
+broadcast_to_p = primitive("broadcast_to", _broadcast_to_infer, _broadcast_to_vjp,
+                           attrs={"shape": A.SHAPE})
 
 
 def broadcast_to(x, shape):
-    x = _tensor(x)
-    shape = tuple(int(s) for s in shape)
+    x = _tensor(x, "broadcast_to")
+    shape = as_shape(shape, "broadcast_to")
     if shape == x.shape:
         return x
     return bind(broadcast_to_p, x, shape=shape)
@@ -216,23 +227,21 @@ def _concat_vjp(g, out, *xs, axis):
     return split(g, [x.shape[a] for x in xs], axis=a)
 
 
-concat_p = primitive("concat", _concat_infer, _concat_vjp, normalize=promotion.common)
+concat_p = primitive("concat", _concat_infer, _concat_vjp, normalize=promotion.common,
+                     attrs={"axis": A.AXIS})
 
 
 def concat(tensors, axis: int = 0):
     """Join tensors along an existing axis (dtypes promote)."""
-    tensors = list(tensors)
-    if not tensors:
-        raise ArgumentError("concat needs at least one tensor", op="concat")
-    return bind(concat_p, *tensors, axis=axis)
+    return bind(concat_p, *as_tensors(tensors, "tensors", "concat"),
+                axis=as_axis(axis, "concat"))
 
 
 @reports_as("stack")
 def stack(tensors, axis: int = 0):
     """Join equally shaped tensors along a new axis."""
-    tensors = [_tensor(t) for t in tensors]
-    if not tensors:
-        raise ArgumentError("stack needs at least one tensor", op="stack")
+    tensors = as_tensors(tensors, "tensors", "stack")
+    axis = as_axis(axis, "stack")
     normalize_axis(axis, tensors[0].ndim + 1)
     shapes = {t.shape for t in tensors}
     if len(shapes) > 1:
@@ -241,7 +250,9 @@ def stack(tensors, axis: int = 0):
     return concat([expand_dims(t, axis) for t in tensors], axis=axis)
 
 
-def _split_infer(x, sizes, axis):
+def _split_infer(x, *, sizes, axis):
+    if not 0 <= axis < x.ndim or sum(sizes) != x.shape[axis]:
+        raise ShapeError(f"sizes {sizes} along axis {axis} do not split shape {x.shape}")
     shapes = []
     for s in sizes:
         shape = list(x.shape)
@@ -254,7 +265,8 @@ def _split_vjp(gs, outs, x, sizes, axis):
     return (concat(list(gs), axis=axis),)
 
 
-split_p = primitive("split", _split_infer, _split_vjp, multiple_results=True)
+split_p = primitive("split", _split_infer, _split_vjp, multiple_results=True,
+                    attrs={"sizes": A.TupleOf(A.NonNegInt), "axis": A.NonNegInt})
 
 
 @reports_as("split")
@@ -264,17 +276,17 @@ def split(x, sizes_or_sections, axis: int = 0):
     >>> [p.shape for p in rill.split(rill.zeros(5, 2), [2, 3])]
     [(2, 2), (3, 2)]
     """
-    x = _tensor(x)
-    a = normalize_axis(axis, x.ndim)
+    x = _tensor(x, "split")
+    a = normalize_axis(as_axis(axis, "split"), x.ndim)
     n = x.shape[a]
-    if isinstance(sizes_or_sections, int):
-        k = sizes_or_sections
+    sizes = as_ints(sizes_or_sections, "sizes_or_sections", "split")
+    if not isinstance(sizes_or_sections, (tuple, list)):
+        k = sizes[0]
         if k <= 0 or n % k:
             raise ShapeError(f"axis {axis} of length {n} does not split into {k} equal "
                              f"sections", op="split")
         sizes = (n // k,) * k
     else:
-        sizes = tuple(int(s) for s in sizes_or_sections)
         if sum(sizes) != n or any(s < 0 for s in sizes):
             raise ShapeError(f"sizes {sizes} do not add up to the length {n} of axis {axis}",
                              op="split")
@@ -286,7 +298,9 @@ def split(x, sizes_or_sections, axis: int = 0):
 _PAD_MODES = ("constant", "reflect", "edge")
 
 
-def _pad_infer(x, widths, mode, value):
+def _pad_infer(x, *, widths, mode, value):
+    if len(widths) != x.ndim:
+        raise ShapeError(f"{len(widths)} pad widths for a tensor of shape {x.shape}")
     for (lo, hi), n in zip(widths, x.shape):
         if mode == "reflect" and (lo >= n or hi >= n) and (lo or hi):
             raise ShapeError(f"reflect padding ({lo}, {hi}) needs an axis longer than the pad, "
@@ -294,6 +308,13 @@ def _pad_infer(x, widths, mode, value):
         if mode == "edge" and n == 0 and (lo or hi):
             raise ShapeError("edge padding of an empty axis")
     return tuple(n + lo + hi for (lo, hi), n in zip(widths, x.shape)), x.dtype
+
+
+def _int_tree(value, what: str = "pad_width"):
+    """pad_width's nested sequences as nested tuples, every leaf a non-negative int."""
+    if isinstance(value, (tuple, list)):
+        return tuple(_int_tree(v, f"{what}[{i}]") for i, v in enumerate(value))
+    return as_int(value, what, "pad", low=0, error=ShapeError)
 
 
 def _pad_vjp(g, out, x, widths, mode, value):
@@ -314,7 +335,9 @@ def _pad_vjp(g, out, x, widths, mode, value):
     return (g,)
 
 
-pad_p = primitive("pad", _pad_infer, _pad_vjp)
+pad_p = primitive("pad", _pad_infer, _pad_vjp,
+                  attrs=dict(widths=A.TupleOf(A.TupleOf(A.NonNegInt, length=2)),
+                             mode=A.Choice(*_PAD_MODES), value=A.Scalar()))
 
 
 @reports_as("pad")
@@ -323,12 +346,15 @@ def pad(x, pad_width, mode: str = "constant", value=0):
 
     pad_width: an int, a (before, after) pair for every axis, or one pair per axis.
     """
-    x = _tensor(x)
-    if mode not in _PAD_MODES:
-        raise ArgumentError(f"mode must be one of {_PAD_MODES}, got {mode!r}", op="pad")
+    x = _tensor(x, "pad")
+    mode = as_choice(mode, "mode", "pad", _PAD_MODES)
+    if dt.scalar_kind(value) is None:
+        raise ArgumentError(f"value must be a bool, int or float, got {describe(value)}",
+                            op="pad")
+    widths = _int_tree(pad_width)
     try:
-        widths = np.broadcast_to(np.asarray(pad_width, dtype=np.int64), (x.ndim, 2))
-    except ValueError:
+        widths = np.broadcast_to(np.asarray(widths, dtype=np.int64), (x.ndim, 2))
+    except ValueError:  # ragged, or a shape that does not broadcast to one pair per axis
         raise ShapeError(f"pad_width {pad_width!r} does not fit a tensor with {x.ndim} axes",
                          op="pad") from None
     if (widths < 0).any():
@@ -337,18 +363,20 @@ def pad(x, pad_width, mode: str = "constant", value=0):
     return bind(pad_p, x, widths=widths, mode=mode, value=value)
 
 
-def _axes_infer(x, axes, **_):
+def _flip_infer(x, *, axes):
     normalize_axes(axes, x.ndim)
     return x.shape, x.dtype
 
 
-flip_p = primitive("flip", _axes_infer, lambda g, out, x, axes: (flip(g, axes),))
+flip_p = primitive("flip", _flip_infer, lambda g, out, x, axes: (flip(g, axes),),
+                   attrs={"axes": A.TupleOf(A.INT)})
 
 
 @reports_as("flip")
 def flip(x, axis=None):
     """Reverse the order of elements along `axis` (all axes by default)."""
-    x = _tensor(x)
+    x = _tensor(x, "flip")
+    axis = as_axes(axis, "flip")
     return bind(flip_p, x, axes=normalize_axes(axis, x.ndim) if axis is not None else
                 tuple(range(x.ndim)))
 
@@ -357,7 +385,7 @@ def _roll_vjp(g, out, x, shift, axes):
     return (roll(g, tuple(-s for s in shift) if isinstance(shift, tuple) else -shift, axes),)
 
 
-def _roll_infer(x, shift, axes):
+def _roll_infer(x, *, shift, axes):
     if axes is not None:
         normalize_axes(axes, x.ndim)
         if isinstance(shift, tuple) and len(shift) != len(axes):
@@ -365,14 +393,17 @@ def _roll_infer(x, shift, axes):
     return x.shape, x.dtype
 
 
-roll_p = primitive("roll", _roll_infer, _roll_vjp)
+roll_p = primitive("roll", _roll_infer, _roll_vjp,
+                   attrs=dict(shift=A.OneOf(A.INT, A.TupleOf(A.INT)),
+                              axes=A.Optional(A.TupleOf(A.INT))))
 
 
 @reports_as("roll")
 def roll(x, shift, axis=None):
     """Shift elements cyclically along `axis` (the flattened tensor when axis is None)."""
-    shift = tuple(int(s) for s in shift) if isinstance(shift, (tuple, list)) else int(shift)
-    axes = (axis,) if isinstance(axis, int) else (None if axis is None else tuple(axis))
+    shift = as_ints(shift, "shift", "roll") if isinstance(shift, (tuple, list)) else \
+        as_int(shift, "shift", "roll")
+    axes = None if axis is None else as_ints(axis, "axis", "roll")
     return bind(roll_p, x, shift=shift, axes=axes)
 
 
@@ -382,10 +413,8 @@ def roll(x, shift, axis=None):
 @reports_as("tile")
 def tile(x, reps):
     """Repeat the whole tensor `reps` times along each axis (NumPy's tile)."""
-    x = _tensor(x)
-    reps = (int(reps),) if isinstance(reps, int) else tuple(int(r) for r in reps)
-    if any(r < 0 for r in reps):
-        raise ShapeError(f"reps must be non-negative, got {reps}", op="tile")
+    x = _tensor(x, "tile")
+    reps = as_ints(reps, "reps", "tile", low=0, error=ShapeError)
     ndim = max(len(reps), x.ndim)
     reps = (1,) * (ndim - len(reps)) + reps
     shape = (1,) * (ndim - x.ndim) + x.shape
@@ -399,11 +428,17 @@ def repeat(x, repeats, axis: int | None = None):
     """Repeat each element `repeats` times (an int, or one count per element) along `axis`."""
     from .creation import tensor
     from .indexing import take
-    x = _tensor(x)
+    x = _tensor(x, "repeat")
     if axis is None:
         x, axis = reshape(x, (-1,)), 0
-    a = normalize_axis(axis, x.ndim)
-    counts = np.asarray(repeats)
+    a = normalize_axis(as_axis(axis, "repeat"), x.ndim)
+    if isinstance(repeats, Tensor) and repeats.dtype.is_integer and repeats.ndim == 1:
+        repeats = repeats.tolist()
+    if isinstance(repeats, (tuple, list)):
+        counts = np.array(as_ints(repeats, "repeats", "repeat", low=0, error=ShapeError),
+                          dtype=np.int64)
+    else:
+        counts = np.int64(as_int(repeats, "repeats", "repeat", low=0, error=ShapeError))
     if (counts < 0).any() or counts.ndim > 1 or (counts.ndim == 1 and len(counts) != x.shape[a]):
         raise ShapeError(f"repeats must be a non-negative int or one per element of axis {axis} "
                          f"(length {x.shape[a]}), got {repeats!r}", op="repeat")
@@ -414,24 +449,24 @@ def repeat(x, repeats, axis: int | None = None):
 # ---- triangles -----------------------------------------------------------------------------
 
 
-def _tri_infer(x, k):
+def _tri_infer(x, *, k):
     if x.ndim < 2:
         raise ShapeError(f"needs at least 2 dimensions, got shape {x.shape}")
     return x.shape, x.dtype
 
 
-tril_p = primitive("tril", _tri_infer, lambda g, out, x, k: (tril(g, k),))
-triu_p = primitive("triu", _tri_infer, lambda g, out, x, k: (triu(g, k),))
+tril_p = primitive("tril", _tri_infer, lambda g, out, x, k: (tril(g, k),), attrs={"k": A.INT})
+triu_p = primitive("triu", _tri_infer, lambda g, out, x, k: (triu(g, k),), attrs={"k": A.INT})
 
 
 def tril(x, k: int = 0):
     """Lower triangle of the last two axes (entries above the k-th diagonal zeroed)."""
-    return bind(tril_p, x, k=int(k))
+    return bind(tril_p, x, k=as_int(k, "k", "tril"))
 
 
 def triu(x, k: int = 0):
     """Upper triangle of the last two axes (entries below the k-th diagonal zeroed)."""
-    return bind(triu_p, x, k=int(k))
+    return bind(triu_p, x, k=as_int(k, "k", "triu"))
 
 
 def slice_axis(x, axis: int, start: int, stop: int):

@@ -5,11 +5,13 @@ from .. import dtypes as dt
 from ..errors import ShapeError
 from ..errors import reports_as
 from ..eager.bind import bind
+from . import attrs as A
+from .arguments import as_axis, as_bool, as_int
 from .primitive import primitive
 from .rules import normalize_axis, require
 
 
-def _sort_infer(x, axis, descending):
+def _sort_infer(x, *, axis, descending):
     require(x, "biuf", "a tensor")
     normalize_axis(axis, x.ndim)
     return [(x.shape, x.dtype), (x.shape, dt.int64)]
@@ -23,10 +25,11 @@ def _scatter_back(gs, outs, x, axis):
 
 sort_p = primitive("sort", _sort_infer,
                    lambda gs, outs, x, axis, descending: _scatter_back(gs, outs, x, axis),
-                   multiple_results=True, save_output=True)
+                   multiple_results=True, save_output=True,
+                   attrs=dict(axis=A.AXIS, descending=A.BOOL))
 
 
-def _topk_infer(x, k, axis, largest):
+def _topk_infer(x, *, k, axis, largest):
     require(x, "biuf", "a tensor")
     a = normalize_axis(axis, x.ndim)
     if not 0 <= k <= x.shape[a]:
@@ -37,29 +40,33 @@ def _topk_infer(x, k, axis, largest):
 
 topk_p = primitive("topk", _topk_infer,
                    lambda gs, outs, x, k, axis, largest: _scatter_back(gs, outs, x, axis),
-                   multiple_results=True, save_output=True)
+                   multiple_results=True, save_output=True,
+                   attrs=dict(k=A.INT, axis=A.AXIS, largest=A.BOOL))
 
 
-def _axis(x, axis):
+def _axis(x, axis, op):
     if getattr(x, "ndim", 1) == 0:
-        raise ShapeError("cannot sort a 0-d tensor", op="sort")
-    return axis
+        raise ShapeError("cannot sort a 0-d tensor", op=op)
+    return as_axis(axis, op)
 
 
 @reports_as("sort")
 def sort(x, axis: int = -1, descending: bool = False):
     """Values sorted along `axis` (stable; descending reverses the stable order)."""
-    return bind(sort_p, x, axis=_axis(x, axis), descending=descending)[0]
+    return bind(sort_p, x, axis=_axis(x, axis, "sort"),
+                descending=as_bool(descending, "descending", "sort"))[0]
 
 
 @reports_as("argsort")
 def argsort(x, axis: int = -1, descending: bool = False):
     """Indices that sort x along `axis`."""
-    return bind(sort_p, x, axis=_axis(x, axis), descending=descending)[1]
+    return bind(sort_p, x, axis=_axis(x, axis, "argsort"),
+                descending=as_bool(descending, "descending", "argsort"))[1]
 
 
 @reports_as("topk")
 def topk(x, k: int, axis: int = -1, largest: bool = True):
     """(values, indices) of the k largest (or smallest) entries along `axis`, in order."""
-    values, indices = bind(topk_p, x, k=int(k), axis=_axis(x, axis), largest=largest)
+    values, indices = bind(topk_p, x, k=as_int(k, "k", "topk"), axis=_axis(x, axis, "topk"),
+                           largest=as_bool(largest, "largest", "topk"))
     return values, indices

@@ -14,10 +14,13 @@ from __future__ import annotations
 
 from ..eager.bind import bind
 from ..errors import ShapeError
+from . import attrs as A
+from .arguments import as_float
 from .primitive import primitive
 
 
-def _adam_infer(p, g, m, v, step_size, bias_correction2_sqrt, **attrs):
+def _adam_infer(p, g, m, v, step_size, bias_correction2_sqrt, *, beta1, beta2, eps,
+                weight_decay, decay):
     for t, what in ((g, "gradient"), (m, "exp_avg"), (v, "exp_avg_sq")):
         if tuple(t.shape) != tuple(p.shape) or t.dtype is not p.dtype:
             raise ShapeError(f"{what} is {t.dtype}{list(t.shape)}, the parameter "
@@ -28,11 +31,17 @@ def _adam_infer(p, g, m, v, step_size, bias_correction2_sqrt, **attrs):
     return [(p.shape, p.dtype)] * 3
 
 
-adam_update_p = primitive("adam_update", _adam_infer, multiple_results=True)
+adam_update_p = primitive("adam_update", _adam_infer, multiple_results=True,
+                          attrs=dict(beta1=A.FLOAT, beta2=A.FLOAT, eps=A.FLOAT,
+                                     weight_decay=A.FLOAT, decay=A.FLOAT))
+
+_OP = "adam_update"
 
 
 def adam_update(p, g, m, v, step_size, bias_correction2_sqrt, *, beta1, beta2, eps,
                 weight_decay=0.0, decay=1.0):
     return bind(adam_update_p, p, g, m, v, step_size, bias_correction2_sqrt,
-                beta1=float(beta1), beta2=float(beta2), eps=float(eps),
-                weight_decay=float(weight_decay), decay=float(decay))
+                beta1=as_float(beta1, "beta1", _OP), beta2=as_float(beta2, "beta2", _OP),
+                eps=as_float(eps, "eps", _OP),
+                weight_decay=as_float(weight_decay, "weight_decay", _OP),
+                decay=as_float(decay, "decay", _OP))
