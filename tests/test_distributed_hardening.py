@@ -288,7 +288,7 @@ def test_encoding_refuses_what_the_format_cannot_carry():
 @pytest.mark.parametrize("payload", ["pickle", "truncated"])
 def test_a_ps_refuses_a_message_that_is_not_a_rill_message(payload):
     rc, out = launch("-n", 2, "--ps", 1, "--timeout", 30, SCRIPTS / "ps_malformed.py",
-                        payload, timeout=90)
+                     payload, timeout=90)
     assert rc != 0, out
     assert "DistributedError" in out and "malformed message from rank 1 (worker0)" in out, out
     assert "UNPICKLED" not in out and "without complaint" not in out, out
@@ -297,7 +297,7 @@ def test_a_ps_refuses_a_message_that_is_not_a_rill_message(payload):
 @pytest.mark.parametrize("setup", ["sync0", "sparse"])
 def test_parameter_server_training_never_pickles(setup):
     rc, out = launch("-n", 3, "--ps", 1 if setup == "sync0" else 2, "--timeout", 30,
-                        SCRIPTS / "no_pickle.py", setup, timeout=120)
+                     SCRIPTS / "no_pickle.py", setup, timeout=120)
     assert rc == 0, out
     assert "pickled" not in out
 
