@@ -21,5 +21,6 @@ background threads that feed a bounded `Queue`.
 """
 from .dataset import Dataset
 from .queue import Queue, QueueClosed
+from .timeouts import set_default_timeout
 
-__all__ = ["Dataset", "Queue", "QueueClosed"]
+__all__ = ["Dataset", "Queue", "QueueClosed", "set_default_timeout"]

@@ -23,7 +23,7 @@ from ..errors import ArgumentError, reports_as
 from ..ops.creation import tensor
 from ..random import default_generator
 from ..tensor import Tensor
-from . import stages, workers
+from . import stages, timeouts, workers
 
 # Lengths that are not counts, as tf.data's cardinality.
 INFINITE = -1
@@ -44,11 +44,14 @@ class Dataset:
     {'x': tensor(1), 'y': tensor(1.)}
     """
 
-    def __init__(self, make_pass, length: int, name: str):
+    def __init__(self, make_pass, length: int, name: str, bounded: bool = False):
         # Private: use the constructors. make_pass() returns a generator for one fresh pass.
+        # `bounded`: the last stage already waits for each element no longer than the
+        # default timeout (a threaded map or prefetch given none), so a loop needs no more.
         self._make_pass = make_pass
         self._length = length
         self._name = name
+        self._bounded = bounded
 
     # ---- constructors ----------------------------------------------------------------------
 
@@ -140,7 +143,7 @@ class Dataset:
 
     # ---- transformations -------------------------------------------------------------------
 
-    def map(self, fn, num_workers: int = 0) -> "Dataset":
+    def map(self, fn, num_workers: int = 0, timeout=timeouts.DEFAULT) -> "Dataset":
         """fn applied to each element; a tuple element is unpacked into arguments.
 
         With `num_workers > 0`, fn runs on that many background threads, results still in
@@ -148,6 +151,12 @@ class Dataset:
         NumPy on large arrays). An exception there is re-raised here as `rill.DataError`
         with the worker's traceback. With 0, fn runs in the loop's own thread and its
         exceptions pass through unchanged.
+
+        `timeout`: seconds the loop waits for each result of a threaded map before raising
+        `rill.DataError` naming the function, the element and how long it has run (None or
+        inf: no limit; unset: `rill.data.set_default_timeout`'s, read as each pass starts).
+        A timeout given with `num_workers=0` runs fn on one background thread, since a call
+        in the loop's own thread could not be abandoned.
 
         >>> ds = rill.data.Dataset.from_arrays([1, 2], [3, 4]).map(lambda a, b: a + b)
         >>> [int(v) for v in ds]
@@ -157,9 +166,16 @@ class Dataset:
             raise ArgumentError(f"fn must be callable, got a {type(fn).__name__}",
                                 op="data.map")
         num_workers = _count(num_workers, "num_workers", "data.map", 0)
+        timeout, timeout_text = _timeout(timeout, "data.map")
+        if timeout is not timeouts.DEFAULT and timeout is not None and not num_workers:
+            num_workers = 1
         if num_workers:
-            return self._then(lambda: workers.parallel_map(self, fn, num_workers), self._length,
-                              f"map({_name(fn)}, num_workers={num_workers})")
+            step = f"map({_name(fn)}, num_workers={num_workers}{timeout_text})"
+            name = f"{self._name}.{step}"
+            return self._then(
+                lambda: workers.parallel_map(self, fn, num_workers,
+                                             timeouts.Limit(timeout, "data.map"), name),
+                self._length, step, bounded=timeout is timeouts.DEFAULT)
         return self._then(lambda: stages.mapped(self, fn), self._length, f"map({_name(fn)})")
 
     def shuffle(self, buffer_size: int, seed: int | None = None) -> "Dataset":
@@ -242,23 +258,55 @@ class Dataset:
         length = max(self._length - n, 0) if self._length >= 0 else self._length
         return self._then(lambda: stages.skipped(self, n), length, f"skip({n})")
 
-    def prefetch(self, n: int) -> "Dataset":
+    def prefetch(self, n: int, timeout=timeouts.DEFAULT) -> "Dataset":
         """The same elements, computed by a background thread up to `n` elements ahead.
 
-        Put it last, so that the whole pipeline overlaps the training step.
+        Put it last, so that the whole pipeline overlaps the training step. `timeout`:
+        seconds the loop waits for each element before raising `rill.DataError` naming
+        this stage and what its thread is doing (None or inf: no limit; unset:
+        `rill.data.set_default_timeout`'s, read as each pass starts).
 
         >>> [int(x) for x in rill.data.Dataset.from_arrays([1, 2, 3]).prefetch(2)]
         [1, 2, 3]
         """
         n = _count(n, "n", "data.prefetch", 1)
-        return self._then(lambda: workers.prefetch(self, n), self._length, f"prefetch({n})")
+        timeout, timeout_text = _timeout(timeout, "data.prefetch")
+        step = f"prefetch({n}{timeout_text})"
+        name = f"{self._name}.{step}"
+        return self._then(
+            lambda: workers.prefetch(self, n, timeouts.Limit(timeout, "data.prefetch"), name),
+            self._length, step, bounded=timeout is timeouts.DEFAULT)
 
     # ---- running ---------------------------------------------------------------------------
 
     def __iter__(self):
-        """A fresh pass. Its background threads, if any, start at the first element and stop
-        when the pass ends, the loop breaks, or the iterator is closed or collected."""
-        return self._make_pass()
+        """A fresh pass, with the default timeout (`rill.data.set_default_timeout`; none
+        unless set): `for x in ds` is `for x in ds.iter()`."""
+        return self.iter()
+
+    def iter(self, timeout=timeouts.DEFAULT):
+        """A fresh pass whose loop waits at most `timeout` seconds for each element.
+
+        Past that, `rill.DataError` names the pipeline, the element, and what the stuck
+        stage is doing (which generator or map function, on which element, for how long).
+        None or inf: no limit; unset: the default from `rill.data.set_default_timeout`.
+        With a limit, the pass runs on a background thread (a stuck call in the loop's own
+        thread could not be abandoned), so exceptions from the pipeline arrive as
+        `rill.DataError`, as through `prefetch`.
+
+        Background threads, if any, start at the first element and stop when the pass ends,
+        the loop breaks, or the iterator is closed or collected. A thread stuck in user code
+        when its deadline passes stops as soon as that code returns.
+
+        >>> ds = rill.data.Dataset.from_arrays([1, 2, 3]).map(lambda x: 2 * x)
+        >>> [int(x) for x in ds.iter(timeout=10)]
+        [2, 4, 6]
+        """
+        timeout, _ = _timeout(timeout, "data.iter")
+        limit = timeouts.Limit(timeout, "data.iter")
+        if limit.seconds is None or (limit.by_default and self._bounded):
+            return self._make_pass()
+        return workers.prefetch(self, 1, limit, f"iterating {self._name}", op="data.iter")
 
     def __len__(self) -> int:
         if self._length == INFINITE:
@@ -278,8 +326,8 @@ class Dataset:
         length = {INFINITE: "infinite", UNKNOWN: "unknown"}.get(self._length, self._length)
         return f"<{self._name}, len={length}>"
 
-    def _then(self, make_pass, length: int, step: str) -> "Dataset":
-        return Dataset(make_pass, length, f"{self._name}.{step}")
+    def _then(self, make_pass, length: int, step: str, bounded: bool = False) -> "Dataset":
+        return Dataset(make_pass, length, f"{self._name}.{step}", bounded)
 
 
 # ---- helpers -----------------------------------------------------------------------------------
@@ -319,6 +367,14 @@ def _count(value, name: str, op: str, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise ArgumentError(f"{name} must be an int >= {minimum}, got {value!r}", op=op)
     return int(value)
+
+
+def _timeout(value, op: str) -> tuple:
+    """(timeout checked: DEFAULT, None or seconds; its text in the stage's name)."""
+    if value is timeouts.DEFAULT:
+        return value, ""
+    seconds = timeouts.seconds_or_none(value, op)
+    return seconds, f", timeout={seconds:g}" if seconds is not None else ", timeout=None"
 
 
 def _name(fn) -> str:

@@ -16,6 +16,7 @@ import threading
 import time
 
 from ..errors import ArgumentError, DataError
+from . import timeouts
 
 
 class QueueClosed(DataError):
@@ -38,6 +39,9 @@ class Queue:
     `timeout` seconds when one is given (then `rill.DataError`). `close()` wakes every
     waiting thread: putters raise `QueueClosed`; getters take what is left, then raise
     `QueueClosed`, which is also where `for item in queue` ends.
+
+    A timeout is None or `inf` (wait as long as it takes), or seconds >= 0 (0: do not wait);
+    a NaN, a negative number or a non-number raises `rill.ArgumentError` naming the method.
 
     >>> q = rill.data.Queue(capacity=1)
     >>> q.put(1)
@@ -76,12 +80,13 @@ class Queue:
     __len__ = size
 
     def put(self, item, timeout: float | None = None) -> None:
-        """Append `item`, waiting while the queue is full (at most `timeout` seconds)."""
-        deadline = _deadline(timeout, "put")
+        """Append `item`, waiting while the queue is full: at most `timeout` seconds (None
+        or inf: as long as it takes; 0: not at all), then `rill.DataError`."""
+        seconds, deadline = _deadline(timeout, "put")
         with self._not_full:
             while not self._closed and len(self._items) >= self.capacity:
-                if not _wait(self._not_full, deadline):
-                    raise DataError(f"put timed out after {timeout:g} s: the queue stayed full "
+                if not timeouts.wait(self._not_full.wait, deadline):
+                    raise DataError(f"put timed out after {seconds:g} s: the queue stayed full "
                                     f"({len(self._items)} of capacity {self.capacity})",
                                     op="data.Queue.put")
             if self._closed:
@@ -90,15 +95,17 @@ class Queue:
             self._not_empty.notify()
 
     def get(self, timeout: float | None = None):
-        """Remove and return the oldest item, waiting while the queue is empty.
+        """Remove and return the oldest item, waiting while the queue is empty: at most
+        `timeout` seconds (None or inf: as long as it takes; 0: not at all), then
+        `rill.DataError`.
 
         Raises `QueueClosed` once the queue is closed and drained.
         """
-        deadline = _deadline(timeout, "get")
+        seconds, deadline = _deadline(timeout, "get")
         with self._not_empty:
             while not self._closed and not self._items:
-                if not _wait(self._not_empty, deadline):
-                    raise DataError(f"get timed out after {timeout:g} s: the queue stayed "
+                if not timeouts.wait(self._not_empty.wait, deadline):
+                    raise DataError(f"get timed out after {seconds:g} s: the queue stayed "
                                     f"empty (0 of capacity {self.capacity})", op="data.Queue.get")
             if not self._items:
                 raise QueueClosed("the queue is closed and drained", op="data.Queue.get")
@@ -127,22 +134,7 @@ class Queue:
         return f"rill.data.Queue(size={len(self._items)}, capacity={self.capacity}{state})"
 
 
-def _deadline(timeout, method: str) -> float | None:
-    if timeout is None:
-        return None
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
-        raise ArgumentError(f"timeout must be None or seconds >= 0, got {timeout!r}",
-                            op=f"data.Queue.{method}")
-    return time.monotonic() + timeout
-
-
-def _wait(condition: threading.Condition, deadline: float | None) -> bool:
-    """Wait once; False when the deadline has already passed."""
-    if deadline is None:
-        condition.wait()
-        return True
-    remaining = deadline - time.monotonic()
-    if remaining <= 0:
-        return False
-    condition.wait(remaining)
-    return True
+def _deadline(timeout, method: str) -> tuple:
+    """(seconds, time.monotonic() deadline), both None for no timeout."""
+    seconds = timeouts.seconds_or_none(timeout, f"data.Queue.{method}", allow_zero=True)
+    return seconds, None if seconds is None else time.monotonic() + seconds

@@ -15,7 +15,7 @@ import itertools
 
 from ..errors import DataError
 from .collate import collate
-from .workers import call, opened
+from .workers import call, doing, function_name, opened, tracked, watched
 
 
 def rows(columns: list, rebuild, n: int):
@@ -34,13 +34,20 @@ def generated(fn, name: str):
                         "from_generator needs a function returning an iterator",
                         op="data.from_generator") from None
     with opened(source) as it:
-        yield from it
+        yield from watched(it, f"running generator {name}")
 
 
 def mapped(upstream, fn):
+    name = function_name(fn)
+    track = tracked()  # on a pipeline thread: say which call a timeout waited for
     with opened(upstream) as it:
-        for element in it:
-            yield call(fn, element)
+        for index, element in enumerate(it):
+            if not track:
+                yield call(fn, element)
+                continue
+            with doing(lambda i=index: f"running map function {name} on element {i}"):
+                result = call(fn, element)
+            yield result
 
 
 def shuffled(upstream, buffer_size: int, rng):
