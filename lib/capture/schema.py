@@ -264,10 +264,7 @@ def node_attrs(node: Node, attrs, path, n_variables: int) -> None:
         fields(attrs, path, ("var",))
         index(attrs["var"], path / "var", n_variables, "variable")
     else:
-        try:
-            from ..ops.attrs import attr_problems
-        except ImportError:  # TEMPORARY until rill.ops.attrs lands
-            return
+        from ..ops.attrs import attr_problems
         for where, why in attr_problems(node.primitive, attrs):
             fail(path / where, why)
 
