@@ -157,7 +157,9 @@ PROMOTION_TABLE: dict[tuple[DType, DType], DType] = {
 
 def promote_types(a: DType, b: DType) -> DType:
     """The dtype that both `a` and `b` convert to without losing their kind."""
-    return PROMOTION_TABLE[a, b]
+    if type(a) is DType and type(b) is DType:
+        return PROMOTION_TABLE[a, b]
+    return PROMOTION_TABLE[as_dtype(a, "promote_types"), as_dtype(b, "promote_types")]
 
 
 _SCALAR_KINDS = {bool: "b", int: "i", float: "f"}
@@ -194,7 +196,10 @@ def to_float(d: DType) -> DType:
 
 def finfo(d: DType):
     """NumPy-style float limits; bfloat16 gets its own numbers."""
-    d = as_dtype(d)
+    d = as_dtype(d, "finfo")
+    if not d.is_floating:
+        from .errors import DTypeError
+        raise DTypeError(f"finfo is for floating dtypes, got {d}", op="finfo")
     if d is bfloat16:
         class _BF16Info:
             bits, eps, max, min, tiny, resolution = 16, 2.0 ** -7, 3.3895313892515355e38, \

@@ -23,6 +23,11 @@ class Generator:
         self.manual_seed(seed)
 
     def manual_seed(self, seed: int | None) -> "Generator":
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))
+                                 or seed < 0):
+            from .errors import ArgumentError
+            raise ArgumentError(f"seed must be None or an int >= 0, got {seed!r}",
+                                op="manual_seed")
         self.seed = seed
         self._bits = np.random.PCG64(seed)
         self._numpy = np.random.Generator(self._bits)

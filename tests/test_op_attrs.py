@@ -47,7 +47,7 @@ GRAPH = Graph()
 @pytest.mark.parametrize("kind, good, bad", [
     (A.INT, [0, -3, 2**63 - 1, -2**63], [1.5, True, "1", None, 2**63, -2**63 - 1, np.int64(1)]),
     (A.NonNegInt, [0, 7], [-1, 1.0]),
-    (A.FLOAT, [0, 1.5, math.inf, math.nan, 2**80], [True, "1", None, 1j]),
+    (A.FLOAT, [0, 1.5, math.inf, math.nan, 2**80], [True, "1", None, 1j, 2**1024]),
     (A.Float(finite=True), [1.5, 3], [math.inf, math.nan]),
     (A.BOOL, [True, False], [1, 0, None, "True", np.bool_(True)]),
     (A.Choice("a", "b"), ["a", "b"], ["c", 1, None]),

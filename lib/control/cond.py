@@ -27,6 +27,9 @@ def cond(pred, true_fn, false_fn, *operands):
     >>> rill.cond(x > 0, lambda v: v * 2, lambda v: -v, x)
     tensor(6.)
     """
+    if not (callable(true_fn) and callable(false_fn)):
+        raise ArgumentError(f"true_fn and false_fn must be functions, got "
+                            f"{type(true_fn).__name__} and {type(false_fn).__name__}", op="cond")
     if isinstance(pred, Tensor):
         if pred.size != 1:
             raise ShapeError(f"the predicate must have one element, got shape {pred.shape}",
@@ -52,7 +55,7 @@ def switch(index, branches, *operands):
     >>> rill.switch(rill.tensor(1), fns, rill.tensor(2.0))
     tensor(20.)
     """
-    branches = tuple(branches)
+    branches = tuple(branches) if isinstance(branches, (list, tuple)) else ()
     if not branches or not all(callable(b) for b in branches):
         raise ArgumentError("switch needs a non-empty sequence of functions", op="switch")
     if isinstance(index, Tensor):

@@ -30,6 +30,8 @@ def while_loop(cond_fn, body_fn, init, max_iterations: int | None = None):
     ...                 (rill.tensor(0), rill.tensor(1.0)))
     (tensor(5), tensor(32.))
     """
+    _function(cond_fn, "cond_fn", "while_loop")
+    _function(body_fn, "body_fn", "while_loop")
     max_iterations = _count(max_iterations, "max_iterations", "while_loop")
     if not current().interpreter.capturing:
         carry, i = init, 0
@@ -70,6 +72,7 @@ def fori_loop(lower, upper, body_fn, init):
     tensor(6)
     """
     from ..ops.creation import arange, as_tensor
+    _function(body_fn, "body_fn", "fori_loop")
     if isinstance(lower, Tensor) or isinstance(upper, Tensor):
         low, high = as_tensor(lower), as_tensor(upper)
         for b, name in ((low, "lower"), (high, "upper")):
@@ -108,6 +111,7 @@ def scan(fn, init, xs, reverse: bool = False, length: int | None = None):
     >>> carry, ys
     (tensor(6.), tensor([0., 2., 9.]))
     """
+    _function(fn, "fn", "scan")
     x_leaves, x_rebuild = tensor_leaves(xs, "scan", "xs") if xs is not None else ([], None)
     steps = _length(x_leaves, length)
     if not current().interpreter.capturing:
@@ -221,6 +225,11 @@ def _length(x_leaves, length):
     if length is not None and _count(length, "length", "scan") != steps:
         raise ShapeError(f"length={length} but xs has {steps} steps", op="scan")
     return steps
+
+
+def _function(fn, name: str, op: str) -> None:
+    if not callable(fn):
+        raise ArgumentError(f"{name} must be a function, got {type(fn).__name__}", op=op)
 
 
 def _count(n, name: str, op: str, allow_negative: bool = False):

@@ -23,21 +23,7 @@ def bind(prim, *args, **attrs):
     """Run primitive `prim` on `args` under the current interpreter."""
     ctx = current()
     try:
-        if attrs:
-            checks = prim.attr_checks
-            if checks is not None:  # None: a primitive that declares no attr types
-                ok = len(attrs) == len(checks)  # else unknown, missing, or optional left out
-                try:
-                    for key, value in attrs.items():
-                        check = checks.get(key)
-                        if check is None or check(value) is not None:
-                            ok = False
-                            break
-                except Exception:  # noqa: BLE001 - a value too odd to judge here
-                    ok = False
-                if not ok:
-                    _attr_error(prim, attrs)
-        elif prim.required_attrs:
+        if (attrs or prim.required_attrs) and not _attrs_fit(prim.attr_checks, attrs):
             _attr_error(prim, attrs)
         args = prim.normalize(args)
         if prim.device_attr:
@@ -68,6 +54,23 @@ def bind(prim, *args, **attrs):
             if origin is not None:
                 mark_no_gradient(prim, outs, origin)
     return outs
+
+
+def _attrs_fit(checks, attrs) -> bool:
+    """Every attr declared and of its declared type, and none missing (the fast path: a
+    False here may still be fine, when an optional attr was left out; _attr_error decides)."""
+    if checks is None:  # a primitive that declares no attr types
+        return True
+    if len(attrs) != len(checks):
+        return False
+    try:
+        for key, value in attrs.items():
+            check = checks.get(key)
+            if check is None or check(value) is not None:
+                return False
+    except Exception:  # noqa: BLE001 - a value too odd for the fast path to judge
+        return False
+    return True
 
 
 def _attr_error(prim, attrs) -> None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import functools
 
-from ..errors import DTypeError, GradientError
+from ..errors import ArgumentError, DTypeError, GradientError
 from ..tensor import Tensor
 from ..tree import flatten
 from . import context
@@ -21,8 +21,14 @@ def value_and_grad(f, argnums=0, has_aux: bool = False):
     >>> rill.value_and_grad(lambda x: (x ** 3).sum())(rill.tensor([2.0]))
     (tensor(8.), tensor([12.]))
     """
-    single = isinstance(argnums, int)
-    nums = (argnums,) if single else tuple(argnums)
+    if not callable(f):
+        raise ArgumentError(f"f must be a function, got {type(f).__name__}", op="grad")
+    single = isinstance(argnums, int) and not isinstance(argnums, bool)
+    nums = (argnums,) if single else tuple(argnums) if isinstance(argnums, (tuple, list)) \
+        else None
+    if nums is None or not all(isinstance(n, int) and not isinstance(n, bool) for n in nums):
+        raise ArgumentError(f"argnums must be an int or a tuple of ints, got {argnums!r}",
+                            op="grad")
 
     @functools.wraps(f)
     def run(*args, **kwargs):

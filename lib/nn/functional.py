@@ -12,8 +12,7 @@ from .. import dtypes as dt
 from ..eager.context import no_grad
 from ..errors import ArgumentError, DTypeError, ShapeError, reports_as
 from ..ops import promotion
-from ..ops.arguments import (as_bool, as_choice, as_float, as_int, as_shape, as_tensor,
-                             optional_tensor)
+from ..ops import arguments as arg  # a module, so its helpers are not functional's API
 from ..ops.checks import check
 from ..ops.creation import ones, zeros
 from ..ops.normalization import layer_norm as _layer_norm
@@ -49,8 +48,8 @@ def embedding(indices, weight, padding_idx: int | None = None):
     tensor([[4., 5.],
             [0., 1.]])
     """
-    indices = as_tensor(indices, "indices", "embedding")
-    weight = as_tensor(weight, "weight", "embedding")
+    indices = arg.as_tensor(indices, "indices", "embedding")
+    weight = arg.as_tensor(weight, "weight", "embedding")
     if indices.dtype.kind not in "iu":
         raise DTypeError(f"indices must be integers, got {indices.dtype}", op="embedding")
     if weight.ndim != 2:
@@ -58,7 +57,7 @@ def embedding(indices, weight, padding_idx: int | None = None):
                          op="embedding")
     out = take(weight, indices, axis=0)
     if padding_idx is not None:
-        padding_idx = as_int(padding_idx, "padding_idx", "embedding")
+        padding_idx = arg.as_int(padding_idx, "padding_idx", "embedding")
         if not -weight.shape[0] <= padding_idx < weight.shape[0]:
             raise ArgumentError(f"padding_idx {padding_idx} is outside the {weight.shape[0]} "
                                 "rows of the table", op="embedding")
@@ -79,11 +78,11 @@ def dropout(x, p: float = 0.5, training: bool = True, generator=None):
     >>> sorted(set(y.tolist()))
     [0.0, 2.0]
     """
-    x = as_tensor(x, "x", "dropout")
-    p = as_float(p, "p", "dropout")
+    x = arg.as_tensor(x, "x", "dropout")
+    p = arg.as_float(p, "p", "dropout")
     if not 0.0 <= p <= 1.0:
         raise ArgumentError(f"p must be in [0, 1], got {p}", op="dropout")
-    if not as_bool(training, "training", "dropout") or p == 0.0:
+    if not arg.as_bool(training, "training", "dropout") or p == 0.0:
         return x
     if p == 1.0:
         return x * 0.0
@@ -115,12 +114,12 @@ def batch_norm(x, running_mean=None, running_var=None, weight=None, bias=None,
     new = (1 - momentum) * old + momentum * batch, the variance unbiased (as PyTorch).
     """
     op = "batch_norm"
-    x = as_tensor(x, "x", op)
-    running_mean = optional_tensor(running_mean, "running_mean", op)
-    running_var = optional_tensor(running_var, "running_var", op)
-    weight, bias = optional_tensor(weight, "weight", op), optional_tensor(bias, "bias", op)
-    training = as_bool(training, "training", op)
-    momentum, eps = as_float(momentum, "momentum", op), as_float(eps, "eps", op)
+    x = arg.as_tensor(x, "x", op)
+    running_mean = arg.optional_tensor(running_mean, "running_mean", op)
+    running_var = arg.optional_tensor(running_var, "running_var", op)
+    weight, bias = arg.optional_tensor(weight, "weight", op), arg.optional_tensor(bias, "bias", op)
+    training = arg.as_bool(training, "training", op)
+    momentum, eps = arg.as_float(momentum, "momentum", op), arg.as_float(eps, "eps", op)
     if x.ndim < 2:
         raise ShapeError(f"expects (N, C, ...), got {x.shape}", op=op)
     c = x.shape[1]
@@ -163,11 +162,11 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
     >>> [round(v, 4) for v in y[0].tolist()]
     [-1.2247, 0.0, 1.2247]
     """
-    x = as_tensor(x, "x", "layer_norm")
-    normalized_shape = as_shape(normalized_shape, "layer_norm", "normalized_shape")
-    weight = optional_tensor(weight, "weight", "layer_norm")
-    bias = optional_tensor(bias, "bias", "layer_norm")
-    eps = as_float(eps, "eps", "layer_norm")
+    x = arg.as_tensor(x, "x", "layer_norm")
+    normalized_shape = arg.as_shape(normalized_shape, "layer_norm", "normalized_shape")
+    weight = arg.optional_tensor(weight, "weight", "layer_norm")
+    bias = arg.optional_tensor(bias, "bias", "layer_norm")
+    eps = arg.as_float(eps, "eps", "layer_norm")
     k = len(normalized_shape)
     if tuple(x.shape[x.ndim - k:]) != normalized_shape or k > x.ndim:
         raise ShapeError(f"input {x.shape} does not end with normalized_shape "
@@ -187,11 +186,11 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
 @reports_as("group_norm")
 def group_norm(x, num_groups: int, weight=None, bias=None, eps: float = 1e-5):
     """Normalize each group of channels of each sample, then a per-channel scale and shift."""
-    x = as_tensor(x, "x", "group_norm")
-    num_groups = as_int(num_groups, "num_groups", "group_norm")
-    weight = optional_tensor(weight, "weight", "group_norm")
-    bias = optional_tensor(bias, "bias", "group_norm")
-    eps = as_float(eps, "eps", "group_norm")
+    x = arg.as_tensor(x, "x", "group_norm")
+    num_groups = arg.as_int(num_groups, "num_groups", "group_norm")
+    weight = arg.optional_tensor(weight, "weight", "group_norm")
+    bias = arg.optional_tensor(bias, "bias", "group_norm")
+    eps = arg.as_float(eps, "eps", "group_norm")
     if x.ndim < 2:
         raise ShapeError(f"expects (N, C, ...), got {x.shape}", op="group_norm")
     n, c = x.shape[:2]
@@ -232,10 +231,10 @@ def nll_loss(log_probs, target, weight=None, ignore_index: int = -100,
     With reduction='mean' the sum is divided by the total weight of the counted targets.
     """
     op = "nll_loss"
-    log_probs, target = as_tensor(log_probs, "input", op), as_tensor(target, "target", op)
-    weight = optional_tensor(weight, "weight", op)
-    ignore_index = as_int(ignore_index, "ignore_index", op)
-    reduction = as_choice(reduction, "reduction", op, REDUCTIONS)
+    log_probs, target = arg.as_tensor(log_probs, "input", op), arg.as_tensor(target, "target", op)
+    weight = arg.optional_tensor(weight, "weight", op)
+    ignore_index = arg.as_int(ignore_index, "ignore_index", op)
+    reduction = arg.as_choice(reduction, "reduction", op, REDUCTIONS)
     if target.dtype.kind not in "iu":
         raise DTypeError(f"target must hold class indices (integers), got {target.dtype}; "
                          "for probabilities use cross_entropy", op="nll_loss")
@@ -273,15 +272,15 @@ def cross_entropy(logits, target, weight=None, ignore_index: int = -100,
     0.2395
     """
     op = "cross_entropy"
-    label_smoothing = as_float(label_smoothing, "label_smoothing", op)
+    label_smoothing = arg.as_float(label_smoothing, "label_smoothing", op)
     if not 0.0 <= label_smoothing <= 1.0:
         raise ArgumentError(f"label_smoothing must be in [0, 1], got {label_smoothing}",
                             op="cross_entropy")
-    reduction = as_choice(reduction, "reduction", op, REDUCTIONS)
-    ignore_index = as_int(ignore_index, "ignore_index", op)
-    weight = optional_tensor(weight, "weight", op)
-    target = as_tensor(target, "target", op)
-    logits = as_tensor(logits, "input", op)
+    reduction = arg.as_choice(reduction, "reduction", op, REDUCTIONS)
+    ignore_index = arg.as_int(ignore_index, "ignore_index", op)
+    weight = arg.optional_tensor(weight, "weight", op)
+    target = arg.as_tensor(target, "target", op)
+    logits = arg.as_tensor(logits, "input", op)
     if logits.ndim < 1:
         raise ShapeError("logits need a class axis", op="cross_entropy")
     class_axis = 1 if logits.ndim > 1 else 0
@@ -334,7 +333,7 @@ def cross_entropy(logits, target, weight=None, ignore_index: int = -100,
 
 
 def _pair_check(x, y, op):
-    x, y = promotion.common_float((as_tensor(x, "input", op), as_tensor(y, "target", op)))
+    x, y = promotion.common_float((arg.as_tensor(x, "input", op), arg.as_tensor(y, "target", op)))
     if tuple(x.shape) != tuple(y.shape):
         raise ShapeError(f"input {x.shape} and target {y.shape} must have one shape", op=op)
     return x, y
@@ -347,7 +346,7 @@ def mse_loss(x, y, reduction: str = "mean"):
     >>> float(rill.nn.functional.mse_loss(rill.tensor([1.0, 3.0]), rill.tensor([0.0, 0.0])))
     5.0
     """
-    reduction = as_choice(reduction, "reduction", "mse_loss", REDUCTIONS)
+    reduction = arg.as_choice(reduction, "reduction", "mse_loss", REDUCTIONS)
     x, y = _pair_check(x, y, "mse_loss")
     return _reduce(square(x - y), reduction, "mse_loss")
 
@@ -355,7 +354,7 @@ def mse_loss(x, y, reduction: str = "mean"):
 @reports_as("l1_loss")
 def l1_loss(x, y, reduction: str = "mean"):
     """Mean absolute error."""
-    reduction = as_choice(reduction, "reduction", "l1_loss", REDUCTIONS)
+    reduction = arg.as_choice(reduction, "reduction", "l1_loss", REDUCTIONS)
     x, y = _pair_check(x, y, "l1_loss")
     return _reduce(abs(x - y), reduction, "l1_loss")
 
@@ -363,8 +362,8 @@ def l1_loss(x, y, reduction: str = "mean"):
 @reports_as("huber_loss")
 def huber_loss(x, y, reduction: str = "mean", delta: float = 1.0):
     """0.5 d^2 where |d| < delta, else delta (|d| - 0.5 delta), for d = x - y."""
-    reduction = as_choice(reduction, "reduction", "huber_loss", REDUCTIONS)
-    delta = as_float(delta, "delta", "huber_loss")
+    reduction = arg.as_choice(reduction, "reduction", "huber_loss", REDUCTIONS)
+    delta = arg.as_float(delta, "delta", "huber_loss")
     if not delta > 0:
         raise ArgumentError(f"delta must be positive, got {delta}", op="huber_loss")
     x, y = _pair_check(x, y, "huber_loss")
@@ -378,9 +377,9 @@ def binary_cross_entropy_with_logits(x, y, weight=None, pos_weight=None,
                                      reduction: str = "mean"):
     """-[pos_weight * y log sigmoid(x) + (1 - y) log(1 - sigmoid(x))], stable for any x."""
     op = "binary_cross_entropy_with_logits"
-    reduction = as_choice(reduction, "reduction", op, REDUCTIONS)
-    weight = optional_tensor(weight, "weight", op)
-    pos_weight = optional_tensor(pos_weight, "pos_weight", op)
+    reduction = arg.as_choice(reduction, "reduction", op, REDUCTIONS)
+    weight = arg.optional_tensor(weight, "weight", op)
+    pos_weight = arg.optional_tensor(pos_weight, "pos_weight", op)
     x, y = _pair_check(x, y, op)
     # log sigmoid(x) = -softplus(-x); log(1 - sigmoid(x)) = -softplus(x)
     positive = softplus(-x)
@@ -408,12 +407,12 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p: float = 0.0
     (2, 4, 8)
     """
     op = "scaled_dot_product_attention"
-    q, k, v = promotion.common_float((as_tensor(q, "query", op), as_tensor(k, "key", op),
-                                      as_tensor(v, "value", op)))
-    attn_mask = optional_tensor(attn_mask, "attn_mask", op)
-    dropout_p = as_float(dropout_p, "dropout_p", op)
-    is_causal = as_bool(is_causal, "is_causal", op)
-    scale = None if scale is None else as_float(scale, "scale", op)
+    q, k, v = promotion.common_float((arg.as_tensor(q, "query", op), arg.as_tensor(k, "key", op),
+                                      arg.as_tensor(v, "value", op)))
+    attn_mask = arg.optional_tensor(attn_mask, "attn_mask", op)
+    dropout_p = arg.as_float(dropout_p, "dropout_p", op)
+    is_causal = arg.as_bool(is_causal, "is_causal", op)
+    scale = None if scale is None else arg.as_float(scale, "scale", op)
     if q.ndim < 2 or k.ndim < 2 or v.ndim < 2 or q.shape[-1] != k.shape[-1] or \
             k.shape[-2] != v.shape[-2]:
         raise ShapeError(f"expects q (..., L, E), k (..., S, E), v (..., S, Ev); got "

@@ -18,6 +18,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..errors import ArgumentError, CaptureError, Error, IndexingError, ShapeError
+from ..tensor import Tensor
 from .attrs import INT64_MAX, INT64_MIN, show, show_int
 
 _REAL = (int, float, np.integer, np.floating)
@@ -25,7 +26,6 @@ _REAL = (int, float, np.integer, np.floating)
 
 def describe(value) -> str:
     """What a message says was given: 'str', "'a'", '2**70', 'a float32[2] tensor'."""
-    from ..tensor import Tensor
     if isinstance(value, Tensor):
         return f"a {value.dtype}{list(value.shape)} tensor"
     return show(value)
@@ -58,7 +58,6 @@ def as_int(value, what: str, op: str, low: int = INT64_MIN, high: int = INT64_MA
 def as_number(value, what: str, op: str, finite: bool = False) -> float | int:
     """A real number (int, float, NumPy number or one-element tensor), never bool; ints stay
     ints (arange's bounds must stay exact)."""
-    from ..tensor import Tensor
     if type(value) is float or type(value) is int:
         pass
     elif isinstance(value, _REAL) and not isinstance(value, (bool, np.bool_)):
@@ -74,6 +73,8 @@ def as_number(value, what: str, op: str, finite: bool = False) -> float | int:
 
 def as_float(value, what: str, op: str, finite: bool = False) -> float:
     """A real number as a float (see as_number)."""
+    if type(value) is float and not finite:
+        return value
     value = as_number(value, what, op, finite)
     try:
         return float(value)
@@ -138,18 +139,19 @@ def as_shape(value, op: str, what: str = "shape") -> tuple:
         raise ShapeError(e.message, op=op) from None
 
 
-def as_dtype(value, op: str):
-    """A rill dtype from a dtype, a name, a NumPy dtype or a Python type; DTypeError naming
-    the op otherwise."""
+def as_dtype(value, op: str, default=None):
+    """A rill dtype from a dtype, a name, a NumPy dtype or a Python type (`default` for None);
+    DTypeError naming the op otherwise."""
     if isinstance(value, dt.DType):
         return value
+    if value is None and default is not None:
+        return default
     return dt.as_dtype(value, op=op)
 
 
 def as_tensor(value, what: str, op: str):
     """A Tensor, from a tensor, a Python number (weak, as an op's scalar operand is) or
     nested lists / arrays of numbers; ArgumentError naming `what` for anything else."""
-    from ..tensor import Tensor
     if isinstance(value, Tensor):
         return value
     if dt.scalar_kind(value) is None and not array_like(value):
@@ -166,7 +168,6 @@ def as_tensor(value, what: str, op: str):
 def array_like(value) -> bool:
     """Something `rill.tensor` may make a tensor of: a tensor, a NumPy array or scalar, or a
     (nested) list or tuple, whose items it checks itself."""
-    from ..tensor import Tensor
     return isinstance(value, (Tensor, np.ndarray, np.generic, list, tuple))
 
 

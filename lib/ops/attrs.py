@@ -29,7 +29,7 @@ def show_int(v: int) -> str:
     if size >= 2**32 and size & (size - 1) == 0:
         return f"{'-' if v < 0 else ''}2**{size.bit_length() - 1}"
     if size >= 10**20:
-        return f"an int of {size.bit_length()} bits"
+        return f"{'-' if v < 0 else ''}~2**{size.bit_length() - 1}"
     return str(v)
 
 
@@ -107,18 +107,24 @@ class Int(AttrType):
 
 
 class Float(AttrType):
-    """A real number: an int or a float, never bool (finite only when `finite`)."""
+    """A real number: a float, or an int a float can hold (never bool); finite only when
+    `finite`. Ints stay ints where exactness matters (arange's bounds)."""
 
     def __init__(self, finite: bool = False):
         self.finite = finite
         self.name = "finite float" if finite else "float"
 
     def check(self, value):
-        if isinstance(value, (float, int)) and not isinstance(value, bool):
-            if not self.finite or isinstance(value, int) or math.isfinite(value):
-                return None
-            return f"expected a finite float, got {value!r}"
-        return self.wrong_type(value)
+        if type(value) is float and (not self.finite or math.isfinite(value)):
+            return None
+        if isinstance(value, bool) or not isinstance(value, (float, int)):
+            return self.wrong_type(value)
+        if isinstance(value, int):
+            return None if abs(value) < 2**1024 else \
+                f"expected {self.name}, got {show_int(value)}"
+        if not self.finite or math.isfinite(value):
+            return None
+        return f"expected a finite float, got {show(float(value))}"
 
 
 class Bool(AttrType):
@@ -272,6 +278,10 @@ class Axes(AttrType):
         return AttrType.check(self, value)
 
 
+def _plain_int(v) -> bool:
+    return v is None or (type(v) is int and INT64_MIN <= v <= INT64_MAX)
+
+
 class IndexKey(AttrType):
     """The static part of an index (ops/indexing.py:parse_key): a tuple of ('new',), ('...',),
     ('array',), ('int', i) and ('slice', start, stop, step) entries, step never 0."""
@@ -279,6 +289,27 @@ class IndexKey(AttrType):
     name = "an index key"
     _BOUND = Optional(Int())
     _STEP = Optional(OneOf(Int(INT64_MIN, -1), Int(1)))
+
+    def check(self, value):
+        # x[i], x[a:b], x[..., None]: every indexing op passes here, so plain entries are
+        # judged without building a list of problems (any doubt takes the full path).
+        if type(value) is tuple:
+            for k in value:
+                if type(k) is not tuple or not k:
+                    break
+                tag = k[0]
+                if tag == "slice" and len(k) == 4:
+                    if _plain_int(k[1]) and _plain_int(k[2]) and _plain_int(k[3]) and k[3] != 0:
+                        continue
+                elif tag == "int" and len(k) == 2:
+                    if type(k[1]) is int and INT64_MIN <= k[1] <= INT64_MAX:
+                        continue
+                elif len(k) == 1 and tag in ("new", "...", "array"):
+                    continue
+                break
+            else:
+                return None
+        return AttrType.check(self, value)
 
     def problems(self, value, path=""):
         if not isinstance(value, tuple):

@@ -10,6 +10,7 @@ from ..eager.bind import bind
 from ..eager.context import current
 from ..tensor import Tensor, new_tensor
 from . import attrs as A
+from .attrs import INT64_MAX
 from .arguments import (as_bool, as_dtype, as_float, as_int, as_number, as_shape, check_fits,
                         describe)
 from .primitive import primitive
@@ -42,7 +43,8 @@ def _finish(t: Tensor, requires_grad: bool) -> Tensor:
 def _host_array(data, dtype, op: str):
     """data as a NumPy array, and the rill dtype it should become."""
     if isinstance(data, Tensor):
-        return np.asarray(data.device.backend.to_host(data._data)), dtype or data.dtype
+        return np.asarray(data.device.backend.to_host(data._data)), \
+            data.dtype if dtype is None else dtype
     strong = isinstance(data, (np.ndarray, np.generic))
     try:
         array = np.asarray(data)
@@ -183,17 +185,17 @@ def full(shape, fill_value, dtype=None, device=None, requires_grad: bool = False
 
 def zeros(*shape, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
     """zeros(2, 3) or zeros((2, 3)): a float32 tensor of zeros unless `dtype` says."""
-    return _filled(_shape(shape, "zeros"), 0, dtype or dt.default_float, device, requires_grad,
-                   "zeros")
+    return _filled(_shape(shape, "zeros"), 0, as_dtype(dtype, "zeros", dt.default_float),
+                   device, requires_grad, "zeros")
 
 
 def ones(*shape, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
-    return _filled(_shape(shape, "ones"), 1, dtype or dt.default_float, device, requires_grad,
-                   "ones")
+    return _filled(_shape(shape, "ones"), 1, as_dtype(dtype, "ones", dt.default_float),
+                   device, requires_grad, "ones")
 
 
 def _empty(shape, dtype, device, requires_grad, op: str) -> Tensor:
-    t = bind(empty_p, shape=shape, dtype=as_dtype(dtype or dt.default_float, op),
+    t = bind(empty_p, shape=shape, dtype=as_dtype(dtype, op, dt.default_float),
              device=_device(device, op))
     return _finish(t, as_bool(requires_grad, "requires_grad", op))
 
@@ -206,7 +208,8 @@ def empty(*shape, dtype=None, device=None, requires_grad: bool = False) -> Tenso
 def _like(x, dtype, device, op: str):
     from .arguments import as_tensor
     x = as_tensor(x, "x", op)
-    return x.shape, dtype or x.dtype, device or x.device
+    return (x.shape, x.dtype if dtype is None else dtype,
+            x.device if device is None else device)
 
 
 def zeros_like(x, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
@@ -232,8 +235,17 @@ def empty_like(x, dtype=None, device=None, requires_grad: bool = False) -> Tenso
 def _arange_infer(*, start, stop, step, dtype, device):
     if step == 0:
         raise ArgumentError("step must not be zero")
-    n = int(max(0, np.ceil((stop - start) / step)))
+    n = _arange_length(start, stop, step)
+    if n * dtype.itemsize > INT64_MAX:  # NumPy would fail, or (past 2**63) quietly give none
+        raise ArgumentError(f"arange({start}, {stop}, {step}) is too long for a {dtype} "
+                            f"tensor: {A.show_int(n)} values")
     return (n,), dtype
+
+
+def _arange_length(start, stop, step) -> int:
+    if all(isinstance(v, int) for v in (start, stop, step)):
+        return max(0, -(-(stop - start) // step))  # exact, however long the ints
+    return int(max(0, np.ceil((stop - start) / step)))
 
 
 _RANGE = dict(dtype=A.DTypeAttr, device=A.DeviceAttr)
@@ -258,9 +270,7 @@ def arange(start, stop=None, step=1, dtype=None, device=None) -> Tensor:
     dtype = as_dtype(dtype, "arange")
     if step != 0 and dtype.is_integer:
         # The first and last values must fit: refuse rather than wrap around.
-        n = max(0, -(-(stop - start) // step)) if all(isinstance(v, int) for v in
-                                                       (start, stop, step)) else \
-            int(max(0, np.ceil((stop - start) / step)))
+        n = _arange_length(start, stop, step)
         if n:
             check_fits(np.array([start, start + (n - 1) * step], dtype=object), dtype,
                        "arange")
@@ -283,7 +293,7 @@ def linspace(start, stop, num: int = 50, endpoint: bool = True, dtype=None, devi
     return bind(linspace_p, start=as_float(start, "start", op),
                 stop=as_float(stop, "stop", op), num=as_int(num, "num", op, 0),
                 endpoint=as_bool(endpoint, "endpoint", op),
-                dtype=as_dtype(dtype or dt.default_float, op), device=_device(device, op))
+                dtype=as_dtype(dtype, op, dt.default_float), device=_device(device, op))
 
 
 def _eye_infer(*, n, m, k, dtype, device):
@@ -299,7 +309,7 @@ def eye(n: int, m: int | None = None, k: int = 0, dtype=None, device=None) -> Te
     op = "eye"
     n = as_int(n, "n", op, 0)
     return bind(eye_p, n=n, m=n if m is None else as_int(m, "m", op, 0), k=as_int(k, "k", op),
-                dtype=as_dtype(dtype or dt.default_float, op), device=_device(device, op))
+                dtype=as_dtype(dtype, op, dt.default_float), device=_device(device, op))
 
 
 # ---- between devices -----------------------------------------------------------------------

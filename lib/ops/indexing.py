@@ -366,6 +366,6 @@ def one_hot(indices, num_classes: int, dtype=None):
         from ..errors import DTypeError
         raise DTypeError(f"one_hot needs integer indices, got {indices.dtype}", op="one_hot")
     num_classes = as_int(num_classes, "num_classes", "one_hot", 0)
-    dtype = as_dtype(dtype or dt.default_float, "one_hot")
+    dtype = as_dtype(dtype, "one_hot", dt.default_float)
     hits = equal(expand_dims(indices, -1), arange(num_classes, device=indices.device))
     return cast(hits, dtype)

@@ -99,7 +99,12 @@ def _take_second(old, value):
 def assign(t: Tensor, value: Tensor) -> Tensor:
     """t takes value's contents (same shape; dtype cast as an in-place op would), keeping the
     object: optimizers, modules and users hold tensors by identity."""
-    return update_in_place(t, _take_second, value)
+    if not isinstance(t, Tensor):
+        from ..errors import ArgumentError
+        from .arguments import describe
+        raise ArgumentError(f"assign changes a tensor, got {describe(t)}", op="assign")
+    from .arguments import as_tensor
+    return update_in_place(t, _take_second, as_tensor(value, "value", "assign"))
 
 
 def _inplace(fn):

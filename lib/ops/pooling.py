@@ -9,6 +9,8 @@ composites whose gradients come for free.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .. import dtypes as dt
@@ -104,6 +106,7 @@ max_pool2d_grad_p = primitive("max_pool2d_grad", _max_pool_grad_infer, _max_pool
 
 def _unbatched(fn):
     """Accept (C, H, W) as well as (N, C, H, W), as PyTorch's pooling does."""
+    @functools.wraps(fn)  # keeps fn's signature visible (help(), inspect)
     def run(x, *args, **kwargs):
         from .shape import expand_dims, squeeze
         x = as_tensor(x, "x", fn.__name__)
@@ -111,7 +114,6 @@ def _unbatched(fn):
             out = fn(expand_dims(x, 0), *args, **kwargs)
             return tuple(squeeze(o, 0) for o in out) if isinstance(out, tuple) else squeeze(out, 0)
         return fn(x, *args, **kwargs)
-    run.__name__, run.__doc__ = fn.__name__, fn.__doc__
     return run
 
 

@@ -35,12 +35,12 @@ randint_p = primitive("randint", _randint_infer, device_attr=True, effect="rando
 
 
 def _attrs(shape, dtype, device, generator, default, op):
-    dtype = as_dtype(dtype or default, op)
+    dtype = as_dtype(dtype, op, default)
     if generator is not None and not isinstance(generator, Generator):
         raise ArgumentError(f"generator must be a rill.Generator, got {describe(generator)}",
                             op=op)
     return dict(shape=_shape((shape,), op), dtype=dtype, device=_device(device, op),
-                generator=generator or default_generator)
+                generator=default_generator if generator is None else generator)
 
 
 def _floating(dtype, op):
