@@ -212,6 +212,11 @@ def backward(roots, grads=None, *, retain_graph=False, create_graph=False) -> No
         if not create_graph and isinstance(ct, Tensor):
             ct = ct.detach()
         if interpreter.capturing:  # the graph reads and writes .grad as a variable
+            if isinstance(ct, SparseRows):
+                # A graph's shapes are fixed, and how many distinct rows a batch touches is
+                # data: inside a capture a gather's gradient is the dense tensor it stands
+                # for (the same values; clipping, manual updates and optimizers see a Tensor).
+                ct = ct.to_dense()
             old = interpreter.current_grad(t)
             interpreter.set_grad(t, ct if old is None else add_cotangents(old, ct))
         else:
