@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ..ops.elementwise import sqrt
 from ..ops.methods import assign
-from .optimizer import Optimizer
+from .optimizer import Optimizer, scale
 
 
 class Adadelta(Optimizer):
@@ -34,16 +34,17 @@ class Adadelta(Optimizer):
         self._require(group, "weight_decay", lambda v: v >= 0, ">= 0")
 
     def update_group(self, group):
-        lr, rho, eps = group["lr"], group["rho"], group["eps"]
+        rho, eps = group["rho"], group["eps"]
         weight_decay = group["weight_decay"]
         for p, g, state in self._dense_updates(group, "square_avg", "acc_delta"):
+            (lr,) = self._hypers(group, p.device, "lr")
             if weight_decay != 0:
                 g = g + p * weight_decay
             square_avg, acc_delta = state["square_avg"], state["acc_delta"]
             assign(square_avg, square_avg * rho + g * (1.0 - rho) * g)
             delta = sqrt(acc_delta + eps) / sqrt(square_avg + eps) * g
             assign(acc_delta, acc_delta * rho + delta * (1.0 - rho) * delta)
-            assign(p, p - delta * lr)
+            assign(p, p - scale(delta, lr))
 
 
 AdaDelta = Adadelta

@@ -42,7 +42,7 @@ class Adagrad(Optimizer):
             self._require(group, key, lambda v: v >= 0, ">= 0")
 
     def update_group(self, group):
-        lr, lr_decay, eps = group["lr"], group["lr_decay"], group["eps"]
+        lr_decay, eps = group["lr_decay"], group["eps"]
         weight_decay, maximize = group["weight_decay"], group["maximize"]
         for p in group["params"]:
             g = p.grad
@@ -51,6 +51,7 @@ class Adagrad(Optimizer):
             state = self._state(p, lambda: {
                 "step": step_count(device=p.device), "sum": full_like(p, group["initial_accumulator_value"])})
             state["step"] += 1
+            (lr,) = self._hypers(group, p.device, "lr")
             total = state["sum"]
             clr = cast(lr / ((state["step"] - 1) * lr_decay + 1), p.dtype)
             if isinstance(g, SparseRows):

@@ -4,7 +4,8 @@ from __future__ import annotations
 from ..ops.elementwise import cast, maximum, sqrt
 from ..ops.methods import assign
 from ..ops.updates import adam_update
-from .optimizer import Optimizer, lerp
+from ..tensor import Tensor
+from .optimizer import Optimizer, lerp, scale
 
 
 class Adam(Optimizer):
@@ -42,35 +43,54 @@ class Adam(Optimizer):
         self._require(group, "weight_decay", lambda v: v >= 0, ">= 0")
         self._check_betas(group)
 
+    tensor_hypers = ("lr", "betas")
+
+    def _tensor_keys(self, group):
+        # The fused kernel takes betas as constants: until a group's betas first change, a
+        # traced step uses it with betas guarded; after that (or with amsgrad), separate ops
+        # read them as tensors, so that a schedule of beta1 does not trace every step.
+        keys = super()._tensor_keys(group)
+        if not group["amsgrad"] and "betas" not in group._changed:
+            keys -= {"betas"}
+        return keys
+
     def update_group(self, group):
-        lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
-        weight_decay, amsgrad = group["weight_decay"], group["amsgrad"]
+        eps, weight_decay, amsgrad = group["eps"], group["weight_decay"], group["amsgrad"]
         decoupled = group["decoupled_weight_decay"]
+        small = 1.0 - group["betas"][0] < 0.5  # which form of lerp
         for p, g, state in self._dense_updates(group, "exp_avg", "exp_avg_sq"):
+            lr, (beta1, beta2) = self._hypers(group, p.device, "lr", "betas")
             step = state["step"]
             # The step count is a tensor (see step_count): corrections in float64, then cast.
             bias_correction2_sqrt = cast(sqrt(1.0 - beta2 ** step), p.dtype)
             step_size = cast(lr / (1.0 - beta1 ** step), p.dtype)
             m, v = state["exp_avg"], state["exp_avg_sq"]
-            if not amsgrad:  # one fused kernel for the whole update
+            fused = not amsgrad and not isinstance(beta1, Tensor)
+            if decoupled and weight_decay != 0 and (not fused or isinstance(lr, Tensor)):
+                p_now, decay = scale(p, 1.0 - lr * weight_decay), 1.0  # the kernel's p * decay
+            else:
+                p_now, decay = p, 1.0 - lr * weight_decay if decoupled else 1.0
+            if fused:  # one kernel for the whole update
                 new_p, new_m, new_v = adam_update(
-                    p, g, m, v, step_size, bias_correction2_sqrt, beta1=beta1, beta2=beta2,
-                    eps=eps, weight_decay=0.0 if decoupled else weight_decay,
-                    decay=1.0 - lr * weight_decay if decoupled else 1.0)
+                    p_now, g, m, v, step_size, bias_correction2_sqrt, beta1=beta1, beta2=beta2,
+                    eps=eps, weight_decay=0.0 if decoupled else weight_decay, decay=decay)
                 assign(m, new_m)
                 assign(v, new_v)
                 assign(p, new_p)
                 continue
-            if weight_decay != 0:
-                if decoupled:
-                    assign(p, p * (1.0 - lr * weight_decay))
-                else:
-                    g = g + p * weight_decay
-            assign(m, lerp(m, g, 1.0 - beta1))
-            assign(v, v * beta2 + g * (1.0 - beta2) * g)
-            v_max = self._zero_slot(state, "max_exp_avg_sq", p)
-            v = assign(v_max, maximum(v_max, v))
-            assign(p, p - m / (sqrt(v) / bias_correction2_sqrt + eps) * step_size)
+            if weight_decay != 0 and not decoupled:
+                g = g + p * weight_decay
+            if isinstance(beta1, Tensor):
+                self._guard(group, "['betas'][0] > 0.5",
+                            lambda: group["betas"][0] > 0.5)  # <=> small
+            # amsgrad: torch's lerp(m, g, 1 - beta1); otherwise the kernel's arithmetic
+            # (its second form multiplies by beta1 itself), as a traced step must match it.
+            assign(m, lerp(m, g, 1.0 - beta1, None if amsgrad else beta1, small=small))
+            assign(v, scale(v, beta2) + scale(g, 1.0 - beta2) * g)
+            if amsgrad:
+                v_max = self._zero_slot(state, "max_exp_avg_sq", p)
+                v = assign(v_max, maximum(v_max, v))
+            assign(p, p_now - m / (sqrt(v) / bias_correction2_sqrt + eps) * step_size)
 
 
 class AdamW(Adam):

@@ -5,27 +5,190 @@ Updates are rill ops whose results are written back into the *same* tensor objec
 identity and take new buffers. So code holding a parameter sees it train, a snapshot
 taken with `detach()` keeps its old value, and a captured training step sees the optimizer's
 writes as assignments to state, like any other in-place op.
+
+Hyper-parameters under capture (issue 15). A captured step must see what a training loop
+changes between steps. The values schedulers change (`tensor_hypers`: lr, and momentum or
+betas) are graph state: each `ParamGroup` keeps them, besides its plain Python numbers, in
+0-d float64 tensors that every write updates in place, and a step being traced reads those
+(`_hypers`), cast to the parameter's dtype where the eager step lets a Python number round to
+it, so the captured arithmetic is the eager one. Every other value a trace bakes in (eps,
+weight_decay, nesterov, which groups and how many parameters, ...) is guarded
+(`rill.capture_guard`): changing it traces again and says why. Eager steps use the Python
+numbers and the fused ops as before.
 """
 from __future__ import annotations
 
-from ..eager.context import enable_grad, no_grad, outside_capture, set_grad
-from ..errors import ArgumentError
+from ..capture.guards import guard
+from ..eager.context import current, enable_grad, no_grad, outside_capture, set_grad
+from ..errors import ArgumentError, CaptureError
 from ..ops.creation import zeros_like
-from ..ops.elementwise import cast
+from ..ops.elementwise import cast, scaled_add
 from ..sparse import SparseRows
 from ..tensor import Tensor
 
 
-def lerp(start: Tensor, end: Tensor, weight: float) -> Tensor:
-    """start + weight * (end - start), in the form torch's lerp picks for this weight
-    (the one that keeps the result exact at weight 0 or 1)."""
-    if weight < 0.5:
-        return start + (end - start) * weight
-    return end - (end - start) * (1.0 - weight)
+def scale(x: Tensor, factor) -> Tensor:
+    """x * factor. factor is a Python number (a weak scalar: rounded to x's dtype) or a 0-d
+    float64 tensor (a hyper-parameter a captured step reads), cast to x's dtype first, so
+    that both give the same bits."""
+    if isinstance(factor, Tensor):
+        factor = cast(factor, x.dtype)
+    return x * factor
+
+
+def add_scaled(x: Tensor, y: Tensor, alpha, beta) -> Tensor:
+    """alpha * x + beta * y: one `scaled_add` for Python numbers; for 0-d tensors the same
+    arithmetic as separate ops (scaled_add takes its factors as constants). A factor 1.0
+    is left out, as the kernel does."""
+    if not isinstance(alpha, Tensor) and not isinstance(beta, Tensor):
+        return scaled_add(x, y, alpha, beta)
+    one = lambda f: type(f) is float and f == 1.0  # noqa: E731
+    return (x if one(alpha) else scale(x, alpha)) + (y if one(beta) else scale(y, beta))
+
+
+def lerp(start: Tensor, end: Tensor, weight, complement=None, *, small=None) -> Tensor:
+    """start + weight * (end - start), in the form torch's lerp picks for this weight (the
+    one that keeps the result exact at weight 0 or 1): start + (end - start) * weight below
+    0.5, else end - (end - start) * complement, complement being 1 - weight unless given.
+    Tensor weights (read by a captured step) need `small`, the Python answer to
+    weight < 0.5, which the caller guards."""
+    if small is None:
+        small = weight < 0.5
+    if small:
+        return start + scale(end - start, weight)
+    return end - scale(end - start, 1.0 - weight if complement is None else complement)
 
 
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+class ParamGroup(dict):
+    """One parameter group: "params" and hyper-parameters as plain Python values, as torch's,
+    for user code and schedulers to read and write.
+
+    The keys its optimizer reads as tensors under capture (`Optimizer.tensor_hypers`) also
+    live in 0-d float64 tensors, one per number, made on the parameters' devices when a
+    trace first asks for them; every later write of the key updates them in place (same
+    tensor objects, new buffers), so a captured step that reads them sees the new value on
+    its next call. Writing a hyper-parameter while a capture traces is refused: that Python
+    would run once, while tracing. Copies and pickles are groups without tensors.
+    """
+
+    _tensor_keys: frozenset = frozenset()
+    _hyper_keys: frozenset = frozenset()
+    _label = "a parameter group"
+
+    def __init__(self, values: dict, label: str, tensor_keys, hyper_keys):
+        super().__init__(values)
+        self._label = label
+        self._tensor_keys, self._hyper_keys = frozenset(tensor_keys), frozenset(hyper_keys)
+        self._tensors: dict = {}  # key -> {device: tuple of 0-d tensors}
+        self._changed: set = set()  # tensor keys written with a new value since made
+
+    def __setitem__(self, key, value):
+        if key in self._hyper_keys and current().interpreter.capturing:
+            raise CaptureError(
+                f"{self._label}['{key}'] is set while a captured function is being traced. "
+                "That Python code (a scheduler's step(), a manual change) would run once, "
+                "while tracing, and never on later calls. Change hyper-parameters outside the "
+                "captured function, between calls: the captured step reads them on every "
+                "call", op="capture")
+        if key in self._tensor_keys:
+            old = dict.get(self, key)
+            if key not in self or not _same(old, value):
+                self._changed.add(key)
+            held = self._tensors.get(key)
+            if held:  # a trace reads them: they take the new value (one set per device)
+                numbers = _numbers(self._label, key, value)
+                if len(numbers) != len(next(iter(held.values()))):
+                    raise ArgumentError(f"{self._label}['{key}'] was {old!r} and cannot "
+                                        f"become {value!r}: a captured step reads it as "
+                                        f"{len(next(iter(held.values())))} number(s)",
+                                        op="param_groups")
+                with no_grad(), outside_capture():
+                    for tensors in held.values():
+                        for t, x in zip(tensors, numbers):
+                            _write(t, x)
+        dict.__setitem__(self, key, value)
+
+    def update(self, *args, **kwargs):
+        for key, value in dict(*args, **kwargs).items():
+            self[key] = value
+
+    def setdefault(self, key, default=None):
+        if key not in self:
+            self[key] = default
+        return self[key]
+
+    def __ior__(self, other):
+        self.update(other)
+        return self
+
+    def __reduce_ex__(self, protocol):
+        return (_remake_group, (dict(self), self._label, self._tensor_keys, self._hyper_keys))
+
+    def tensors(self, key: str, device):
+        """The 0-d float64 tensor(s) holding self[key] on `device` (a tuple for a sequence
+        value such as betas), made now if they are not yet (eagerly, even while tracing:
+        they outlive the trace, which reads them by reference)."""
+        held = self._tensors.setdefault(key, {})
+        tensors = held.get(device)
+        value = self[key]
+        if tensors is None:
+            from ..dtypes import float64
+            from ..ops.creation import tensor
+            with outside_capture():
+                tensors = held[device] = tuple(tensor(x, dtype=float64, device=device)
+                                               for x in _numbers(self._label, key, value))
+        return tensors if isinstance(value, (tuple, list)) else tensors[0]
+
+
+def _remake_group(values, label, tensor_keys, hyper_keys):
+    return ParamGroup(values, label, tensor_keys, hyper_keys)
+
+
+def _same(a, b) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 (a tensor, an odd object: count it as changed)
+        return False
+
+
+def _numbers(label, key, value) -> tuple:
+    parts = value if isinstance(value, (tuple, list)) else (value,)
+    try:
+        return tuple(float(x) for x in parts)
+    except (TypeError, ValueError):
+        raise ArgumentError(f"{label}['{key}'] must be a number (or numbers), got {value!r}",
+                            op="param_groups") from None
+
+
+def _write(t: Tensor, x: float) -> None:
+    """t takes the value x in place (t keeps its identity; graphs read its new buffer)."""
+    from ..ops.creation import tensor
+    from ..ops.methods import assign
+    assign(t, tensor(x, dtype=t.dtype, device=t.device))
+
+
+class _Layout(tuple):
+    """Which group objects an optimizer steps, and how many parameters each has: a traced
+    step updates those parameters and reads those groups' tensors."""
+
+    @classmethod
+    def of(cls, groups) -> "_Layout":
+        return cls((id(g), len(g["params"])) for g in groups)
+
+    def __repr__(self) -> str:
+        return "[" + ", ".join(f"a group at {g:#x} of {_count(n, 'parameter')}"
+                               for g, n in self) + "]"
+
+
+def _value(groups, i, key):
+    try:
+        return groups[i].get(key)
+    except (IndexError, AttributeError):
+        return None
 
 
 class Optimizer:
@@ -49,6 +212,10 @@ class Optimizer:
     tensor([0.9, 1.9], requires_grad=True), Parameter containing:
     tensor([0.], requires_grad=True))
     """
+
+    # Hyper-parameters a captured step reads as tensors (what schedulers change); the
+    # others in `defaults` are guarded. See the module docstring.
+    tensor_hypers: tuple = ("lr",)
 
     def __init__(self, params, defaults: dict):
         self.defaults = dict(defaults)
@@ -106,7 +273,11 @@ class Optimizer:
             seen[id(p)] = index
         group = {**self.defaults, **param_group, "params": params}
         self.check_group(group)
-        self.param_groups.append(group)
+        self.param_groups.append(self._group(group, index))
+
+    def _group(self, values: dict, index: int) -> ParamGroup:
+        return ParamGroup(values, f"{self._name}.param_groups[{index}]", self.tensor_hypers,
+                          self.defaults)
 
     def check_group(self, group: dict) -> None:
         """Raise ArgumentError for a hyperparameter out of range (subclasses extend this)."""
@@ -141,13 +312,56 @@ class Optimizer:
             with enable_grad():
                 loss = closure()
         with no_grad():
+            if current().interpreter.capturing:
+                self._guard_groups()
             for group in self.param_groups:
                 self.update_group(group)
         return loss
 
     def update_group(self, group: dict) -> None:
-        """Update the parameters of one group from their `.grad` (grad recording is off)."""
+        """Update the parameters of one group from their `.grad` (grad recording is off).
+
+        Read the hyper-parameters that may be tensors with `_hypers`; branch on Python
+        values only, and `_guard` a branch on a value that `_hypers` gives as a tensor."""
         raise NotImplementedError
+
+    # ---- hyper-parameters under capture ---------------------------------------------------
+
+    def _tensor_keys(self, group) -> frozenset:
+        """The keys of `group` a traced step reads as tensors: `tensor_hypers`, for this
+        optimizer's own groups (a plain dict put in param_groups is only guarded)."""
+        if isinstance(group, ParamGroup) and any(g is group for g in self.param_groups):
+            return frozenset(self.tensor_hypers)
+        return frozenset()
+
+    def _hypers(self, group, device, *keys) -> list:
+        """group[key] for each key as an update uses it: Python values eagerly; while a
+        capture traces, the group's 0-d float64 tensors on `device` for the keys it holds
+        as tensors (so later changes reach the graph), the Python value (guarded by step())
+        for the others."""
+        if not current().interpreter.capturing:
+            return [group[k] for k in keys]
+        held = self._tensor_keys(group)
+        return [group.tensors(k, device) if k in held else group[k] for k in keys]
+
+    def _where(self, group) -> str:
+        i = next((i for i, g in enumerate(self.param_groups) if g is group), None)
+        return f"{self._name}.param_groups[{i}]" if i is not None else \
+            f"a {self._name} parameter group"
+
+    def _guard(self, group, what: str, read) -> None:
+        """While tracing: the graph took a branch on read() (a Python value of `group`)."""
+        if current().interpreter.capturing:
+            guard(f"{self._where(group)}{what}", read)
+
+    def _guard_groups(self) -> None:
+        """While tracing: the graph updates these groups' parameters and bakes in every
+        hyper-parameter it does not read as a tensor; a change of either traces again."""
+        guard(f"{self._name}.param_groups", lambda: _Layout.of(self.param_groups))
+        for i, group in enumerate(self.param_groups):
+            for key in sorted(set(self.defaults) - self._tensor_keys(group)):
+                guard(f"{self._name}.param_groups[{i}]['{key}']",
+                      lambda i=i, key=key: _value(self.param_groups, i, key))
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Reset every parameter's gradient: to None (the default), or to zeros."""
@@ -275,7 +489,15 @@ class Optimizer:
             self.check_group(loaded)  # bad values are refused before anything changes
             groups.append(loaded)
         self.state = state
-        self.param_groups = groups
+        for i, (group, loaded) in enumerate(zip(self.param_groups, groups)):
+            if not isinstance(group, ParamGroup):
+                self.param_groups[i] = self._group(loaded, i)
+                continue
+            # The same group objects take the values: their tensors, which a captured step
+            # reads, follow (and code holding a group sees the loaded values).
+            for key in [k for k in group if k not in loaded]:
+                del group[key]
+            group.update(loaded)
 
     def _loaded_slot(self, p, key, name, value):
         if name == "step":  # a count (a number in torch's older state dicts)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ..ops.elementwise import sqrt
 from ..ops.methods import assign
-from .optimizer import Optimizer, lerp
+from .optimizer import Optimizer, lerp, scale
 
 
 class RMSprop(Optimizer):
@@ -35,10 +35,15 @@ class RMSprop(Optimizer):
         for key in ("alpha", "eps", "weight_decay", "momentum"):
             self._require(group, key, lambda v: v >= 0, ">= 0")
 
+    tensor_hypers = ("lr", "momentum")
+
     def update_group(self, group):
-        lr, alpha, eps = group["lr"], group["alpha"], group["eps"]
-        weight_decay, momentum, centered = group["weight_decay"], group["momentum"], group["centered"]
+        alpha, eps = group["alpha"], group["eps"]
+        weight_decay, centered = group["weight_decay"], group["centered"]
+        with_momentum = group["momentum"] > 0
+        self._guard(group, "['momentum'] > 0", lambda: group["momentum"] > 0)
         for p, g, state in self._dense_updates(group, "square_avg"):
+            lr, momentum = self._hypers(group, p.device, "lr", "momentum")
             if weight_decay != 0:
                 g = g + p * weight_decay
             square_avg = state["square_avg"]
@@ -49,12 +54,12 @@ class RMSprop(Optimizer):
                 avg = sqrt(square_avg - grad_avg * grad_avg) + eps
             else:
                 avg = sqrt(square_avg) + eps
-            if momentum > 0:
+            if with_momentum:
                 buf = self._zero_slot(state, "momentum_buffer", p)
-                assign(buf, buf * momentum + g / avg)
-                assign(p, p - buf * lr)
+                assign(buf, scale(buf, momentum) + g / avg)
+                assign(p, p - scale(buf, lr))
             else:
-                assign(p, p - g / avg * lr)
+                assign(p, p - scale(g / avg, lr))
 
 
 RMSProp = RMSprop

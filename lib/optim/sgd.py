@@ -7,7 +7,7 @@ from ..ops.elementwise import scaled_add, where
 from ..ops.indexing import index_add
 from ..sparse import SparseRows
 from ..ops.methods import assign
-from .optimizer import Optimizer, step_count
+from .optimizer import Optimizer, add_scaled, scale, step_count
 
 
 class SGD(Optimizer):
@@ -49,25 +49,30 @@ class SGD(Optimizer):
                                 f"momentum={group['momentum']}, dampening={group['dampening']}",
                                 op=self._name)
 
+    tensor_hypers = ("lr", "momentum")
+
     def update_group(self, group):
-        lr, momentum, weight_decay = group["lr"], group["momentum"], group["weight_decay"]
-        nesterov, maximize = group["nesterov"], group["maximize"]
+        weight_decay, nesterov, maximize = group["weight_decay"], group["nesterov"], \
+            group["maximize"]
         keep = 1.0 - group["dampening"]
+        with_momentum = group["momentum"] != 0
+        self._guard(group, "['momentum'] != 0", lambda: group["momentum"] != 0)
         for p in group["params"]:
             g = p.grad
             if g is None:
                 continue
+            lr, momentum = self._hypers(group, p.device, "lr", "momentum")
             if isinstance(g, SparseRows):
-                if momentum == 0 and weight_decay == 0:
+                if not with_momentum and weight_decay == 0:
                     # Linear in g, so repeated indices need no coalescing: index_add sums them.
-                    assign(p, index_add(p, (g.indices,), g.rows * (lr if maximize else -lr)))
+                    assign(p, index_add(p, (g.indices,), scale(g.rows, lr if maximize else -lr)))
                     continue
                 g = g.to_dense()
             if maximize:
                 g = -g
             if weight_decay != 0:
                 g = scaled_add(g, p, 1.0, weight_decay)
-            if momentum != 0:
+            if with_momentum:
                 # The buffer starts at zero, so the first step makes it g exactly (torch's
                 # rule) with the same ops as every later step, as a captured step needs;
                 # with dampening, a step count tells the first step apart.
@@ -75,9 +80,9 @@ class SGD(Optimizer):
                     {"step": step_count(device=p.device)} if keep != 1.0 else {})})
                 buf = state["momentum_buffer"]
                 if keep == 1.0:
-                    assign(buf, scaled_add(buf, g, momentum, 1.0))
+                    assign(buf, add_scaled(buf, g, momentum, 1.0))
                 else:
                     state["step"] += 1
-                    assign(buf, where(state["step"] == 1, g, scaled_add(buf, g, momentum, keep)))
-                g = scaled_add(g, buf, 1.0, momentum) if nesterov else buf
-            assign(p, scaled_add(p, g, 1.0, -lr))  # one op, one buffer per parameter
+                    assign(buf, where(state["step"] == 1, g, add_scaled(buf, g, momentum, keep)))
+                g = add_scaled(g, buf, 1.0, momentum) if nesterov else buf
+            assign(p, add_scaled(p, g, 1.0, -lr))  # one op, one buffer per parameter (eagerly)

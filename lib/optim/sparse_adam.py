@@ -7,7 +7,7 @@ from ..ops.elementwise import cast, sqrt
 from ..ops.indexing import index_add, index_set
 from ..sparse import SparseRows
 from ..ops.methods import assign
-from .optimizer import Optimizer, step_count
+from .optimizer import Optimizer, scale, step_count
 
 
 class SparseAdam(Optimizer):
@@ -37,9 +37,10 @@ class SparseAdam(Optimizer):
         self._require(group, "eps", lambda v: v > 0, "> 0")
         self._check_betas(group)
 
+    tensor_hypers = ("lr", "betas")
+
     def update_group(self, group):
-        lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
-        maximize = group["maximize"]
+        eps, maximize = group["eps"], group["maximize"]
         for p in group["params"]:
             g = p.grad
             if g is None:
@@ -52,6 +53,7 @@ class SparseAdam(Optimizer):
                                             "exp_avg_sq": zeros_like(p)})
             state["step"] += 1
             step = state["step"]
+            lr, (beta1, beta2) = self._hypers(group, p.device, "lr", "betas")
             g = g.coalesce()  # the update is not linear in g: one row per index
             rows = -g.rows if maximize else g.rows
             if rows.shape[0] == 0:
@@ -60,10 +62,10 @@ class SparseAdam(Optimizer):
             m, v = state["exp_avg"], state["exp_avg_sq"]
             # old + (1 - beta) * (new - old): PyTorch's arithmetic, so the results agree.
             m_old = m[key]
-            m_rows = (rows - m_old) * (1.0 - beta1) + m_old
+            m_rows = scale(rows - m_old, 1.0 - beta1) + m_old
             assign(m, index_set(m, key, m_rows))
             v_old = v[key]
-            v_rows = (rows * rows - v_old) * (1.0 - beta2) + v_old
+            v_rows = scale(rows * rows - v_old, 1.0 - beta2) + v_old
             assign(v, index_set(v, key, v_rows))
             step_size = cast(sqrt(1.0 - beta2 ** step) * lr / (1.0 - beta1 ** step), p.dtype)
             assign(p, index_add(p, key, m_rows / (sqrt(v_rows) + eps) * -step_size))
