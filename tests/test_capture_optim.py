@@ -278,3 +278,44 @@ def test_sparse_adam_lr_change_reaches_a_captured_step():
     np.testing.assert_array_equal(captured[1], eager[1])
     np.testing.assert_array_equal(captured[0], eager[0])
     assert captured[2].retraces == []
+
+
+def test_a_group_replaced_by_a_plain_dict_is_guarded_whole():
+    def between(opt, _, i):
+        if i == 1:
+            opt.param_groups[0] = dict(opt.param_groups[0])  # torch code does this
+        elif i == 2:
+            opt.param_groups[0]["lr"] = 0.03  # a plain dict: only a guard can see it
+    step = _compare(lambda ps: optim.SGD(ps, lr=0.1, momentum=0.9), between)
+    assert len(step.retraces) == 2, step.retraces
+    assert "SGD.param_groups was [a group at" in step.retraces[0]
+    assert "SGD.param_groups[0]['lr'] was 0.1 when traced and is 0.03 now" in step.retraces[1]
+
+
+@pytest.mark.parametrize("kind", ["norm", "value"])
+def test_a_clip_threshold_in_a_tensor_reaches_a_captured_step(kind):
+    def run(captured):
+        model = _model()
+        opt = optim.SGD(list(model.parameters()), lr=0.1, momentum=0.9)
+        limit = rill.tensor(0.05)
+
+        def step(x, y):
+            opt.zero_grad()
+            loss = ((model(x) - y) ** 2).mean()
+            loss.backward()
+            if kind == "norm":
+                optim.clip_grad_norm_(model.parameters(), limit)
+            else:
+                optim.clip_grad_value_(model.parameters(), limit)
+            opt.step()
+            return loss
+        fn = rill.capture(step) if captured else step
+        losses = []
+        for i, (x, y) in enumerate(_batches()):
+            losses.append(fn(x, y).numpy().copy())
+            limit[()] = [0.2, 0.01, 1e-3, 0.5, 0.1][i]  # in place: the same tensor
+        return model, losses, fn
+
+    eager, captured = run(False), run(True)
+    _same(eager, captured)
+    assert captured[2].retraces == []

@@ -50,7 +50,7 @@ class Adam(Optimizer):
         # traced step uses it with betas guarded; after that (or with amsgrad), separate ops
         # read them as tensors, so that a schedule of beta1 does not trace every step.
         keys = super()._tensor_keys(group)
-        if not group["amsgrad"] and "betas" not in group._changed:
+        if "betas" in keys and not group["amsgrad"] and "betas" not in group._changed:
             keys -= {"betas"}
         return keys
 

@@ -3,17 +3,28 @@
 Both give each parameter a new `.grad` rather than writing into the old one: a gradient
 tensor may be held elsewhere too, and rill tensors have value semantics anyway. Sparse
 gradients (`SparseRows`) are clipped as the dense gradients they stand for.
+
+A threshold may be a Python number or a 0-d tensor. Inside a captured function a Python
+number is part of the graph, like any number the function computes; a tensor is read on
+every call, so a threshold that changes between calls should be one (`rill.tensor(1.0)`,
+changed in place). Its value is rounded to the gradients' dtype either way.
 """
 from __future__ import annotations
 
 from ..eager.context import no_grad
 from ..errors import GradientError
 from ..ops.creation import tensor
-from ..ops.elementwise import clip, isfinite, minimum
+from ..ops.elementwise import cast, clip, isfinite, minimum
 from ..ops.reduce import norm
 from ..ops.shape import stack
 from ..sparse import SparseRows
 from ..tensor import Tensor
+
+
+def _threshold(value, dtype):
+    """A Python number as it is (a weak scalar), or a tensor cast to `dtype`, read as a tensor
+    (float() of it would freeze its value into a captured graph)."""
+    return cast(value, dtype) if isinstance(value, Tensor) else value
 
 
 def _with_grads(parameters):
@@ -48,7 +59,9 @@ def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0,
     [0.6, 0.8]
     """
     params = _with_grads(parameters)
-    max_norm, norm_type = float(max_norm), float(norm_type)
+    norm_type = float(norm_type)
+    if not isinstance(max_norm, Tensor):
+        max_norm = float(max_norm)
     if not params:
         return tensor(0.0)
     with no_grad():
@@ -58,7 +71,7 @@ def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0,
             raise GradientError(f"the total {norm_type:g}-norm of the gradients is {float(total)}, "
                                 "so they cannot be clipped; pass error_if_nonfinite=False to "
                                 "scale them by it anyway", op="clip_grad_norm_")
-        scale = minimum(max_norm / (total + 1e-6), 1.0)
+        scale = minimum(_threshold(max_norm, total.dtype) / (total + 1e-6), 1.0)
         for p in params:
             g = p.grad
             if isinstance(g, SparseRows):
@@ -78,12 +91,14 @@ def clip_grad_value_(parameters, clip_value: float) -> None:
     >>> w.grad
     tensor([-1. ,  0.5,  1. ])
     """
-    clip_value = float(clip_value)
+    if not isinstance(clip_value, Tensor):
+        clip_value = float(clip_value)
     with no_grad():
         for p in _with_grads(parameters):
             g = p.grad
+            bound = _threshold(clip_value, g.dtype)
             if isinstance(g, SparseRows):
                 g = g.coalesce()  # clamp the sums of repeated indices, not their parts
-                p.grad = SparseRows(g.indices, clip(g.rows, -clip_value, clip_value), g.shape)
+                p.grad = SparseRows(g.indices, clip(g.rows, -bound, bound), g.shape)
             else:
-                p.grad = clip(g, -clip_value, clip_value)
+                p.grad = clip(g, -bound, bound)

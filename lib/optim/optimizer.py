@@ -344,6 +344,18 @@ class Optimizer:
         held = self._tensor_keys(group)
         return [group.tensors(k, device) if k in held else group[k] for k in keys]
 
+    def hyper_tensors(self) -> list:
+        """[(name, tensor)]: the 0-d tensors captured steps read hyper-parameters from, named
+        as in param_groups ("param_groups[0].lr", "param_groups[0].betas.0")."""
+        named = []
+        for i, group in enumerate(self.param_groups):
+            for key, held in getattr(group, "_tensors", {}).items():
+                for tensors in held.values():
+                    for k, t in enumerate(tensors):
+                        suffix = f".{k}" if isinstance(group.get(key), (tuple, list)) else ""
+                        named.append((f"param_groups[{i}].{key}{suffix}", t))
+        return named
+
     def _where(self, group) -> str:
         i = next((i for i, g in enumerate(self.param_groups) if g is group), None)
         return f"{self._name}.param_groups[{i}]" if i is not None else \
