@@ -191,6 +191,10 @@ def adaptive_avg_pool2d(x, output_size):
     oh, ow = _pair(output_size, "output_size", "adaptive_avg_pool2d")
     if oh < 1 or ow < 1:
         raise ArgumentError(f"output_size must be positive, got {(oh, ow)}")
-    rows = tensor(_adaptive_matrix(x.shape[2], oh), dtype=x.dtype, device=x.device)
-    cols = tensor(_adaptive_matrix(x.shape[3], ow).T, dtype=x.dtype, device=x.device)
+    try:
+        rows, cols = _adaptive_matrix(x.shape[2], oh), _adaptive_matrix(x.shape[3], ow).T
+    except (ValueError, MemoryError):  # an output_size no array can hold
+        raise ArgumentError(f"output_size {(oh, ow)} is too large") from None
+    rows = tensor(rows, dtype=x.dtype, device=x.device)
+    cols = tensor(cols, dtype=x.dtype, device=x.device)
     return matmul(matmul(rows, x), cols)

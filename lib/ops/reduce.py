@@ -318,7 +318,7 @@ def cumprod(x, axis: int | None = None):
 def norm(x, ord=None, axis=None, keepdims: bool = False):
     """Vector p-norm over `axis` (all axes by default): ord 2 (default, also 'fro'), 1,
     inf, -inf, 0 (count of non-zeros) or any p > 0."""
-    if ord is None or ord == "fro":
+    if ord is None or (isinstance(ord, str) and ord == "fro"):
         ord = 2
     if isinstance(ord, str):
         raise ArgumentError(f"ord must be a number, inf, -inf or 'fro', got {ord!r}", op="norm")

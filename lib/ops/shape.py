@@ -442,7 +442,11 @@ def repeat(x, repeats, axis: int | None = None):
     if (counts < 0).any() or counts.ndim > 1 or (counts.ndim == 1 and len(counts) != x.shape[a]):
         raise ShapeError(f"repeats must be a non-negative int or one per element of axis {axis} "
                          f"(length {x.shape[a]}), got {repeats!r}", op="repeat")
-    source = np.repeat(np.arange(x.shape[a]), counts)
+    try:
+        source = np.repeat(np.arange(x.shape[a]), counts)
+    except (ValueError, MemoryError):  # counts of 2**62: no array holds the result
+        raise ArgumentError(f"repeats {describe(repeats)} make more elements than an array "
+                            "can hold", op="repeat") from None
     return take(x, tensor(source, device=x.device), axis=a)
 
 
