@@ -319,3 +319,23 @@ def test_a_clip_threshold_in_a_tensor_reaches_a_captured_step(kind):
     eager, captured = run(False), run(True)
     _same(eager, captured)
     assert captured[2].retraces == []
+
+
+def test_hyper_tensors_follow_the_group_and_are_named_after_it():
+    model = _model()
+    opt = optim.Adam(list(model.parameters()), lr=1e-2, amsgrad=True)
+
+    @rill.capture
+    def step(x, y):
+        opt.zero_grad()
+        ((model(x) - y) ** 2).mean().backward()
+        opt.step()
+
+    assert opt.hyper_tensors() == []  # eager steps need none
+    step(*_batches(1)[0])
+    opt.param_groups[0].update(lr=0.5, betas=(0.25, 0.75))
+    named = [(name, t.item()) for name, t in opt.hyper_tensors()]
+    assert named == [("param_groups[0].lr", 0.5), ("param_groups[0].betas.0", 0.25),
+                     ("param_groups[0].betas.1", 0.75)]
+    with pytest.raises(rill.ArgumentError, match="cannot become"):
+        opt.param_groups[0]["betas"] = (0.5,)

@@ -57,7 +57,8 @@ class Adam(Optimizer):
     def update_group(self, group):
         eps, weight_decay, amsgrad = group["eps"], group["weight_decay"], group["amsgrad"]
         decoupled = group["decoupled_weight_decay"]
-        small = 1.0 - group["betas"][0] < 0.5  # which form of lerp
+        small = 1.0 - group["betas"][0] < 0.5  # which form of lerp: a branch on beta1
+        self._guard(group, "['betas'][0] > 0.5", lambda: group["betas"][0] > 0.5, "betas")
         for p, g, state in self._dense_updates(group, "exp_avg", "exp_avg_sq"):
             lr, (beta1, beta2) = self._hypers(group, p.device, "lr", "betas")
             step = state["step"]
@@ -80,9 +81,6 @@ class Adam(Optimizer):
                 continue
             if weight_decay != 0 and not decoupled:
                 g = g + p * weight_decay
-            if isinstance(beta1, Tensor):
-                self._guard(group, "['betas'][0] > 0.5",
-                            lambda: group["betas"][0] > 0.5)  # <=> small
             # amsgrad: torch's lerp(m, g, 1 - beta1); otherwise the kernel's arithmetic
             # (its second form multiplies by beta1 itself), as a traced step must match it.
             assign(m, lerp(m, g, 1.0 - beta1, None if amsgrad else beta1, small=small))

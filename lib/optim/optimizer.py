@@ -322,16 +322,17 @@ class Optimizer:
         """Update the parameters of one group from their `.grad` (grad recording is off).
 
         Read the hyper-parameters that may be tensors with `_hypers`; branch on Python
-        values only, and `_guard` a branch on a value that `_hypers` gives as a tensor."""
+        values only (group[key]), and `_guard` each branch on a key `_hypers` may give as a
+        tensor."""
         raise NotImplementedError
 
     # ---- hyper-parameters under capture ---------------------------------------------------
 
     def _tensor_keys(self, group) -> frozenset:
-        """The keys of `group` a traced step reads as tensors: `tensor_hypers`, for this
-        optimizer's own groups (a plain dict put in param_groups is only guarded)."""
-        if isinstance(group, ParamGroup) and any(g is group for g in self.param_groups):
-            return frozenset(self.tensor_hypers)
+        """The keys of `group` a traced step reads as tensors: `tensor_hypers` that the
+        group keeps in step (a plain dict put in param_groups has none: it is guarded)."""
+        if isinstance(group, ParamGroup):
+            return group._tensor_keys.intersection(self.tensor_hypers)
         return frozenset()
 
     def _hypers(self, group, device, *keys) -> list:
@@ -361,9 +362,10 @@ class Optimizer:
         return f"{self._name}.param_groups[{i}]" if i is not None else \
             f"a {self._name} parameter group"
 
-    def _guard(self, group, what: str, read) -> None:
-        """While tracing: the graph took a branch on read() (a Python value of `group`)."""
-        if current().interpreter.capturing:
+    def _guard(self, group, what: str, read, key: str) -> None:
+        """While tracing: the graph took a branch on read(), a function of group[key]. Only
+        needed where key is read as a tensor; step() guards the other values whole."""
+        if current().interpreter.capturing and key in self._tensor_keys(group):
             guard(f"{self._where(group)}{what}", read)
 
     def _guard_groups(self) -> None:

@@ -41,7 +41,7 @@ class RMSprop(Optimizer):
         alpha, eps = group["alpha"], group["eps"]
         weight_decay, centered = group["weight_decay"], group["centered"]
         with_momentum = group["momentum"] > 0
-        self._guard(group, "['momentum'] > 0", lambda: group["momentum"] > 0)
+        self._guard(group, "['momentum'] > 0", lambda: group["momentum"] > 0, "momentum")
         for p, g, state in self._dense_updates(group, "square_avg"):
             lr, momentum = self._hypers(group, p.device, "lr", "momentum")
             if weight_decay != 0:

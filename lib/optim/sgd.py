@@ -56,7 +56,7 @@ class SGD(Optimizer):
             group["maximize"]
         keep = 1.0 - group["dampening"]
         with_momentum = group["momentum"] != 0
-        self._guard(group, "['momentum'] != 0", lambda: group["momentum"] != 0)
+        self._guard(group, "['momentum'] != 0", lambda: group["momentum"] != 0, "momentum")
         for p in group["params"]:
             g = p.grad
             if g is None:
