@@ -8,6 +8,7 @@ lists, slices, NumPy values, dtypes and callables. Bounded: a few dozen examples
 """
 import inspect
 import math
+import os
 
 import numpy as np
 import pytest
@@ -30,7 +31,8 @@ SKIP = {
 # Ops that run a user function as many times as their arguments say (a loop bound of 2**62
 # is a legitimate, endless request): drawn with small ints only.
 LOOPS = {"fori_loop", "while_loop", "scan"}
-MAX_EXAMPLES = int(__import__("os").environ.get("FUZZ_EXAMPLES", 25))
+# FUZZ_EXAMPLES=300 explores further (a few minutes); the default keeps the file ~10 s.
+MAX_EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", 25))
 
 
 def _getitem(x, key):
