@@ -123,3 +123,20 @@ def test_a_counter_updated_in_place_is_state_not_a_suspect():
         warnings.simplefilter("error")
         assert [float(tick()) for _ in range(3)] == [1.0, 2.0, 3.0]  # 1, 1, 1 before the fix
     assert float(count) == 3.0
+
+
+def test_rill_tensor_of_a_value_being_traced_is_a_copy_as_eagerly():
+    def f(x):
+        return rill.tensor(x * 2.0, dtype=rill.float64) + 1.0
+
+    x = rill.tensor([1.0, 2.5])
+    np.testing.assert_array_equal(rill.capture(f)(x).numpy(), f(x).numpy())
+
+
+def test_a_sparse_gradient_in_dense_arithmetic_is_its_dense_tensor():
+    table = nn.Embedding(5, 2)
+    table(rill.tensor([1, 1, 3])).sum().backward()
+    with rill.no_grad():
+        new = table.weight - 0.5 * table.weight.grad
+    np.testing.assert_allclose(new.numpy(), table.weight.numpy() -
+                               0.5 * table.weight.grad.to_dense().numpy())

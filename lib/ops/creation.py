@@ -8,6 +8,7 @@ from ..devices import Device, device as as_device
 from ..errors import ArgumentError, DTypeError, Error
 from ..eager.bind import bind
 from ..eager.context import current
+from ..capture.ir import Value
 from ..tensor import Tensor, new_tensor
 from . import attrs as A
 from .attrs import INT64_MAX
@@ -106,6 +107,14 @@ def tensor(data, dtype=None, device=None, requires_grad: bool = False) -> Tensor
     >>> rill.tensor([[1, 2], [3, 4]]).dtype
     rill.int64
     """
+    if isinstance(data, Tensor) and type(data._data) is Value:
+        # A value being traced has no data yet: its copy is the same graph value, detached
+        # (buffers are never written, so sharing it is a copy), as eagerly.
+        out = data.detach()
+        if dtype is not None:
+            out = out.astype(as_dtype(dtype, "tensor"))
+        out = out if device is None else out.to(_device(device, "tensor"))
+        return _finish(out, as_bool(requires_grad, "requires_grad", "tensor"))
     stored, array, dtype = _stored(data, dtype, "tensor")
     array = stored.copy() if stored is array else stored  # never share the caller's memory
     dev = _device(device if device is not None else

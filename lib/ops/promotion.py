@@ -57,8 +57,11 @@ def as_input(value, device) -> Tensor:
     """A non-scalar, non-tensor input (list, ndarray, NumPy scalar) as a strong tensor.
 
     Errors name no op: the op being bound names itself (bind fills in `op`)."""
+    from ..sparse import SparseRows
     from .arguments import array_like, describe
     from .creation import tensor
+    if isinstance(value, SparseRows):  # a sparse gradient in dense arithmetic: p - lr * g
+        return value.to_dense()
     if not array_like(value):
         raise ArgumentError(f"expected a tensor or a number, got {describe(value)}")
     try:
