@@ -1,6 +1,7 @@
 """Adam and AdamW: adaptive moment estimation, with L2 or decoupled weight decay."""
 from __future__ import annotations
 
+from ..dtypes import bfloat16, float32
 from ..ops.elementwise import cast, maximum, sqrt
 from ..ops.methods import assign
 from ..ops.updates import adam_update
@@ -66,29 +67,52 @@ class Adam(Optimizer):
             bias_correction2_sqrt = cast(sqrt(1.0 - beta2 ** step), p.dtype)
             step_size = cast(lr / (1.0 - beta1 ** step), p.dtype)
             m, v = state["exp_avg"], state["exp_avg_sq"]
-            fused = not amsgrad and not isinstance(beta1, Tensor)
-            if decoupled and weight_decay != 0 and (not fused or isinstance(lr, Tensor)):
-                p_now, decay = scale(p, 1.0 - lr * weight_decay), 1.0  # the kernel's p * decay
-            else:
-                p_now, decay = p, 1.0 - lr * weight_decay if decoupled else 1.0
-            if fused:  # one kernel for the whole update
-                new_p, new_m, new_v = adam_update(
-                    p_now, g, m, v, step_size, bias_correction2_sqrt, beta1=beta1, beta2=beta2,
-                    eps=eps, weight_decay=0.0 if decoupled else weight_decay, decay=decay)
-                assign(m, new_m)
-                assign(v, new_v)
-                assign(p, new_p)
-                continue
-            if weight_decay != 0 and not decoupled:
-                g = g + p * weight_decay
-            # amsgrad: torch's lerp(m, g, 1 - beta1); otherwise the kernel's arithmetic
-            # (its second form multiplies by beta1 itself), as a traced step must match it.
-            assign(m, lerp(m, g, 1.0 - beta1, None if amsgrad else beta1, small=small))
-            assign(v, scale(v, beta2) + scale(g, 1.0 - beta2) * g)
             if amsgrad:
+                if weight_decay != 0:
+                    if decoupled:
+                        assign(p, scale(p, 1.0 - lr * weight_decay))
+                    else:
+                        g = g + p * weight_decay
+                assign(m, lerp(m, g, 1.0 - beta1, small=small))
+                assign(v, scale(v, beta2) + scale(g, 1.0 - beta2) * g)
                 v_max = self._zero_slot(state, "max_exp_avg_sq", p)
                 v = assign(v_max, maximum(v_max, v))
-            assign(p, p_now - m / (sqrt(v) / bias_correction2_sqrt + eps) * step_size)
+                assign(p, p - m / (sqrt(v) / bias_correction2_sqrt + eps) * step_size)
+                continue
+            decay = 1.0 - lr * weight_decay if decoupled else 1.0
+            l2 = 0.0 if decoupled else weight_decay
+            if isinstance(beta1, Tensor) or isinstance(decay, Tensor) and (
+                    p.dtype is bfloat16 or weight_decay != 0):
+                # Factors read as tensors, which the fused kernel takes only as constants.
+                new_p, new_m, new_v = _adam_ops(p, g, m, v, step_size, bias_correction2_sqrt,
+                                                beta1, beta2, eps, l2, decay, small)
+            else:  # one kernel for the whole update
+                new_p, new_m, new_v = adam_update(
+                    p, g, m, v, step_size, bias_correction2_sqrt, beta1=beta1, beta2=beta2,
+                    eps=eps, weight_decay=l2, decay=1.0 if isinstance(decay, Tensor) else decay)
+            assign(m, new_m)
+            assign(v, new_v)
+            assign(p, new_p)
+
+
+def _adam_ops(p, g, m, v, step_size, bias_correction2_sqrt, beta1, beta2, eps, weight_decay,
+              decay, small):
+    """adam_update's arithmetic (kernels/numpy/updates.py) as separate ops, so that factors
+    may be tensors; the same bits as the kernel. Its precision too: bfloat16 tensors are
+    worked on in their float32 storage and rounded once, at the end. The decay multiplies
+    p apart, then, only for float16/32/64, where that rounds as the kernel does."""
+    dtype = p.dtype
+    if dtype is bfloat16:
+        p, g, m, v, step_size, bias_correction2_sqrt = (
+            cast(t, float32) for t in (p, g, m, v, step_size, bias_correction2_sqrt))
+    if isinstance(decay, Tensor) or decay != 1.0:
+        p = scale(p, decay)
+    if weight_decay != 0.0:
+        g = g + p * weight_decay
+    m = lerp(m, g, 1.0 - beta1, beta1, small=small)  # the kernel's second form uses beta1
+    v = scale(v, beta2) + scale(g, 1.0 - beta2) * g
+    p = p - m / (sqrt(v) / bias_correction2_sqrt + eps) * step_size
+    return tuple(cast(t, dtype) if dtype is bfloat16 else t for t in (p, m, v))
 
 
 class AdamW(Adam):

@@ -19,6 +19,7 @@ numbers and the fused ops as before.
 from __future__ import annotations
 
 from ..capture.guards import guard
+from ..dtypes import bfloat16, float32
 from ..eager.context import current, enable_grad, no_grad, outside_capture, set_grad
 from ..errors import ArgumentError, CaptureError
 from ..ops.creation import zeros_like
@@ -38,10 +39,12 @@ def scale(x: Tensor, factor) -> Tensor:
 
 def add_scaled(x: Tensor, y: Tensor, alpha, beta) -> Tensor:
     """alpha * x + beta * y: one `scaled_add` for Python numbers; for 0-d tensors the same
-    arithmetic as separate ops (scaled_add takes its factors as constants). A factor 1.0
-    is left out, as the kernel does."""
+    arithmetic as separate ops (scaled_add takes its factors as constants), in the kernel's
+    precision. A factor 1.0 is left out, as the kernel does."""
     if not isinstance(alpha, Tensor) and not isinstance(beta, Tensor):
         return scaled_add(x, y, alpha, beta)
+    if x.dtype is bfloat16:  # the kernel works in the float32 storage and rounds once
+        return cast(add_scaled(cast(x, float32), cast(y, float32), alpha, beta), bfloat16)
     one = lambda f: type(f) is float and f == 1.0  # noqa: E731
     return (x if one(alpha) else scale(x, alpha)) + (y if one(beta) else scale(y, beta))
 
