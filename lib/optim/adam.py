@@ -79,17 +79,22 @@ class Adam(Optimizer):
                 v = assign(v_max, maximum(v_max, v))
                 assign(p, p - m / (sqrt(v) / bias_correction2_sqrt + eps) * step_size)
                 continue
-            decay = 1.0 - lr * weight_decay if decoupled else 1.0
             l2 = 0.0 if decoupled else weight_decay
-            if isinstance(beta1, Tensor) or isinstance(decay, Tensor) and (
-                    p.dtype is bfloat16 or weight_decay != 0):
-                # Factors read as tensors, which the fused kernel takes only as constants.
+            decay = 1.0 - lr * weight_decay if decoupled and weight_decay != 0 else 1.0
+            if isinstance(beta1, Tensor) or isinstance(decay, Tensor) and p.dtype is bfloat16:
+                # Factors read as tensors, which the fused kernel takes only as constants
+                # (for bfloat16 even the decay: the kernel does not round p * decay).
                 new_p, new_m, new_v = _adam_ops(p, g, m, v, step_size, bias_correction2_sqrt,
                                                 beta1, beta2, eps, l2, decay, small)
             else:  # one kernel for the whole update
+                p_in = p
+                if isinstance(decay, Tensor):  # a traced AdamW step: lr is a tensor
+                    # The kernel's first multiply, apart: rounded to p's dtype, as the
+                    # kernel rounds it for float16/32/64.
+                    p_in, decay = scale(p, decay), 1.0
                 new_p, new_m, new_v = adam_update(
-                    p, g, m, v, step_size, bias_correction2_sqrt, beta1=beta1, beta2=beta2,
-                    eps=eps, weight_decay=l2, decay=1.0 if isinstance(decay, Tensor) else decay)
+                    p_in, g, m, v, step_size, bias_correction2_sqrt, beta1=beta1, beta2=beta2,
+                    eps=eps, weight_decay=l2, decay=decay)
             assign(m, new_m)
             assign(v, new_v)
             assign(p, new_p)
@@ -98,9 +103,10 @@ class Adam(Optimizer):
 def _adam_ops(p, g, m, v, step_size, bias_correction2_sqrt, beta1, beta2, eps, weight_decay,
               decay, small):
     """adam_update's arithmetic (kernels/numpy/updates.py) as separate ops, so that factors
-    may be tensors; the same bits as the kernel. Its precision too: bfloat16 tensors are
-    worked on in their float32 storage and rounded once, at the end. The decay multiplies
-    p apart, then, only for float16/32/64, where that rounds as the kernel does."""
+    (betas, decay) may be tensors: the same bits as the kernel, in its precision too
+    (bfloat16 tensors are worked on in their float32 storage and rounded once, at the
+    end). The second form of lerp multiplies by beta1, not by 1 - (1 - beta1), as the
+    kernel does."""
     dtype = p.dtype
     if dtype is bfloat16:
         p, g, m, v, step_size, bias_correction2_sqrt = (
@@ -109,7 +115,7 @@ def _adam_ops(p, g, m, v, step_size, bias_correction2_sqrt, beta1, beta2, eps, w
         p = scale(p, decay)
     if weight_decay != 0.0:
         g = g + p * weight_decay
-    m = lerp(m, g, 1.0 - beta1, beta1, small=small)  # the kernel's second form uses beta1
+    m = lerp(m, g, 1.0 - beta1, beta1, small=small)
     v = scale(v, beta2) + scale(g, 1.0 - beta2) * g
     p = p - m / (sqrt(v) / bias_correction2_sqrt + eps) * step_size
     return tuple(cast(t, dtype) if dtype is bfloat16 else t for t in (p, m, v))
