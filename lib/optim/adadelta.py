@@ -36,8 +36,9 @@ class Adadelta(Optimizer):
     def update_group(self, group):
         rho, eps = group["rho"], group["eps"]
         weight_decay = group["weight_decay"]
+        hypers = self._hypers(group, "lr")
         for p, g, state in self._dense_updates(group, "square_avg", "acc_delta"):
-            (lr,) = self._hypers(group, p.device, "lr")
+            (lr,) = hypers(p.device)
             if weight_decay != 0:
                 g = g + p * weight_decay
             square_avg, acc_delta = state["square_avg"], state["acc_delta"]

@@ -44,6 +44,7 @@ class Adagrad(Optimizer):
     def update_group(self, group):
         lr_decay, eps = group["lr_decay"], group["eps"]
         weight_decay, maximize = group["weight_decay"], group["maximize"]
+        hypers = self._hypers(group, "lr")
         for p in group["params"]:
             g = p.grad
             if g is None:
@@ -51,7 +52,7 @@ class Adagrad(Optimizer):
             state = self._state(p, lambda: {
                 "step": step_count(device=p.device), "sum": full_like(p, group["initial_accumulator_value"])})
             state["step"] += 1
-            (lr,) = self._hypers(group, p.device, "lr")
+            (lr,) = hypers(p.device)
             total = state["sum"]
             clr = cast(lr / ((state["step"] - 1) * lr_decay + 1), p.dtype)
             if isinstance(g, SparseRows):

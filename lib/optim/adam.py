@@ -60,8 +60,9 @@ class Adam(Optimizer):
         decoupled = group["decoupled_weight_decay"]
         small = 1.0 - group["betas"][0] < 0.5  # which form of lerp: a branch on beta1
         self._guard(group, "['betas'][0] > 0.5", lambda: group["betas"][0] > 0.5, "betas")
+        hypers = self._hypers(group, "lr", "betas")
         for p, g, state in self._dense_updates(group, "exp_avg", "exp_avg_sq"):
-            lr, (beta1, beta2) = self._hypers(group, p.device, "lr", "betas")
+            lr, (beta1, beta2) = hypers(p.device)
             step = state["step"]
             # The step count is a tensor (see step_count): corrections in float64, then cast.
             bias_correction2_sqrt = cast(sqrt(1.0 - beta2 ** step), p.dtype)

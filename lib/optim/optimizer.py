@@ -338,15 +338,17 @@ class Optimizer:
             return group._tensor_keys.intersection(self.tensor_hypers)
         return frozenset()
 
-    def _hypers(self, group, device, *keys) -> list:
-        """group[key] for each key as an update uses it: Python values eagerly; while a
-        capture traces, the group's 0-d float64 tensors on `device` for the keys it holds
-        as tensors (so later changes reach the graph), the Python value (guarded by step())
-        for the others."""
+    def _hypers(self, group, *keys):
+        """A function device -> [group[key] for each key] as an update uses them: the Python
+        values eagerly; while a capture traces, the group's 0-d float64 tensors on `device`
+        for the keys it holds as tensors (so that later changes reach the graph), and the
+        Python values (guarded by step()) for the others."""
         if not current().interpreter.capturing:
-            return [group[k] for k in keys]
+            values = [group[k] for k in keys]
+            return lambda device: values
         held = self._tensor_keys(group)
-        return [group.tensors(k, device) if k in held else group[k] for k in keys]
+        return lambda device: [group.tensors(k, device) if k in held else group[k]
+                               for k in keys]
 
     def hyper_tensors(self) -> list:
         """[(name, tensor)]: the 0-d tensors captured steps read hyper-parameters from, named

@@ -42,8 +42,9 @@ class RMSprop(Optimizer):
         weight_decay, centered = group["weight_decay"], group["centered"]
         with_momentum = group["momentum"] > 0
         self._guard(group, "['momentum'] > 0", lambda: group["momentum"] > 0, "momentum")
+        hypers = self._hypers(group, "lr", "momentum")
         for p, g, state in self._dense_updates(group, "square_avg"):
-            lr, momentum = self._hypers(group, p.device, "lr", "momentum")
+            lr, momentum = hypers(p.device)
             if weight_decay != 0:
                 g = g + p * weight_decay
             square_avg = state["square_avg"]

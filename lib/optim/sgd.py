@@ -57,11 +57,12 @@ class SGD(Optimizer):
         keep = 1.0 - group["dampening"]
         with_momentum = group["momentum"] != 0
         self._guard(group, "['momentum'] != 0", lambda: group["momentum"] != 0, "momentum")
+        hypers = self._hypers(group, "lr", "momentum")
         for p in group["params"]:
             g = p.grad
             if g is None:
                 continue
-            lr, momentum = self._hypers(group, p.device, "lr", "momentum")
+            lr, momentum = hypers(p.device)
             if isinstance(g, SparseRows):
                 if not with_momentum and weight_decay == 0:
                     # Linear in g, so repeated indices need no coalescing: index_add sums them.

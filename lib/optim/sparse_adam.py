@@ -41,6 +41,7 @@ class SparseAdam(Optimizer):
 
     def update_group(self, group):
         eps, maximize = group["eps"], group["maximize"]
+        hypers = self._hypers(group, "lr", "betas")
         for p in group["params"]:
             g = p.grad
             if g is None:
@@ -53,7 +54,7 @@ class SparseAdam(Optimizer):
                                             "exp_avg_sq": zeros_like(p)})
             state["step"] += 1
             step = state["step"]
-            lr, (beta1, beta2) = self._hypers(group, p.device, "lr", "betas")
+            lr, (beta1, beta2) = hypers(p.device)
             g = g.coalesce()  # the update is not linear in g: one row per index
             rows = -g.rows if maximize else g.rows
             if rows.shape[0] == 0:
