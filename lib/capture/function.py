@@ -342,6 +342,8 @@ def _variable_names(captured, args, kwargs) -> dict:
         elif isinstance(obj, Optimizer):
             optimizers.append((prefix, obj))
     for prefix, opt in optimizers:
+        for name, t in opt.hyper_tensors():  # lr, momentum, betas read by reference
+            names.setdefault(id(t), prefix + name)
         for i, (p, state) in enumerate(opt.state.items()):
             base = names.get(id(p), f"{prefix}param{i}")
             for slot, value in state.items():

@@ -1,7 +1,8 @@
 """SparseAdam: lazy Adam for embedding tables, updating only the rows a gradient touches."""
 from __future__ import annotations
 
-from ..errors import ArgumentError
+from ..eager.context import current
+from ..errors import ArgumentError, CaptureError
 from ..ops.creation import zeros_like
 from ..ops.elementwise import cast, sqrt
 from ..ops.indexing import index_add, index_set
@@ -46,6 +47,13 @@ class SparseAdam(Optimizer):
             g = p.grad
             if g is None:
                 continue
+            if not isinstance(g, SparseRows) and current().interpreter.capturing:
+                raise CaptureError(
+                    "SparseAdam updates only the rows a batch looked up, and how many that is "
+                    "is data, which a captured graph (fixed shapes) cannot hold: inside a "
+                    "capture gradients are dense. Use rill.optim.Adam in a captured step (the "
+                    "same update for rows a batch touches; untouched rows' moments decay), or "
+                    "run SparseAdam's step eagerly", op=self._name)
             if not isinstance(g, SparseRows):
                 raise ArgumentError(f"SparseAdam takes sparse gradients only (SparseRows, from "
                                     f"embedding lookups); a parameter of shape {p.shape} has a "
