@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import html
 import itertools
+import math
 
 GRAPH_OPS = ("input", "constant", "read", "assign")
 
@@ -35,16 +36,9 @@ class Value:
     def __repr__(self) -> str:
         return f"<Value {_spec(self)} of {self.node.op}>"
 
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
-    def size(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+    # What shape rules read of their inputs besides shape, dtype and device.
+    ndim = property(lambda self: len(self.shape))
+    size = property(lambda self: math.prod(self.shape))
 
     def __array__(self, *args, **kwargs):
         # A graph value reached NumPy: code asked for data that exists only when the graph
