@@ -1,6 +1,7 @@
 """bench/capture.py runs end to end: `--quick` builds every variant, checks that rill eager
 and captured (and torch, NumPy, jax where present) agree on the first losses and outputs,
-times a few calls and prints the tables. The figures themselves are not checked."""
+times a few calls and prints the tables and the targets; `--per-node` times the nodes of a
+captured step. The figures themselves are not checked."""
 import pathlib
 import subprocess
 import sys
@@ -9,10 +10,24 @@ ROOT = pathlib.Path(__file__).parent.parent
 SCRIPT = ROOT / "bench" / "capture.py"
 
 
-def test_capture_bench_quick_run():
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--quick"], capture_output=True,
-                          text=True, timeout=120, cwd=ROOT, check=False)
+def run(*args):
+    proc = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True,
+                          text=True, timeout=180, cwd=ROOT, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    for case in ("mlp, batch 16", "mlp, batch 128", "chain of 50 ops"):
-        assert case in proc.stdout, proc.stdout[-3000:]
-    assert "rill captured" in proc.stdout
+    return proc.stdout
+
+
+def test_capture_bench_quick_run():
+    out = run("--quick")
+    for case in ("mlp, batch 16", "mlp, batch 128", "chain of 50 ops", "gpt, 2 layers d=64",
+                 "conv net with BatchNorm"):
+        assert case in out, out[-3000:]
+    assert "rill captured" in out
+    assert "BLAS" in out
+    assert "every case: captured not slower than rill eager" in " ".join(out.split())
+
+
+def test_capture_bench_per_node():
+    out = run("--per-node", "--quick", "--cases", "conv")
+    assert "conv net with BatchNorm" in out and "slowest nodes" in out, out[-3000:]
+    assert "gpt" not in out
