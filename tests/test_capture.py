@@ -306,6 +306,23 @@ def test_parallel_scheduler_matches_sequential():
     assert next(iter(parallel.variants.values())).program.parallel
 
 
+def test_auto_times_both_schedules_on_real_calls_then_keeps_one(monkeypatch):
+    from rill.capture import executor
+    monkeypatch.setattr(executor, "PARALLEL_MIN_ELEMENTS", 1000)  # small nodes count as heavy
+
+    def f(a, b):
+        return (rill.tanh(a) * 2.0).sum() + (rill.exp(b) - 1.0).sum()
+
+    a, b = rill.randn(64, 64), rill.randn(64, 64)
+    captured = rill.capture(f)  # parallel="auto"
+    want = f(a, b).numpy()
+    program = None
+    for _ in range(2 * executor.TRIAL_CALLS + 2):
+        np.testing.assert_allclose(captured(a, b).numpy(), want, rtol=1e-6)
+        program = next(iter(captured.variants.values())).program
+    assert program._trials is None and isinstance(program.parallel, bool)
+
+
 def test_two_threads_call_one_captured_function():
     f = rill.capture(lambda x: rill.tanh(x @ x.T).sum(axis=1))
     inputs = [rill.tensor(np.full((16, 8), i, np.float32) / 50) for i in range(8)]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import os
 import queue
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -30,25 +31,58 @@ _programs = itertools.count()
 PARALLEL_MIN_ELEMENTS = 1 << 20
 
 
+# "auto": calls timed each way before choosing, when the graph could overlap heavy nodes.
+TRIAL_CALLS = 3
+
+
 class Program:
-    """graph -> callable(args) -> output buffers; args are the input buffers by position."""
+    """graph -> callable(args) -> output buffers; args are the input buffers by position.
+
+    `parallel`: False runs the straight-line code, True the thread-pool scheduler, "auto"
+    the straight-line code unless two heavy nodes could overlap; then the first calls run
+    alternately both ways, timed, and the faster is kept. (Whether overlap pays depends on
+    the machine: on two cores, memory-bound passes beside multithreaded BLAS lose to the
+    straight line; on many cores they win.)
+    """
 
     def __init__(self, graph: Graph, parallel: bool | str = "auto"):
         self.graph = graph
         self.steps = [_kernel_of(node, graph) for node in graph.nodes]
+        self._compile()
+        self._trials = None
         if parallel == "auto":
-            parallel = _worth_parallel(graph)
+            self._trials = {True: [], False: []} if _worth_parallel(graph) else None
+            parallel = False
         self.parallel = bool(parallel)
-        if not self.parallel:
-            self._compile()
+        if self.parallel or self._trials is not None:
+            self._schedule = _Schedule(graph, self.steps)
 
     def __call__(self, args):
+        if self._trials is not None:
+            return self._trial(args)
         if self.parallel:
             return self._run_parallel(args)
         try:
             return self._run(args)
         except Exception as e:
             raise self._node_error(e, self._failed_node(e)) from e
+
+    def _trial(self, args):
+        """One timed call, the less-tried way; after TRIAL_CALLS each, keep the faster."""
+        trials = self._trials
+        way = len(trials[True]) < len(trials[False])
+        self.parallel = way
+        start = time.perf_counter()
+        self._trials = None  # run as a plain call
+        try:
+            out = self(args)
+        finally:
+            self._trials = trials
+        trials[way].append(time.perf_counter() - start)
+        if min(map(len, trials.values())) >= TRIAL_CALLS:
+            self.parallel = min(trials[True]) < min(trials[False])
+            self._trials = None
+        return out
 
     # ---- straight-line code ----------------------------------------------------------------
 
@@ -124,17 +158,12 @@ class Program:
     # ---- scheduled on threads --------------------------------------------------------------
 
     def _run_parallel(self, args):
-        graph = self.graph
+        graph, plan = self.graph, self._schedule
         env: dict = {}
-        waiting: dict = {}
-        users: dict = {}
-        for node in graph.nodes:
-            before = {v.node for v in node.inputs} | set(node.after)
-            waiting[node] = len(before)
-            for b in before:
-                users.setdefault(b, []).append(node)
+        waiting = dict(plan.waiting)
+        uses = dict(plan.uses)
         finished: queue.SimpleQueue = queue.SimpleQueue()
-        step_of = dict(zip(graph.nodes, self.steps))
+        step_of = plan.step_of
 
         def task(node):
             try:
@@ -146,13 +175,13 @@ class Program:
             except Exception as e:  # handed to the scheduling thread, which raises it
                 finished.put((node, e))
 
-        ready = [n for n in graph.nodes if waiting[n] == 0]
+        ready = list(plan.sources)
         in_flight = 0
         pool = _pool()
         while ready or in_flight:
             for node in ready:
                 in_flight += 1
-                if _is_heavy(node):
+                if node in plan.heavy:
                     pool.submit(task, node)
                 else:
                     task(node)
@@ -161,11 +190,38 @@ class Program:
             in_flight -= 1
             if error is not None:
                 raise self._node_error(error, node) from error
-            for user in users.get(node, ()):
+            for v in node.inputs:  # a value no one else waits for: its buffer can go
+                uses[v] -= 1
+                if uses[v] == 0:
+                    env.pop(v, None)
+            for user in plan.users.get(node, ()):
                 waiting[user] -= 1
                 if waiting[user] == 0:
                     ready.append(user)
         return [env[v] for v in graph.outputs]
+
+
+class _Schedule:
+    """What the thread-pool scheduler needs of a graph, worked out once: how many nodes each
+    node waits for, who waits for it, how many nodes read each value (graph outputs count
+    as one more, so they stay), and which nodes are heavy enough for a pool thread."""
+
+    def __init__(self, graph: Graph, steps):
+        self.step_of = dict(zip(graph.nodes, steps))
+        self.waiting: dict = {}
+        self.users: dict = {}
+        self.uses: dict = {}
+        for node in graph.nodes:
+            before = {v.node for v in node.inputs} | set(node.after)
+            self.waiting[node] = len(before)
+            for b in before:
+                self.users.setdefault(b, []).append(node)
+            for v in node.inputs:
+                self.uses[v] = self.uses.get(v, 0) + 1
+        for v in graph.outputs:
+            self.uses[v] = self.uses.get(v, 0) + 1
+        self.sources = [n for n in graph.nodes if self.waiting[n] == 0]
+        self.heavy = {n for n in graph.nodes if _is_heavy(n)}
 
 
 def _execute(node, graph, step, inputs, args):
