@@ -31,8 +31,10 @@ _programs = itertools.count()
 PARALLEL_MIN_ELEMENTS = 1 << 20
 
 
-# "auto": calls timed each way before choosing, when the graph could overlap heavy nodes.
-TRIAL_CALLS = 3
+# "auto": calls timed each way before choosing, when the graph could overlap heavy nodes; the
+# pool must win by PARALLEL_MARGIN, so that noise does not pick it where it only ties.
+TRIAL_CALLS = 5
+PARALLEL_MARGIN = 0.9
 
 
 class Program:
@@ -80,7 +82,7 @@ class Program:
             self._trials = trials
         trials[way].append(time.perf_counter() - start)
         if min(map(len, trials.values())) >= TRIAL_CALLS:
-            self.parallel = min(trials[True]) < min(trials[False])
+            self.parallel = min(trials[True]) < PARALLEL_MARGIN * min(trials[False])
             self._trials = None
         return out
 
