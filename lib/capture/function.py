@@ -46,6 +46,7 @@ class Variant:
         self.grad_guards, self.checks = grad_guards, checks
         self.guarded = bool(grad_guards or checks)
         self.earlier: list = []  # same key, other guarded values (see _variant)
+        self.cleared: list = []  # tensors whose .grad the function leaves None
         self.differentiable = differentiable
 
     def guard_failure(self, name: str) -> str | None:
@@ -241,7 +242,7 @@ class CapturedFunction:
         checks = collected.guards + ([guards.RequiresGrad(state)] if state else [])
         variant = Variant(graph, optimized, program, (template, rebuild_out), rebuild,
                           tracer.grad_guards, checks, differentiable)
-        variant.cleared = tracer.cleared
+        variant.cleared = list(tracer.cleared)
         try:  # the argument and result structure, for save()
             variant.signature = (describe((list(args), kwargs), [0]), describe(result, [0]))
         except CaptureError:
