@@ -36,19 +36,25 @@ def _int_range(low, high) -> str:
     return f"[{show_int(low)}, {hi}"
 
 
+def _integer(value, must: str, op: str, error) -> int:
+    """operator.index(value) for an integer-like value (NumPy integer, 0-d integer tensor);
+    `error(f"{must}, got ...")` for anything else, bools included."""
+    if isinstance(value, (bool, np.bool_)) or not hasattr(type(value), "__index__"):
+        raise error(f"{must}, got {describe(value)}", op=op)
+    try:
+        return operator.index(value)
+    except CaptureError:
+        raise
+    except Exception:  # noqa: BLE001 - a float tensor's __index__, an odd __index__
+        raise error(f"{must}, got {describe(value)}", op=op) from None
+
+
 def as_int(value, what: str, op: str, low: int = INT64_MIN, high: int = INT64_MAX,
            error=ArgumentError) -> int:
     """An int (from an int, a NumPy integer or a 0-d integer tensor) in [low, high]; below
     `low` raises `error` (a negative size is a ShapeError), above `high` an ArgumentError."""
     if type(value) is not int:
-        if isinstance(value, (bool, np.bool_)) or not hasattr(type(value), "__index__"):
-            raise ArgumentError(f"{what} must be an int, got {describe(value)}", op=op)
-        try:
-            value = operator.index(value)
-        except CaptureError:
-            raise
-        except Exception:  # noqa: BLE001 - a float tensor's __index__, an odd __index__
-            raise ArgumentError(f"{what} must be an int, got {describe(value)}", op=op) from None
+        value = _integer(value, f"{what} must be an int", op, ArgumentError)
     if not low <= value <= high:
         raise (error if value < low else ArgumentError)(
             f"{what} must be an int in {_int_range(low, high)}, got {show_int(value)}", op=op)
@@ -228,14 +234,7 @@ def as_index(p, what: str, op: str) -> int | None:
     IndexingError naming `what` ("slice step") otherwise."""
     if p is None or type(p) is int and INT64_MIN <= p <= INT64_MAX:
         return p
-    if isinstance(p, (bool, np.bool_)) or not hasattr(type(p), "__index__"):
-        raise IndexingError(f"{what} must be an int or None, got {describe(p)}", op=op)
-    try:
-        value = operator.index(p)
-    except CaptureError:
-        raise
-    except Exception:  # noqa: BLE001
-        raise IndexingError(f"{what} must be an int or None, got {describe(p)}", op=op) from None
+    value = _integer(p, f"{what} must be an int or None", op, IndexingError)
     if not INT64_MIN <= value <= INT64_MAX:
         raise IndexingError(f"{what} {show_int(value)} is out of bounds (outside int64)", op=op)
     return value
