@@ -1,6 +1,6 @@
 """rill.nn: layers, losses and parameter initialization."""
 from .parameter import Parameter
-from . import functional, init
+from . import functional, init, utils
 from .module import Module
 from .containers import Sequential, ModuleList, ModuleDict
 from .linear import Linear, Identity, Flatten, Embedding

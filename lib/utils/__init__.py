@@ -1,0 +1,2 @@
+"""rill.utils: PyTorch-familiar utilities (`rill.utils.data`)."""
+from . import data

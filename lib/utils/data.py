@@ -1,0 +1,1 @@
+"""rill.utils.data: Dataset, DataLoader and samplers spelled as torch.utils.data."""
