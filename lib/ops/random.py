@@ -103,3 +103,115 @@ def randint(low: int, high: int | None = None, shape=(), dtype=None, device=None
         raise DTypeError(f"randint makes integer tensors, not {attrs['dtype']}", op="randint")
     check_fits(np.array([low, high - 1], dtype=object), attrs["dtype"], "randint")
     return bind(randint_p, low=low, high=high, **attrs)
+
+
+# ---- sampling from given probabilities (composites of uniform draws) -----------------------
+
+
+def _concrete(t) -> bool:
+    """Whether t's values exist now: eager, not a captured graph's placeholder. Checks that
+    read values (negative weights, empty rows) run only then; a graph cannot raise on data."""
+    from ..capture.ir import Value
+    return type(t._data) is not Value
+
+
+def _float_tensor(input, op):
+    from .arguments import as_tensor
+    input = as_tensor(input, "input", op)
+    if not input.dtype.is_floating:
+        raise DTypeError(f"{op} needs floating probabilities, got {input.dtype}; cast with "
+                         f".astype(rill.float32)", op=op)
+    return input
+
+
+def _check_weights(p: np.ndarray, num_samples: int, replacement: bool, op: str) -> None:
+    if not np.all(np.isfinite(p)) or np.any(p < 0):
+        raise ArgumentError("probabilities must be finite and non-negative", op=op)
+    positive = (p > 0).sum(axis=-1)
+    if np.any(positive == 0):
+        raise ArgumentError("every row of probabilities needs a positive entry; the sum of "
+                            "a row is zero", op=op)
+    if not replacement and np.any(positive < num_samples):
+        raise ArgumentError(f"without replacement, every row needs at least num_samples="
+                            f"{num_samples} categories of positive probability, and some row "
+                            f"has only {int(positive.min())}; pass replacement=True", op=op)
+
+
+def multinomial(input, num_samples: int, replacement: bool = False, generator=None):
+    """Category indices drawn from the rows of `input` (unnormalized non-negative weights,
+    1-d or 2-d), as torch.multinomial: int64 of shape (num_samples,) or (rows, num_samples).
+
+    With replacement each draw inverts the row's cumulative sums at a uniform point; without,
+    the row's num_samples smallest exponential race times E_i / p_i (E_i ~ Exp(1)) are the
+    draws in the order a one-at-a-time sampler would make them.
+
+    >>> import rill
+    >>> from rill.ops.random import multinomial
+    >>> multinomial(rill.tensor([0.0, 1.0, 0.0]), 2, replacement=True)
+    tensor([1, 1])
+    """
+    from . import elementwise as E, reduce as R, shape as S, sorting
+    op = "multinomial"
+    input = _float_tensor(input, op)
+    if input.ndim not in (1, 2):
+        raise ArgumentError(f"input must be 1-d or 2-d, got shape {input.shape}", op=op)
+    num_samples = as_int(num_samples, "num_samples", op, low=1)
+    replacement = as_bool(replacement, "replacement", op)
+    categories = input.shape[-1]
+    if categories == 0:
+        raise ArgumentError("input has no categories (its last dimension is 0)", op=op)
+    if not replacement and num_samples > categories:
+        raise ArgumentError(f"cannot draw num_samples={num_samples} distinct categories out "
+                            f"of {categories} without replacement; pass replacement=True",
+                            op=op)
+    if _concrete(input):
+        _check_weights(input.numpy(), num_samples, replacement, op)
+    p = input.detach()
+    if p.dtype.itemsize < 4:  # half precision cumulates badly
+        p = E.cast(p, dt.float32)
+    rows = S.reshape(p, (-1, categories))
+    n_rows = rows.shape[0]
+    if replacement:
+        u = _uniform(0.0, 1.0, (n_rows, num_samples, 1), p.dtype, input.device, generator,
+                     False, op)
+        cdf = R.cumsum(rows, axis=-1)
+        point = u * cdf[:, None, categories - 1:]          # in [0, row total)
+        index = R.sum(E.cast(cdf[:, None, :] <= point, dt.int64), axis=-1)
+        # Rounding can put the point on the total: fall back to the last positive category.
+        last = (categories - 1) - R.argmax(S.flip(E.cast(rows > 0, dt.int64), axis=-1),
+                                           axis=-1)
+        index = E.minimum(index, last[:, None])
+    else:
+        times = -E.log1p(-_uniform(0.0, 1.0, (n_rows, categories), p.dtype, input.device,
+                                   generator, False, op))
+        # log(E_i) - log(p_i); a zero-weight category never wins the race
+        keys = E.where(rows > 0, E.log(times) - E.log(E.where(rows > 0, rows, 1.0)), np.inf)
+        index = sorting.topk(keys, num_samples, axis=-1, largest=False)[1]
+        index = E.cast(index, dt.int64)
+    return S.reshape(index, input.shape[:-1] + (num_samples,))
+
+
+def bernoulli(input, p=None, generator=None):
+    """0 or 1 with probability `input` (or the number `p` for every element), in input's
+    shape and dtype, as torch.bernoulli.
+
+    >>> import rill
+    >>> from rill.ops.random import bernoulli
+    >>> bernoulli(rill.tensor([0.0, 1.0]))
+    tensor([0., 1.])
+    """
+    from . import elementwise as E
+    op = "bernoulli"
+    input = _float_tensor(input, op)
+    if p is None:
+        probs = input.detach()
+        if _concrete(probs):
+            values = probs.numpy()
+            if not np.all((values >= 0) & (values <= 1)):
+                raise ArgumentError("probabilities must lie in [0, 1]", op=op)
+    else:
+        probs = as_float(p, "p", op)
+        if not 0 <= probs <= 1:
+            raise ArgumentError(f"p must lie in [0, 1], got {probs}", op=op)
+    u = _uniform(0.0, 1.0, input.shape, input.dtype, input.device, generator, False, op)
+    return E.cast(u < probs, input.dtype)
