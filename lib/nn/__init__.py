@@ -5,7 +5,8 @@ from .module import Module
 from .containers import Sequential, ModuleList, ModuleDict
 from .linear import Linear, Identity, Flatten, Embedding
 from .activation import (ReLU, GELU, SiLU, Tanh, Sigmoid, LeakyReLU, ELU, Softplus, Softmax,
-                         LogSoftmax)
+                         LogSoftmax, SELU, CELU, Hardsigmoid, Hardswish, Hardtanh, ReLU6, Mish,
+                         Softsign, Tanhshrink, PReLU, GLU, LogSigmoid, Softmin, Threshold)
 from .dropout import Dropout
 from .conv import Conv1d, Conv2d, ConvTranspose2d
 from .pooling import MaxPool2d, AvgPool2d, AdaptiveAvgPool2d

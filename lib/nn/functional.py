@@ -12,23 +12,25 @@ from .. import dtypes as dt
 from ..eager.context import no_grad
 from ..errors import ArgumentError, DTypeError, ShapeError, reports_as
 from ..ops import promotion
+from ..ops import activation as _act
 from ..ops import arguments as arg  # a module, so its helpers are not functional's API
+from ..ops import elementwise as _E
 from ..ops.checks import check
 from ..ops.creation import ones, zeros
 from ..ops.normalization import layer_norm as _layer_norm
-from ..ops.elementwise import abs, rsqrt, scaled_add, softplus, square, where
+from ..ops.elementwise import abs, rsqrt, scaled_add, square, where
 from ..ops.indexing import take, take_along_axis
 from ..ops.linalg import matmul
-from ..ops.methods import assign
+from ..ops.methods import assign, update_in_place
 from ..ops.random import rand
 from ..ops.reduce import mean, sum
 from ..ops.shape import expand_dims, moveaxis, reshape, squeeze, swapaxes, tril
+from ..tensor import Tensor
 
 # The fused primitives and the activations, under the names layers and users reach for.
 from ..ops.activation import log_softmax, softmax, softmax_cross_entropy  # noqa: F401
 from ..ops.conv import conv1d, conv2d, conv_transpose2d  # noqa: F401
-from ..ops.elementwise import (elu, gelu, leaky_relu, relu, sigmoid,  # noqa: F401
-                               silu, tanh)
+from ..ops.elementwise import gelu, sigmoid, tanh  # noqa: F401
 from ..ops.linalg import linear  # noqa: F401
 from ..ops.pooling import adaptive_avg_pool2d, avg_pool2d, max_pool2d  # noqa: F401
 
@@ -69,9 +71,10 @@ def embedding(indices, weight, padding_idx: int | None = None):
 # ---- regularization ------------------------------------------------------------------------
 
 @reports_as("dropout")
-def dropout(x, p: float = 0.5, training: bool = True, generator=None):
+def dropout(x, p: float = 0.5, training: bool = True, inplace: bool = False,
+            generator=None):
     """Zero each element with probability p and scale the rest by 1/(1-p); identity when
-    not training.
+    not training. `inplace=True` gives x the result (see `activation_in_place`).
 
     >>> x = rill.ones(1000)
     >>> y = rill.nn.functional.dropout(x, 0.5, generator=rill.Generator(0))
@@ -82,12 +85,165 @@ def dropout(x, p: float = 0.5, training: bool = True, generator=None):
     p = arg.as_float(p, "p", "dropout")
     if not 0.0 <= p <= 1.0:
         raise ArgumentError(f"p must be in [0, 1], got {p}", op="dropout")
+    inplace = arg.as_bool(inplace, "inplace", "dropout")
     if not arg.as_bool(training, "training", "dropout") or p == 0.0:
         return x
     if p == 1.0:
-        return x * 0.0
+        return _in_place(lambda t: t * 0.0, x, inplace, "dropout")
     keep = rand(*x.shape, dtype=x.dtype, device=x.device, generator=generator) >= p
-    return where(keep, x * (1.0 / (1.0 - p)), 0.0)
+    return _in_place(lambda t: where(keep, t * (1.0 / (1.0 - p)), 0.0), x, inplace, "dropout")
+
+
+# ---- activations, with PyTorch's signatures ------------------------------------------------
+# rill tensors are values, so `inplace=True` cannot share memory with a view the way
+# PyTorch's does; it means: the input tensor object takes the result (through rill's in-place
+# mechanism, as `x += 1` does) and is returned. It is allowed where PyTorch allows it: not on
+# a leaf that requires grad while gradients are recorded (a rill.GradientError, as PyTorch's
+# RuntimeError); under no_grad, or on a non-leaf, the tape sees an out-of-place op on the old
+# value, so the gradients are those of inplace=False.
+
+def _in_place(fn, x, inplace: bool, op: str):
+    """fn(x), given to x itself when `inplace` (see the section comment)."""
+    if not arg.as_bool(inplace, "inplace", op):
+        return fn(x)
+    if not isinstance(x, Tensor):
+        raise ArgumentError(f"inplace=True changes a tensor, got {arg.describe(x)}", op=op)
+    return update_in_place(x, fn)
+
+
+@reports_as("relu")
+def relu(input, inplace: bool = False):
+    """max(input, 0); `inplace` as the section comment says."""
+    return _in_place(_E.relu, input, inplace, "relu")
+
+
+@reports_as("relu6")
+def relu6(input, inplace: bool = False):
+    """min(max(input, 0), 6)."""
+    return _in_place(_act.relu6, input, inplace, "relu6")
+
+
+@reports_as("leaky_relu")
+def leaky_relu(input, negative_slope: float = 0.01, inplace: bool = False):
+    """input where input > 0, negative_slope * input elsewhere."""
+    slope = arg.as_float(negative_slope, "negative_slope", "leaky_relu")
+    return _in_place(lambda t: _E.leaky_relu(t, slope), input, inplace, "leaky_relu")
+
+
+@reports_as("elu")
+def elu(input, alpha: float = 1.0, inplace: bool = False):
+    """input where input > 0, alpha * (exp(input) - 1) elsewhere."""
+    alpha = arg.as_float(alpha, "alpha", "elu")
+    return _in_place(lambda t: _E.elu(t, alpha), input, inplace, "elu")
+
+
+@reports_as("selu")
+def selu(input, inplace: bool = False):
+    """scale * elu(input, alpha), the self-normalizing constants (rill.ops.activation)."""
+    return _in_place(_act.selu, input, inplace, "selu")
+
+
+@reports_as("celu")
+def celu(input, alpha: float = 1.0, inplace: bool = False):
+    """input where input > 0, alpha * (exp(input / alpha) - 1) elsewhere."""
+    alpha = arg.as_float(alpha, "alpha", "celu")
+    return _in_place(lambda t: _act.celu(t, alpha), input, inplace, "celu")
+
+
+@reports_as("silu")
+def silu(input, inplace: bool = False):
+    """input * sigmoid(input) (also called swish)."""
+    return _in_place(_E.silu, input, inplace, "silu")
+
+
+@reports_as("mish")
+def mish(input, inplace: bool = False):
+    """input * tanh(softplus(input))."""
+    return _in_place(_act.mish, input, inplace, "mish")
+
+
+@reports_as("hardtanh")
+def hardtanh(input, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False):
+    """input clamped to [min_val, max_val] (gradient 0 on the bounds, as PyTorch).
+
+    >>> rill.nn.functional.hardtanh(rill.tensor([-2.0, 0.5, 3.0]))
+    tensor([-1. ,  0.5,  1. ])
+    """
+    lo = arg.as_float(min_val, "min_val", "hardtanh")
+    hi = arg.as_float(max_val, "max_val", "hardtanh")
+    return _in_place(lambda t: _act.hardtanh(t, lo, hi), input, inplace, "hardtanh")
+
+
+@reports_as("hardsigmoid")
+def hardsigmoid(input, inplace: bool = False):
+    """0 below -3, 1 above 3, input / 6 + 1/2 between."""
+    return _in_place(_act.hardsigmoid, input, inplace, "hardsigmoid")
+
+
+@reports_as("hardswish")
+def hardswish(input, inplace: bool = False):
+    """input * hardsigmoid(input)."""
+    return _in_place(_act.hardswish, input, inplace, "hardswish")
+
+
+@reports_as("threshold")
+def threshold(input, threshold: float, value: float, inplace: bool = False):  # noqa: F811
+    """input where input > threshold, else value."""
+    t = arg.as_float(threshold, "threshold", "threshold")
+    v = arg.as_float(value, "value", "threshold")
+    return _in_place(lambda x: _act.threshold(x, t, v), input, inplace, "threshold")
+
+
+def softsign(input):
+    """input / (1 + |input|)."""
+    return _act.softsign(input)
+
+
+def tanhshrink(input):
+    """input - tanh(input)."""
+    return _act.tanhshrink(input)
+
+
+def logsigmoid(input):
+    """log(sigmoid(input)), stable for large |input|."""
+    return _act.logsigmoid(input)
+
+
+def prelu(input, weight):
+    """input where input > 0, weight * input elsewhere; one slope, or one per channel."""
+    return _act.prelu(input, weight)
+
+
+def glu(input, dim: int = -1):
+    """a * sigmoid(b) for the halves a, b of input along `dim`.
+
+    >>> rill.nn.functional.glu(rill.tensor([1.0, 2.0, 0.0, 0.0]))
+    tensor([0.5, 1. ])
+    """
+    return _act.glu(input, dim)
+
+
+@reports_as("softmin")
+def softmin(input, dim: int | None = None, dtype=None):
+    """softmax(-input) along `dim` (the last axis when None), computed in `dtype` if given."""
+    x = arg.as_tensor(input, "input", "softmin")
+    if dtype is not None:
+        x = x.astype(arg.as_dtype(dtype, "softmin"))
+    return _act.softmin(x, -1 if dim is None else arg.as_axis(dim, "softmin", "dim"))
+
+
+@reports_as("softplus")
+def softplus(input, beta: float = 1.0, threshold: float = 20.0):  # noqa: F811
+    """log(1 + exp(beta * input)) / beta, and input itself where beta * input > threshold
+    (as PyTorch: linear where the curve has met its asymptote)."""
+    x = arg.as_tensor(input, "input", "softplus")
+    beta = arg.as_float(beta, "beta", "softplus")
+    limit = arg.as_float(threshold, "threshold", "softplus")
+    scaled = x * beta if beta != 1.0 else x
+    smooth = _E.softplus(scaled)
+    if beta != 1.0:
+        smooth = smooth / beta
+    return where(scaled > limit, x, smooth)
 
 
 # ---- normalization -------------------------------------------------------------------------
@@ -382,10 +538,10 @@ def binary_cross_entropy_with_logits(x, y, weight=None, pos_weight=None,
     pos_weight = arg.optional_tensor(pos_weight, "pos_weight", op)
     x, y = _pair_check(x, y, op)
     # log sigmoid(x) = -softplus(-x); log(1 - sigmoid(x)) = -softplus(x)
-    positive = softplus(-x)
+    positive = _E.softplus(-x)
     if pos_weight is not None:
         positive = positive * pos_weight
-    loss = y * positive + (1.0 - y) * softplus(x)
+    loss = y * positive + (1.0 - y) * _E.softplus(x)
     if weight is not None:
         loss = loss * weight
     return _reduce(loss, reduction, "binary_cross_entropy_with_logits")
@@ -432,5 +588,5 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p: float = 0.0
             scores = scores + attn_mask
     weights = softmax(scores, axis=-1)
     if dropout_p:
-        weights = dropout(weights, dropout_p, True, generator)
+        weights = dropout(weights, dropout_p, True, generator=generator)
     return matmul(weights, v)

@@ -125,3 +125,152 @@ def softmax_cross_entropy(logits, target, ignore_index: int = -100,
                 ignore_index=as_int(ignore_index, "ignore_index", op),
                 label_smoothing=as_float(label_smoothing, "label_smoothing", op),
                 reduction=as_choice(reduction, "reduction", op, _XENT_REDUCTIONS))
+
+
+# ---- composite activations -----------------------------------------------------------------
+# Written in elementwise ops (so they differentiate, capture and run on any device), with the
+# derivative PyTorch documents at the kinks: the flat side's (0) at a clamp's bounds.
+# rill.nn.functional wraps them with PyTorch's `inplace=` argument.
+
+# SELU's constants (Klambauer et al. 2017), to the precision float64 holds.
+SELU_ALPHA = 1.6732632423543772848170429916717
+SELU_SCALE = 1.0507009873554804934193349852946
+
+
+def _float_tensor(x, op):
+    from .arguments import as_tensor
+    from ..errors import DTypeError
+    x = as_tensor(x, "input", op)
+    if not x.dtype.is_floating:
+        raise DTypeError(f"expects a floating tensor, got {x.dtype}; cast it first "
+                         "(x.astype(rill.float32))", op=op)
+    return x
+
+
+def selu(x):
+    """scale * elu(x, alpha) with the self-normalizing constants SELU_ALPHA, SELU_SCALE."""
+    from .elementwise import elu
+    return elu(_float_tensor(x, "selu"), SELU_ALPHA) * SELU_SCALE
+
+
+def celu(x, alpha: float = 1.0):
+    """x where x > 0, alpha * (exp(x / alpha) - 1) elsewhere (continuous in x for any alpha)."""
+    from ..errors import ArgumentError
+    from .elementwise import elu
+    alpha = as_float(alpha, "alpha", "celu")
+    if alpha == 0:
+        raise ArgumentError("alpha must not be 0 (celu divides by it)", op="celu")
+    x = _float_tensor(x, "celu")
+    return elu(x / alpha, 1.0) * alpha if alpha != 1.0 else elu(x, 1.0)
+
+
+def hardtanh(x, min_val: float = -1.0, max_val: float = 1.0):
+    """x clamped to [min_val, max_val]; the gradient is 0 on and beyond the bounds."""
+    from ..errors import ArgumentError
+    from .elementwise import logical_and, where
+    lo, hi = as_float(min_val, "min_val", "hardtanh"), as_float(max_val, "max_val", "hardtanh")
+    if lo > hi:
+        raise ArgumentError(f"min_val ({lo}) must not exceed max_val ({hi})", op="hardtanh")
+    x = _float_tensor(x, "hardtanh")
+    return where(logical_and(x > lo, x < hi), x, where(x <= lo, lo, hi))
+
+
+def relu6(x):
+    """min(max(x, 0), 6)."""
+    return hardtanh(x, 0.0, 6.0)
+
+
+def hardsigmoid(x):
+    """A piecewise-linear sigmoid: 0 below -3, 1 above 3, x / 6 + 1/2 between."""
+    from .elementwise import logical_and, where
+    x = _float_tensor(x, "hardsigmoid")
+    return where(logical_and(x > -3.0, x < 3.0), x / 6.0 + 0.5, where(x <= -3.0, 0.0, 1.0))
+
+
+def hardswish(x):
+    """x * hardsigmoid(x): 0 below -3, x above 3, x (x + 3) / 6 between (MobileNetV3)."""
+    from .elementwise import where
+    x = _float_tensor(x, "hardswish")
+    # The middle branch owns both bounds, where PyTorch's gradient takes its value.
+    return where(x < -3.0, 0.0, where(x <= 3.0, x * (x + 3.0) / 6.0, x))
+
+
+def mish(x):
+    """x * tanh(softplus(x)) (Misra 2019)."""
+    from .elementwise import softplus, tanh
+    x = _float_tensor(x, "mish")
+    return x * tanh(softplus(x))
+
+
+def softsign(x):
+    """x / (1 + |x|)."""
+    from .elementwise import abs as abs_
+    x = _float_tensor(x, "softsign")
+    return x / (abs_(x) + 1.0)
+
+
+def tanhshrink(x):
+    """x - tanh(x)."""
+    from .elementwise import tanh
+    x = _float_tensor(x, "tanhshrink")
+    return x - tanh(x)
+
+
+def logsigmoid(x):
+    """log(sigmoid(x)) = -softplus(-x), without overflow for large |x|."""
+    from .elementwise import softplus
+    return -softplus(-_float_tensor(x, "logsigmoid"))
+
+
+def threshold(x, threshold: float, value: float):  # noqa: F811 - PyTorch's argument name
+    """x where x > threshold, else value."""
+    from .elementwise import where
+    t, v = as_float(threshold, "threshold", "threshold"), as_float(value, "value", "threshold")
+    x = _float_tensor(x, "threshold")
+    return where(x > t, x, v)
+
+
+def prelu(x, weight):
+    """x where x > 0, weight * x elsewhere; weight holds one slope, or one per channel
+    (axis 1 of x, or axis 0 of a 1-d x)."""
+    from ..errors import ShapeError
+    from .arguments import as_tensor
+    from .elementwise import where
+    from .shape import reshape
+    x = _float_tensor(x, "prelu")
+    weight = as_tensor(weight, "weight", "prelu")
+    if weight.ndim > 1:
+        raise ShapeError(f"weight must be 1-d (one slope, or one per channel), got "
+                         f"{weight.shape}", op="prelu")
+    n = weight.size
+    if n != 1:
+        axis = 1 if x.ndim >= 2 else 0
+        if x.ndim == 0 or x.shape[axis] != n:
+            raise ShapeError(f"{n} slopes need {n} channels on axis {axis} of the input, got "
+                             f"shape {x.shape}", op="prelu")
+        weight = reshape(weight, (n,) + (1,) * (x.ndim - axis - 1))
+    elif weight.ndim:
+        weight = reshape(weight, ())
+    return where(x > 0, x, weight * x)
+
+
+def glu(x, dim: int = -1):
+    """a * sigmoid(b), where a and b are the two halves of x along `dim`."""
+    from ..errors import ShapeError
+    from .elementwise import sigmoid
+    from .rules import normalize_axis
+    from .shape import split
+    x = _float_tensor(x, "glu")
+    if x.ndim == 0:
+        raise ShapeError("glu needs at least one axis to halve", op="glu")
+    axis = normalize_axis(as_int(dim, "dim", "glu"), x.ndim)
+    n = x.shape[axis]
+    if n % 2:
+        raise ShapeError(f"glu halves axis {dim}, whose length {n} is odd", op="glu")
+    a, b = split(x, [n // 2, n // 2], axis=axis)
+    return a * sigmoid(b)
+
+
+def softmin(x, axis: int = -1):
+    """softmax(-x) along `axis`: the smallest entries get the largest weights."""
+    return softmax(-_float_tensor(x, "softmin"), axis)
