@@ -1,7 +1,8 @@
-"""Convolution CPU kernels: im2col into one layout that makes every product a single GEMM.
+"""Convolution CPU kernels, for any number of spatial axes: im2col into one layout that makes
+every product a single GEMM.
 
 The patches of x are laid out as cols[G, Cg*KH*KW, N*OH*OW] (channel, kernel offset) x
-(image, output pixel). Then
+(image, output pixel), written here for two spatial axes (a third adds KD and OD). Then
     forward:        y  = w[G, Og, Cg*KK] @ cols                       (one GEMM per group)
     weight grad:    gw = g[G, Og, N*OH*OW] @ cols^T                   (BLAS reads cols^T as is)
     input grad:     cols_g = w^T @ g, then col2im: KH*KW strided adds into the padded image.
@@ -11,6 +12,7 @@ no half-precision GEMM.
 """
 from __future__ import annotations
 
+import itertools
 import threading
 import weakref
 
@@ -25,14 +27,14 @@ def _compute_dtype(a):
 
 
 def _padded(x, padding):
-    """x with zero padding; a negative pad crops (conv_transpose2d's output_padding)."""
-    (pt, pb), (pl, pr) = padding
-    if min(pt, pb, pl, pr) < 0:
-        h, w = x.shape[2:]
-        x = x[:, :, max(-pt, 0):h - max(-pb, 0), max(-pl, 0):w - max(-pr, 0)]
-        pt, pb, pl, pr = max(pt, 0), max(pb, 0), max(pl, 0), max(pr, 0)
-    if pt or pb or pl or pr:
-        return np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)))
+    """x with zero padding on its spatial axes; a negative pad crops (a transposed
+    convolution's output_padding)."""
+    if min(min(p) for p in padding) < 0:
+        x = x[(slice(None), slice(None)) + tuple(slice(max(-lo, 0), s - max(-hi, 0)) for
+                                                 (lo, hi), s in zip(padding, x.shape[2:]))]
+        padding = tuple((max(lo, 0), max(hi, 0)) for lo, hi in padding)
+    if any(lo or hi for lo, hi in padding):
+        return np.pad(x, ((0, 0), (0, 0)) + tuple(padding))
     return x
 
 
@@ -89,65 +91,70 @@ def _cols(x, kernel_size, out_size, stride, padding, dilation, groups):
 def _build_cols(x, kernel_size, out_size, stride, padding, dilation, groups):
     xp = np.ascontiguousarray(_padded(x, padding), dtype=_compute_dtype(x))
     n, c = xp.shape[:2]
-    (kh, kw), (oh, ow) = kernel_size, out_size
-    sn, sc, sh, sw = xp.strides
-    view = as_strided(xp, shape=(c, kh, kw, n, oh, ow),
-                      strides=(sc, sh * dilation[0], sw * dilation[1], sn,
-                               sh * stride[0], sw * stride[1]), writeable=False)
-    return np.ascontiguousarray(view).reshape(groups, (c // groups) * kh * kw, n * oh * ow)
+    sn, sc, *sp = xp.strides
+    view = as_strided(xp, shape=(c,) + tuple(kernel_size) + (n,) + tuple(out_size),
+                      strides=(sc,) + tuple(s * d for s, d in zip(sp, dilation)) + (sn,) +
+                      tuple(s * st for s, st in zip(sp, stride)), writeable=False)
+    return np.ascontiguousarray(view).reshape(groups, -1, n * int(np.prod(out_size)))
 
 
 def _by_group(g, groups):
-    """g (N, O, OH, OW) as (G, O/G, N*OH*OW)."""
-    n, o, oh, ow = g.shape
-    return np.ascontiguousarray(g.transpose(1, 0, 2, 3), dtype=_compute_dtype(g)).reshape(
-        groups, o // groups, n * oh * ow)
+    """g (N, O, *spatial) as (G, O/G, N*prod(spatial))."""
+    o = g.shape[1]
+    return np.ascontiguousarray(np.swapaxes(g, 0, 1), dtype=_compute_dtype(g)).reshape(
+        groups, o // groups, -1)
 
 
-def conv2d(x, w, *bias, stride, padding, dilation, groups):
-    n = x.shape[0]
-    o, _, kh, kw = w.shape
-    oh, ow = ((s + p[0] + p[1] - d * (k - 1) - 1) // st + 1 for s, p, d, k, st in
-              zip(x.shape[2:], padding, dilation, (kh, kw), stride))
-    cols = _cols(x, (kh, kw), (oh, ow), stride, padding, dilation, groups)
+def _channels_first(y, n, out_size):
+    """(O, N * prod(out)) as an (N, O, *out) view: the GEMMs produce channel-major images."""
+    return y.reshape((-1, n) + tuple(out_size)).swapaxes(0, 1)
+
+
+def conv(x, w, *bias, stride, padding, dilation, groups):
+    n, o = x.shape[0], w.shape[0]
+    kernel = w.shape[2:]
+    out = tuple((s + p[0] + p[1] - d * (k - 1) - 1) // st + 1 for s, p, d, k, st in
+                zip(x.shape[2:], padding, dilation, kernel, stride))
+    cols = _cols(x, kernel, out, stride, padding, dilation, groups)
     wm = w.reshape(groups, o // groups, -1).astype(cols.dtype, copy=False)
-    y = np.matmul(wm, cols).reshape(o, n * oh * ow)
+    y = np.matmul(wm, cols).reshape(o, -1)
     if bias:
         y += bias[0].astype(y.dtype, copy=False)[:, None]
-    return y.reshape(o, n, oh, ow).transpose(1, 0, 2, 3).astype(x.dtype, copy=False)
+    return _channels_first(y, n, out).astype(x.dtype, copy=False)
 
 
-def conv_transpose2d(g, w, input_size, stride, padding, dilation, groups):
-    n, o, oh, ow = g.shape
-    _, cg, kh, kw = w.shape
+def conv_transpose(g, w, input_size, stride, padding, dilation, groups):
+    n, o = g.shape[:2]
+    out = g.shape[2:]
+    cg, kernel = w.shape[1], w.shape[2:]
     c = cg * groups
-    wm = w.reshape(groups, o // groups, cg * kh * kw).astype(_compute_dtype(w), copy=False)
+    wm = w.reshape(groups, o // groups, -1).astype(_compute_dtype(w), copy=False)
     cols = np.matmul(wm.transpose(0, 2, 1), _by_group(g, groups))
-    cols = cols.reshape(c, kh, kw, n, oh, ow)
-    (pt, pb), (pl, pr) = padding
-    h, wd = input_size
+    cols = cols.reshape((c,) + tuple(kernel) + (n,) + tuple(out))
     # Room for every scattered pixel and for the crop below (pads may be negative). The image
     # is accumulated channel-major, the order cols comes in, so each tap's add streams
-    # through both; the result is returned as an (N, C, H, W) view of it.
-    full = [(o_ - 1) * st + d * (k - 1) + 1 for o_, st, d, k in
-            zip((oh, ow), stride, dilation, (kh, kw))]
-    out = np.zeros((c, n, max(h + pt + pb, full[0], pt + h), max(wd + pl + pr, full[1], pl + wd)),
-                   dtype=cols.dtype)
-    for i in range(kh):
-        top = i * dilation[0]
-        for j in range(kw):
-            left = j * dilation[1]
-            out[:, :, top:top + (oh - 1) * stride[0] + 1:stride[0],
-                left:left + (ow - 1) * stride[1] + 1:stride[1]] += cols[:, i, j]
-    return out[:, :, pt:pt + h, pl:pl + wd].transpose(1, 0, 2, 3).astype(g.dtype, copy=False)
+    # through both; the result is returned as an (N, C, *spatial) view of it.
+    room = tuple(max(s + lo + hi, (m - 1) * st + d * (k - 1) + 1, lo + s) for
+                 s, (lo, hi), m, st, d, k in
+                 zip(input_size, padding, out, stride, dilation, kernel))
+    full = np.zeros((c, n) + room, dtype=cols.dtype)
+    for tap in itertools.product(*(range(k) for k in kernel)):
+        where = tuple(slice(t * d, t * d + (m - 1) * st + 1, st) for t, d, m, st in
+                      zip(tap, dilation, out, stride))
+        full[(slice(None), slice(None)) + where] += cols[(slice(None),) + tap]
+    crop = tuple(slice(lo, lo + s) for (lo, _), s in zip(padding, input_size))
+    return full[(slice(None), slice(None)) + crop].swapaxes(0, 1).astype(g.dtype, copy=False)
 
 
-def conv2d_weight_grad(x, g, kernel_size, stride, padding, dilation, groups):
+def conv_weight_grad(x, g, kernel_size, stride, padding, dilation, groups):
     o = g.shape[1]
     cols = _cols(x, kernel_size, g.shape[2:], stride, padding, dilation, groups)
     gw = np.matmul(_by_group(g, groups), cols.transpose(0, 2, 1))
     return gw.reshape((o, x.shape[1] // groups) + tuple(kernel_size)).astype(x.dtype, copy=False)
 
 
-register_kernels("cpu", {"conv2d": conv2d, "conv_transpose2d": conv_transpose2d,
-                         "conv2d_weight_grad": conv2d_weight_grad})
+# One kernel per role serves every spatial rank.
+register_kernels("cpu", {"conv2d": conv, "conv_transpose2d": conv_transpose,
+                         "conv2d_weight_grad": conv_weight_grad,
+                         "conv3d": conv, "conv_transpose3d": conv_transpose,
+                         "conv3d_weight_grad": conv_weight_grad})

@@ -29,7 +29,8 @@ from ..tensor import Tensor
 
 # The fused primitives and the activations, under the names layers and users reach for.
 from ..ops.activation import log_softmax, softmax, softmax_cross_entropy  # noqa: F401
-from ..ops.conv import conv1d, conv2d, conv_transpose2d  # noqa: F401
+from ..ops.conv import (conv1d, conv2d, conv3d, conv_transpose1d,  # noqa: F401
+                        conv_transpose2d, conv_transpose3d)
 from ..ops.elementwise import gelu, sigmoid, tanh  # noqa: F401
 from ..ops.linalg import linear  # noqa: F401
 from ..ops.pooling import adaptive_avg_pool2d, avg_pool2d, max_pool2d  # noqa: F401
