@@ -1,4 +1,5 @@
-"""Convolution GPU kernels (NCHW) as implicit GEMMs: no im2col buffer is ever built.
+"""Convolution GPU kernels (NCHW) as implicit GEMMs: no im2col buffer is ever built. Three
+spatial axes (conv3d) run the 2-d kernels once per depth tap (end of the file).
 
 Each kernel is a tiled GEMM whose operand tiles are gathered straight from the image: a row
 or column index is decomposed into (image, pixel) or (channel, filter tap), and the image
@@ -26,7 +27,7 @@ from rill.ops.primitive import register_kernels
 from . import tuning
 from .linalg import (GemmTypes, multiply_add, split_k, sum_splits, tile_position,
                      zero_accumulator)
-from .launch import cdiv, empty, pointer, strides, tl, triton
+from .launch import cdiv, empty, pointer, strides, tl, triton, xp
 
 _INT64_SPAN = 2 ** 31 - 1
 
@@ -282,5 +283,89 @@ def conv_transpose2d(g, w, input_size, stride, padding, dilation, groups):
     return dx
 
 
+# ---- three spatial axes: the depth folded into the batch of the 2-d kernels ----------------
+#
+# Tap kd of the depth kernel meets the depth-strided slice x[:, :, kd*dd :: sd] (OD planes);
+# seen as a batch of N*OD images, each tap is one 2-d convolution, and
+#     conv3d(x, w)[:, :, od] = sum_kd conv2d(x[:, :, od*sd + kd*dd], w[:, :, kd]).
+# That is KD launches of the tuned 2-d kernels and a copy of the slice per tap (x is read KD
+# times), instead of a second family of hand-written kernels.
+
+def _depth_padded(x, pad):
+    """x padded (or cropped, for a negative pad) with zeros along the depth axis."""
+    lo, hi = pad
+    d = x.shape[2]
+    x = x[:, :, max(-lo, 0):d - max(-hi, 0)]
+    lo, hi = max(lo, 0), max(hi, 0)
+    if lo or hi:
+        padded = xp.zeros(x.shape[:2] + (x.shape[2] + lo + hi,) + x.shape[3:], x.dtype)
+        padded[:, :, lo:lo + x.shape[2]] = x
+        x = padded
+    return x
+
+
+def _as_images(v):
+    """(N, C, D, H, W) as a contiguous batch of N*D images (N*D, C, H, W)."""
+    n, c, d, h, w = v.shape
+    return xp.ascontiguousarray(v.transpose(0, 2, 1, 3, 4)).reshape(n * d, c, h, w)
+
+
+def _as_volume(v, n):
+    """(N*D, C, H, W) back as (N, C, D, H, W)."""
+    nd, c, h, w = v.shape
+    return v.reshape(n, nd // n, c, h, w).transpose(0, 2, 1, 3, 4)
+
+
+def _depth_slice(kd, dilation, out, stride):
+    return slice(kd * dilation, kd * dilation + (out - 1) * stride + 1, stride)
+
+
+def conv3d(x, w, *bias, stride, padding, dilation, groups):
+    n, kd = x.shape[0], w.shape[2]
+    xpad = _depth_padded(x, padding[0])
+    od = (xpad.shape[2] - dilation[0] * (kd - 1) - 1) // stride[0] + 1
+    plane = dict(stride=stride[1:], padding=padding[1:], dilation=dilation[1:], groups=groups)
+    total = None
+    for t in range(kd):
+        images = _as_images(xpad[:, :, _depth_slice(t, dilation[0], od, stride[0])])
+        part = conv2d(images, xp.ascontiguousarray(w[:, :, t]),
+                      *(bias if t == 0 else ()), **plane)
+        total = part if total is None else total + part
+    return xp.ascontiguousarray(_as_volume(total, n))
+
+
+def conv3d_weight_grad(x, g, kernel_size, stride, padding, dilation, groups):
+    kd = kernel_size[0]
+    xpad = _depth_padded(x, padding[0])
+    od = g.shape[2]
+    grads = _as_images(g)
+    plane = dict(kernel_size=kernel_size[1:], stride=stride[1:], padding=padding[1:],
+                 dilation=dilation[1:], groups=groups)
+    taps = [conv2d_weight_grad(_as_images(xpad[:, :, _depth_slice(t, dilation[0], od,
+                                                                  stride[0])]), grads, **plane)
+            for t in range(kd)]
+    return xp.ascontiguousarray(xp.stack(taps, axis=2))
+
+
+def conv_transpose3d(g, w, input_size, stride, padding, dilation, groups):
+    n, od = g.shape[0], g.shape[2]
+    kd = w.shape[2]
+    (lo, hi), d = padding[0], input_size[0]
+    grads = _as_images(g)
+    plane = dict(input_size=input_size[1:], stride=stride[1:], padding=padding[1:],
+                 dilation=dilation[1:], groups=groups)
+    # The gradient of the depth-padded image, with room for every tap (pads may be negative:
+    # output_padding), cropped to the input at the end.
+    room = max(d + lo + hi, (od - 1) * stride[0] + dilation[0] * (kd - 1) + 1, lo + d)
+    c = w.shape[1] * groups
+    full = xp.zeros((n, c, room) + tuple(input_size[1:]), g.dtype)
+    for t in range(kd):
+        part = conv_transpose2d(grads, xp.ascontiguousarray(w[:, :, t]), **plane)
+        full[:, :, _depth_slice(t, dilation[0], od, stride[0])] += _as_volume(part, n)
+    return xp.ascontiguousarray(full[:, :, lo:lo + d])
+
+
 register_kernels("gpu", {"conv2d": conv2d, "conv_transpose2d": conv_transpose2d,
-                         "conv2d_weight_grad": conv2d_weight_grad})
+                         "conv2d_weight_grad": conv2d_weight_grad, "conv3d": conv3d,
+                         "conv_transpose3d": conv_transpose3d,
+                         "conv3d_weight_grad": conv3d_weight_grad})
