@@ -71,14 +71,20 @@ class Device:
 _DEVICES: dict[tuple[str, int], Device] = {}
 
 
+# PyTorch programs say "cuda" for the accelerator rill calls "gpu".
+_SPELLINGS = {"cuda": "gpu"}
+
+
 def device(spec="cpu") -> Device:
-    """Parse 'cpu', 'cpu:1', 'gpu', 'gpu:0' (or pass a Device through)."""
+    """Parse 'cpu', 'cpu:1', 'gpu', 'gpu:0' (or pass a Device through); 'cuda' and 'cuda:0'
+    are PyTorch's names for 'gpu'."""
     if isinstance(spec, Device):
         return spec
     if not isinstance(spec, str):
         raise DeviceError(f"expected a device name like 'cpu' or 'gpu:0', got {spec!r}",
                           op="device")
     kind, _, index_text = spec.partition(":")
+    kind = _SPELLINGS.get(kind, kind)
     try:
         index = int(index_text) if index_text else 0
     except ValueError:

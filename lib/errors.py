@@ -81,6 +81,10 @@ class KernelError(Error):
     """A kernel failed on values its shape/dtype rule could not check (e.g. int ** -1)."""
 
 
+class DifferenceWarning(UserWarning):
+    """A call whose meaning in rill differs from PyTorch's, said once where it happens."""
+
+
 def reports_as(op: str):
     """Decorator for public functions built from other ops: errors name `op`, the function
     the user called, and keep the inner op in parentheses when it differs."""

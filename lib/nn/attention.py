@@ -85,14 +85,15 @@ class MultiheadAttention(Module):
             init.zeros_(self.out_proj.bias)
 
     def _project(self, query, key, value):
-        biases = (None,) * 3 if self.in_proj_bias is None else split(self.in_proj_bias, 3)
+        biases = (None,) * 3 if self.in_proj_bias is None else split(self.in_proj_bias, self.embed_dim)
         if not self.same_dims:
             weights = (self.q_proj_weight, self.k_proj_weight, self.v_proj_weight)
         elif query is key and key is value:
             # Self-attention: one matmul for all three projections.
-            return split(F.linear(query, self.in_proj_weight, self.in_proj_bias), 3, axis=-1)
+            return split(F.linear(query, self.in_proj_weight, self.in_proj_bias), self.embed_dim,
+                         axis=-1)
         else:
-            weights = split(self.in_proj_weight, 3)
+            weights = split(self.in_proj_weight, self.embed_dim)
         return [F.linear(x, w, b) for x, w, b in zip((query, key, value), weights, biases)]
 
     def _heads(self, x):

@@ -25,15 +25,16 @@ from .parameter import Parameter
 def lstm_step(x_proj, h, c, w_hh, b_hh):
     """One LSTM step from the input's projection x @ W_ih.T + b_ih; returns (h, c)."""
     gates = x_proj + F.linear(h, w_hh, b_hh)
-    i, f, g, o = split(gates, 4, axis=-1)
+    i, f, g, o = split(gates, gates.shape[-1] // 4, axis=-1)
     c = sigmoid(f) * c + sigmoid(i) * tanh(g)
     return sigmoid(o) * tanh(c), c
 
 
 def gru_step(x_proj, h, w_hh, b_hh):
     """One GRU step from the input's projection x @ W_ih.T + b_ih; returns h."""
-    x_r, x_z, x_n = split(x_proj, 3, axis=-1)
-    h_r, h_z, h_n = split(F.linear(h, w_hh, b_hh), 3, axis=-1)
+    x_r, x_z, x_n = split(x_proj, x_proj.shape[-1] // 3, axis=-1)
+    h_proj = F.linear(h, w_hh, b_hh)
+    h_r, h_z, h_n = split(h_proj, h_proj.shape[-1] // 3, axis=-1)
     r = sigmoid(x_r + h_r)
     z = sigmoid(x_z + h_z)
     n = tanh(x_n + r * h_n)
@@ -203,7 +204,7 @@ class _Sequence(_Recurrent):
 
     def _python_loop(self, proj, state, w_hh, b_hh, reverse: bool):
         steps = proj.shape[0]
-        proj = split(proj, steps, axis=0)
+        proj = split(proj, 1, axis=0)
         hs = [None] * steps
         for t in (range(steps - 1, -1, -1) if reverse else range(steps)):
             state = self._step(reshape(proj[t], proj[t].shape[1:]), state, w_hh, b_hh)

@@ -1,6 +1,14 @@
 """Primitive declarations, one module per family, and the composites built on them."""
 from . import creation, elementwise, indexing, linalg, random, reduce, shape, sorting  # noqa: F401
 from . import activation, checks, conv, normalization, pooling, updates  # noqa: F401
-from . import methods
+from . import keywords
+
+# PyTorch's keyword spellings (dim=, keepdim=, input=, ...) for every public function, before
+# the functions are bound as Tensor methods and exported as rill's namespace.
+for _family in (creation, elementwise, indexing, linalg, random, reduce, shape, sorting,
+                activation, conv, normalization, pooling):
+    keywords.install(_family)
+
+from . import methods  # noqa: E402 - binds the wrapped functions
 
 methods.install()

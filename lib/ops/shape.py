@@ -86,9 +86,17 @@ transpose_p = primitive("transpose", _transpose_infer, _transpose_vjp,
                         attrs={"axes": A.TupleOf(A.INT)})
 
 
-def transpose(x, axes=None):
-    """Permute axes (reverse them when `axes` is None)."""
+def transpose(x, axes=None, dim1=None):
+    """Swap two axes (`transpose(x, 0, 1)`, as PyTorch), permute them (`transpose(x, (2, 0,
+    1))`, as NumPy), or reverse them (`transpose(x)`). The forms cannot be confused: PyTorch's
+    takes two ints, NumPy's one sequence."""
     x = _tensor(x, "transpose")
+    if dim1 is not None:
+        return swapaxes(x, axes, dim1)
+    if isinstance(axes, int) and not isinstance(axes, bool):
+        raise ArgumentError(f"transpose(x, {axes}) names one axis: pass two to swap them "
+                            "(PyTorch's transpose(x, dim0, dim1)) or a full permutation",
+                            op="transpose")
     if axes is None:
         axes = tuple(range(x.ndim))[::-1]
     axes = tuple(a % x.ndim if x.ndim and -x.ndim <= a < x.ndim else a
@@ -270,22 +278,26 @@ split_p = primitive("split", _split_infer, _split_vjp, multiple_results=True,
 
 
 @reports_as("split")
-def split(x, sizes_or_sections, axis: int = 0):
-    """Split along `axis` into pieces of the given sizes, or into N equal sections.
+def split(x, split_size_or_sections, axis: int = 0):
+    """Split along `axis` into pieces of `split_size` (an int: the last piece may be smaller)
+    or of the given sizes (a list), as PyTorch's split. For N equal sections use rill.chunk.
 
+    >>> [p.shape for p in rill.split(rill.zeros(5, 2), 2)]
+    [(2, 2), (2, 2), (1, 2)]
     >>> [p.shape for p in rill.split(rill.zeros(5, 2), [2, 3])]
     [(2, 2), (3, 2)]
     """
     x = _tensor(x, "split")
     a = normalize_axis(as_axis(axis, "split"), x.ndim)
     n = x.shape[a]
-    sizes = as_ints(sizes_or_sections, "sizes_or_sections", "split")
-    if not isinstance(sizes_or_sections, (tuple, list)):
+    sizes = as_ints(split_size_or_sections, "split_size_or_sections", "split")
+    if not isinstance(split_size_or_sections, (tuple, list)):
         k = sizes[0]
-        if k <= 0 or n % k:
-            raise ShapeError(f"axis {axis} of length {n} does not split into {k} equal "
-                             f"sections", op="split")
-        sizes = (n // k,) * k
+        if k <= 0:
+            raise ShapeError(f"split_size must be positive, got {k}", op="split")
+        sizes = (k,) * (n // k) + ((n % k,) if n % k else ())
+        if not sizes:  # an empty axis splits into one empty piece, as PyTorch
+            sizes = (0,)
     else:
         if sum(sizes) != n or any(s < 0 for s in sizes):
             raise ShapeError(f"sizes {sizes} do not add up to the length {n} of axis {axis}",
