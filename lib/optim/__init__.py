@@ -23,6 +23,7 @@ from .sparse_adam import SparseAdam
 from .adagrad import Adagrad, AdaGrad
 from .rmsprop import RMSprop, RMSProp
 from .adadelta import Adadelta, AdaDelta
+from .lbfgs import LBFGS
 from .schedulers import (LRScheduler, StepLR, MultiStepLR, ExponentialLR, CosineAnnealingLR,
                          LinearLR, LinearWarmup, OneCycleLR)
 from .clip import clip_grad_norm_, clip_grad_value_
@@ -30,6 +31,6 @@ from .clip import clip_grad_norm_, clip_grad_value_
 from . import schedulers as lr_scheduler  # torch's name: rill.optim.lr_scheduler.StepLR
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "SparseAdam", "Adagrad", "AdaGrad", "RMSprop",
-           "RMSProp", "Adadelta", "AdaDelta", "LRScheduler", "StepLR", "MultiStepLR",
+           "RMSProp", "Adadelta", "AdaDelta", "LBFGS", "LRScheduler", "StepLR", "MultiStepLR",
            "ExponentialLR", "CosineAnnealingLR", "LinearLR", "LinearWarmup", "OneCycleLR",
            "clip_grad_norm_", "clip_grad_value_"]
