@@ -1,10 +1,12 @@
-"""Convolutions: Conv1d, Conv2d and ConvTranspose2d, with PyTorch's weight layouts and
-default initialization (kaiming_uniform(a=sqrt(5)) weights, U(-1/sqrt(fan_in), ..) bias)."""
+"""Convolutions: Conv1d/2d/3d and ConvTranspose1d/2d/3d, with PyTorch's weight layouts,
+default initialization (kaiming_uniform(a=sqrt(5)) weights, U(-1/sqrt(fan_in), ..) bias) and
+padding modes (zeros, reflect, replicate, circular: the input padded by F.pad first)."""
 from __future__ import annotations
 
 from ..errors import ArgumentError
 from ..ops.creation import empty
-from . import functional as F
+from ..ops import conv as C
+from ..ops.padding import pad as _pad
 from . import init
 from .module import Module
 from .parameter import Parameter
@@ -25,8 +27,10 @@ class _Conv(Module):
     spatial = 2
     transposed = False
 
+    _PADDING_MODES = ("zeros", "reflect", "replicate", "circular")
+
     def __init__(self, in_channels, out_channels, kernel_size, stride, padding, dilation,
-                 groups, bias, dtype, device, output_padding=0):
+                 groups, bias, dtype, device, output_padding=0, padding_mode="zeros"):
         super().__init__()
         name = type(self).__name__
         if groups <= 0 or in_channels % groups or out_channels % groups:
@@ -45,6 +49,12 @@ class _Conv(Module):
         else:
             self.padding = _tuple(padding, n, "padding")
         self.output_padding = _tuple(output_padding, n, "output_padding")
+        if padding_mode not in self._PADDING_MODES or (self.transposed and
+                                                        padding_mode != "zeros"):
+            allowed = ("zeros",) if self.transposed else self._PADDING_MODES
+            raise ArgumentError(f"padding_mode must be one of {allowed}, got {padding_mode!r}",
+                                op=name)
+        self.padding_mode = padding_mode
         shape = ((in_channels, out_channels // groups) if self.transposed else
                  (out_channels, in_channels // groups)) + self.kernel_size
         self.weight = Parameter(empty(*shape, dtype=dtype, device=device))
@@ -74,7 +84,26 @@ class _Conv(Module):
             text += f", groups={self.groups}"
         if self.bias is None:
             text += ", bias=False"
+        if self.padding_mode != "zeros":
+            text += f", padding_mode={self.padding_mode!r}"
         return text
+
+    def _conv_forward(self, x, conv):
+        """conv(x, ...) with this layer's settings; a padding mode other than zeros pads x
+        with F.pad first (the (before, after) pairs of 'same' included) and convolves
+        unpadded."""
+        padding = self._arg(self.padding)
+        if self.padding_mode != "zeros":
+            if self.padding == "valid":
+                pairs = ((0, 0),) * self.spatial
+            elif self.padding == "same":
+                pairs = C._padding("same", self.kernel_size, self.dilation)
+            else:
+                pairs = tuple((p, p) for p in self.padding)
+            flat = tuple(v for pair in reversed(pairs) for v in pair)
+            x, padding = _pad(x, flat, mode=self.padding_mode), 0
+        return conv(x, self.weight, self.bias, self._arg(self.stride), padding,
+                    self._arg(self.dilation), self.groups)
 
 
 class Conv1d(_Conv):
@@ -89,14 +118,13 @@ class Conv1d(_Conv):
     spatial = 1
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0,
-                 dilation=1, groups: int = 1, bias: bool = True, dtype=None, device=None):
+                 dilation=1, groups: int = 1, bias: bool = True, padding_mode: str = "zeros",
+                 device=None, dtype=None):
         super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation,
-                         groups, bias, dtype, device)
+                         groups, bias, dtype, device, padding_mode=padding_mode)
 
     def forward(self, x):
-        return F.conv1d(x, self.weight, self.bias, stride=self._arg(self.stride),
-                        padding=self._arg(self.padding), dilation=self._arg(self.dilation),
-                        groups=self.groups)
+        return self._conv_forward(x, C.conv1d)
 
 
 class Conv2d(_Conv):
@@ -111,16 +139,68 @@ class Conv2d(_Conv):
     """
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0,
-                 dilation=1, groups: int = 1, bias: bool = True, dtype=None, device=None):
+                 dilation=1, groups: int = 1, bias: bool = True, padding_mode: str = "zeros",
+                 device=None, dtype=None):
         super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation,
-                         groups, bias, dtype, device)
+                         groups, bias, dtype, device, padding_mode=padding_mode)
 
     def forward(self, x):
-        return F.conv2d(x, self.weight, self.bias, stride=self.stride, padding=self.padding,
-                        dilation=self.dilation, groups=self.groups)
+        return self._conv_forward(x, C.conv2d)
 
 
-class ConvTranspose2d(_Conv):
+class Conv3d(_Conv):
+    """3-d convolution over (N, C_in, D, H, W); weight (C_out, C_in/groups, kd, kh, kw).
+
+    >>> import rill
+    >>> conv = rill.nn.Conv3d(2, 4, kernel_size=3, padding=1, padding_mode="replicate")
+    >>> conv(rill.ones(1, 2, 4, 5, 6)).shape
+    (1, 4, 4, 5, 6)
+    """
+
+    spatial = 3
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0,
+                 dilation=1, groups: int = 1, bias: bool = True, padding_mode: str = "zeros",
+                 device=None, dtype=None):
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation,
+                         groups, bias, dtype, device, padding_mode=padding_mode)
+
+    def forward(self, x):
+        return self._conv_forward(x, C.conv3d)
+
+
+class _ConvTranspose(_Conv):
+    transposed = True
+    function = staticmethod(C.conv_transpose2d)
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0,
+                 output_padding=0, groups: int = 1, bias: bool = True, dilation=1,
+                 padding_mode: str = "zeros", device=None, dtype=None):
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation,
+                         groups, bias, dtype, device, output_padding=output_padding,
+                         padding_mode=padding_mode)
+
+    def forward(self, x):
+        return self.function(x, self.weight, self.bias, stride=self._arg(self.stride),
+                             padding=self._arg(self.padding),
+                             output_padding=self._arg(self.output_padding), groups=self.groups,
+                             dilation=self._arg(self.dilation))
+
+
+class ConvTranspose1d(_ConvTranspose):
+    """The transpose (gradient) of Conv1d: (N, C_in, L) -> (N, C_out, L'); weight
+    (C_in, C_out/groups, k).
+
+    >>> import rill
+    >>> rill.nn.ConvTranspose1d(4, 2, kernel_size=4, stride=2, padding=1)(rill.ones(1, 4, 5)).shape
+    (1, 2, 10)
+    """
+
+    spatial = 1
+    function = staticmethod(C.conv_transpose1d)
+
+
+class ConvTranspose2d(_ConvTranspose):
     """The transpose (gradient) of Conv2d: upsamples (N, C_in, H, W) -> (N, C_out, H', W'),
     H' = (H - 1) * stride - 2 * padding + dilation * (k - 1) + output_padding + 1.
     Weight (C_in, C_out/groups, kh, kw).
@@ -131,15 +211,17 @@ class ConvTranspose2d(_Conv):
     (1, 3, 10, 10)
     """
 
-    transposed = True
+    function = staticmethod(C.conv_transpose2d)
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0,
-                 output_padding=0, groups: int = 1, bias: bool = True, dilation=1, dtype=None,
-                 device=None):
-        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation,
-                         groups, bias, dtype, device, output_padding=output_padding)
 
-    def forward(self, x):
-        return F.conv_transpose2d(x, self.weight, self.bias, stride=self.stride,
-                                  padding=self.padding, output_padding=self.output_padding,
-                                  groups=self.groups, dilation=self.dilation)
+class ConvTranspose3d(_ConvTranspose):
+    """The transpose (gradient) of Conv3d: (N, C_in, D, H, W) -> (N, C_out, D', H', W');
+    weight (C_in, C_out/groups, kd, kh, kw).
+
+    >>> import rill
+    >>> rill.nn.ConvTranspose3d(4, 2, kernel_size=2, stride=2)(rill.ones(1, 4, 2, 3, 3)).shape
+    (1, 2, 4, 6, 6)
+    """
+
+    spatial = 3
+    function = staticmethod(C.conv_transpose3d)
