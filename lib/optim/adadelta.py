@@ -23,9 +23,13 @@ class Adadelta(Optimizer):
     """
 
     def __init__(self, params, lr: float = 1.0, rho: float = 0.9, eps: float = 1e-6,
-                 weight_decay: float = 0.0, *, maximize: bool = False):
+                 weight_decay: float = 0.0, foreach: bool | None = None, *,
+                 capturable: bool = False, maximize: bool = False, differentiable: bool = False):
+        # foreach and capturable pick among torch's implementations: ignored (see
+        # rill.optim.optimizer)
         super().__init__(params, dict(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay,
-                                      maximize=maximize))
+                                      foreach=foreach, capturable=capturable,
+                                      maximize=maximize, differentiable=differentiable))
 
     def check_group(self, group):
         super().check_group(group)

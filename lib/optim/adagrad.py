@@ -31,10 +31,13 @@ class Adagrad(Optimizer):
 
     def __init__(self, params, lr: float = 1e-2, lr_decay: float = 0.0,
                  weight_decay: float = 0.0, initial_accumulator_value: float = 0.0,
-                 eps: float = 1e-10, *, maximize: bool = False):
+                 eps: float = 1e-10, foreach: bool | None = None, *, maximize: bool = False,
+                 differentiable: bool = False, fused: bool | None = None):
+        # foreach and fused pick among torch's implementations: ignored (see rill.optim.optimizer)
         super().__init__(params, dict(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
                                       initial_accumulator_value=initial_accumulator_value,
-                                      eps=eps, maximize=maximize))
+                                      eps=eps, foreach=foreach, maximize=maximize,
+                                      differentiable=differentiable, fused=fused))
 
     def check_group(self, group):
         super().check_group(group)

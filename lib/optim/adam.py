@@ -31,11 +31,16 @@ class Adam(Optimizer):
     """
 
     def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 0.0, amsgrad: bool = False, *, maximize: bool = False,
+                 weight_decay: float = 0.0, amsgrad: bool = False, *,
+                 foreach: bool | None = None, maximize: bool = False, capturable: bool = False,
+                 differentiable: bool = False, fused: bool | None = None,
                  decoupled_weight_decay: bool = False):
+        # foreach, capturable and fused pick among torch's implementations: ignored (see
+        # rill.optim.optimizer)
         super().__init__(params, dict(lr=lr, betas=tuple(betas) if isinstance(betas, (tuple, list)) else betas, eps=eps,
                                       weight_decay=weight_decay, amsgrad=amsgrad,
-                                      maximize=maximize,
+                                      maximize=maximize, foreach=foreach, capturable=capturable,
+                                      differentiable=differentiable, fused=fused,
                                       decoupled_weight_decay=decoupled_weight_decay))
 
     def check_group(self, group):
@@ -137,6 +142,10 @@ class AdamW(Adam):
     """
 
     def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 1e-2, amsgrad: bool = False, *, maximize: bool = False):
+                 weight_decay: float = 1e-2, amsgrad: bool = False, *, maximize: bool = False,
+                 foreach: bool | None = None, capturable: bool = False,
+                 differentiable: bool = False, fused: bool | None = None):
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
-                         amsgrad=amsgrad, maximize=maximize, decoupled_weight_decay=True)
+                         amsgrad=amsgrad, maximize=maximize, foreach=foreach,
+                         capturable=capturable, differentiable=differentiable, fused=fused,
+                         decoupled_weight_decay=True)

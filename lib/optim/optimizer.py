@@ -15,6 +15,14 @@ it, so the captured arithmetic is the eager one. Every other value a trace bakes
 weight_decay, nesterov, which groups and how many parameters, ...) is guarded
 (`rill.capture_guard`): changing it traces again and says why. Eager steps use the Python
 numbers and the fused ops as before.
+
+torch's implementation flags. Each optimizer takes the keywords its torch namesake takes, in
+the same places, and keeps them in its groups as torch does. `foreach`, `fused` and
+`capturable` choose among torch's implementations of one update (a loop over tensors,
+multi-tensor kernels, one fused kernel, state kept on the device for CUDA graphs): rill has
+one implementation per device, whose steps a `@rill.capture` function may always call, so
+they are accepted and change nothing. `differentiable=True` (gradients through the update
+itself) is refused: rill's updates run with grad recording off and write in place.
 """
 from __future__ import annotations
 
@@ -285,6 +293,26 @@ class Optimizer:
     def check_group(self, group: dict) -> None:
         """Raise ArgumentError for a hyperparameter out of range (subclasses extend this)."""
         self._require(group, "lr", lambda v: v >= 0, ">= 0")
+        self._check_flags(group)
+
+    def _check_flags(self, group) -> None:
+        """torch's implementation flags (see the module docstring): the performance ones are
+        accepted as torch accepts them and ignored; differentiable must be False."""
+        for key in ("foreach", "fused"):
+            if group.get(key) not in (None, True, False):
+                raise ArgumentError(f"{key} must be None, True or False, got {group[key]!r}",
+                                    op=self._name)
+        for key in ("capturable", "differentiable"):
+            if group.get(key, False) not in (True, False):
+                raise ArgumentError(f"{key} must be True or False, got {group[key]!r}",
+                                    op=self._name)
+        if group.get("differentiable"):
+            raise ArgumentError(
+                "differentiable=True is not supported: rill's optimizer steps run with grad "
+                "recording off and update the parameters in place, so no gradient flows "
+                "through an update. Leave differentiable=False, or write the update in rill "
+                "ops on tensors that require grad (p - lr * g) to differentiate through it",
+                op=self._name)
 
     def _require(self, group, key, ok, expected):
         value = group[key]

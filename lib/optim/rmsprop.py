@@ -25,10 +25,15 @@ class RMSprop(Optimizer):
     """
 
     def __init__(self, params, lr: float = 1e-2, alpha: float = 0.99, eps: float = 1e-8,
-                 weight_decay: float = 0.0, momentum: float = 0.0, centered: bool = False, *,
-                 maximize: bool = False):
+                 weight_decay: float = 0.0, momentum: float = 0.0, centered: bool = False,
+                 capturable: bool = False, foreach: bool | None = None, maximize: bool = False,
+                 differentiable: bool = False):
+        # capturable and foreach pick among torch's implementations: ignored (see
+        # rill.optim.optimizer)
         super().__init__(params, dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay,
-                                      momentum=momentum, centered=centered, maximize=maximize))
+                                      momentum=momentum, centered=centered,
+                                      capturable=capturable, foreach=foreach,
+                                      maximize=maximize, differentiable=differentiable))
 
     def check_group(self, group):
         super().check_group(group)

@@ -35,10 +35,14 @@ class SGD(Optimizer):
     """
 
     def __init__(self, params, lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
-                 nesterov: bool = False, weight_decay: float = 0.0, *, maximize: bool = False):
+                 weight_decay: float = 0.0, nesterov: bool = False, *, maximize: bool = False,
+                 foreach: bool | None = None, differentiable: bool = False,
+                 fused: bool | None = None):
+        # foreach and fused pick among torch's implementations: ignored (see rill.optim.optimizer)
         super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening,
-                                      nesterov=nesterov, weight_decay=weight_decay,
-                                      maximize=maximize))
+                                      weight_decay=weight_decay, nesterov=nesterov,
+                                      maximize=maximize, foreach=foreach,
+                                      differentiable=differentiable, fused=fused))
 
     def check_group(self, group):
         super().check_group(group)

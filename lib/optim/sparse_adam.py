@@ -29,7 +29,7 @@ class SparseAdam(Optimizer):
     [[0.0, 0.0], [0.0, 0.0], [-0.1, -0.1], [0.0, 0.0]]
     """
 
-    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8, *,
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
                  maximize: bool = False):
         super().__init__(params, dict(lr=lr, betas=tuple(betas) if isinstance(betas, (tuple, list)) else betas, eps=eps, maximize=maximize))
 
