@@ -1,38 +1,41 @@
-"""Max-pooling CPU kernels.
+"""Max-pooling CPU kernels, for any number of spatial axes (registered for 2-d and 3-d).
 
-Both passes loop over the KH*KW window offsets, each a strided slice of the whole batch:
-a few large vectorized passes instead of an argmax over a tiny trailing axis (which NumPy
-runs several times slower).
+Both passes loop over the window's taps, each a strided slice of the whole batch: a few
+large vectorized passes instead of an argmax over a tiny trailing axis (which NumPy runs
+several times slower). Taps are numbered in row-major order over the window.
 """
 from __future__ import annotations
+
+import itertools
 
 import numpy as np
 
 from rill.ops.primitive import register_kernels
 
 
-def _geometry(h, w, kernel_size, stride, padding, dilation):
+def _geometry(spatial, kernel_size, stride, padding, dilation):
     """For each tap of the window, in row-major order: its strided slice of the padded image."""
-    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel_size, stride, padding, dilation
-    oh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
-    ow = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
-    for i in range(kh):
-        for j in range(kw):
-            yield (slice(i * dh, i * dh + (oh - 1) * sh + 1, sh),
-                   slice(j * dw, j * dw + (ow - 1) * sw + 1, sw))
+    out = [(s + 2 * p - d * (k - 1) - 1) // st + 1 for s, k, st, p, d in
+           zip(spatial, kernel_size, stride, padding, dilation)]
+    for tap in itertools.product(*(range(k) for k in kernel_size)):
+        yield tuple(slice(t * d, t * d + (o - 1) * st + 1, st) for t, d, o, st in
+                    zip(tap, dilation, out, stride))
+
+
+def _winner_type(kernel_size):
+    return np.int8 if int(np.prod(kernel_size)) < 128 else np.int32
 
 
 def max_pool2d(x, kernel_size, stride, padding, dilation):
-    n, c, h, w = x.shape
-    ph, pw = padding
     xp = x
-    if ph or pw:  # -inf never wins a window that holds a real pixel
-        xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=-np.inf)
-    taps = kernel_size[0] * kernel_size[1]
-    small = np.int8 if taps < 128 else np.int32
+    if any(padding):  # -inf never wins a window that holds a real pixel
+        xp = np.pad(x, ((0, 0), (0, 0)) + tuple((p, p) for p in padding),
+                    constant_values=-np.inf)
+    small = _winner_type(kernel_size)
     best = winner = None
-    for t, (rows, cols) in enumerate(_geometry(h, w, kernel_size, stride, padding, dilation)):
-        tap = xp[:, :, rows, cols]
+    lead = (slice(None), slice(None))
+    for t, where in enumerate(_geometry(x.shape[2:], kernel_size, stride, padding, dilation)):
+        tap = xp[lead + where]
         if best is None:
             # Keep the input's memory order (convolutions hand over channel-major images):
             # a reordering copy would cost more than the pooling.
@@ -52,15 +55,17 @@ def max_pool2d(x, kernel_size, stride, padding, dilation):
 
 
 def max_pool2d_grad(g, winners, input_shape, kernel_size, stride, padding, dilation):
-    n, c, h, w = input_shape
-    ph, pw = padding
+    n, c, *spatial = input_shape
+    padded = tuple(s + 2 * p for s, p in zip(spatial, padding))
     if g.strides[0] < g.strides[1]:  # channel-major, as a convolution's gradient comes
-        out = np.zeros((c, n, h + 2 * ph, w + 2 * pw), dtype=g.dtype).transpose(1, 0, 2, 3)
+        out = np.zeros((c, n) + padded, dtype=g.dtype).swapaxes(0, 1)
     else:
-        out = np.zeros((n, c, h + 2 * ph, w + 2 * pw), dtype=g.dtype)
-    for t, (rows, cols) in enumerate(_geometry(h, w, kernel_size, stride, padding, dilation)):
-        out[:, :, rows, cols] += g * (winners == t)
-    return out[:, :, ph:ph + h, pw:pw + w]
+        out = np.zeros((n, c) + padded, dtype=g.dtype)
+    lead = (slice(None), slice(None))
+    for t, where in enumerate(_geometry(spatial, kernel_size, stride, padding, dilation)):
+        out[lead + where] += g * (winners == t)
+    return out[lead + tuple(slice(p, p + s) for p, s in zip(padding, spatial))]
 
 
-register_kernels("cpu", {"max_pool2d": max_pool2d, "max_pool2d_grad": max_pool2d_grad})
+register_kernels("cpu", {"max_pool2d": max_pool2d, "max_pool2d_grad": max_pool2d_grad,
+                         "max_pool3d": max_pool2d, "max_pool3d_grad": max_pool2d_grad})

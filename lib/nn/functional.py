@@ -33,7 +33,11 @@ from ..ops.conv import (conv1d, conv2d, conv3d, conv_transpose1d,  # noqa: F401
                         conv_transpose2d, conv_transpose3d)
 from ..ops.elementwise import gelu, sigmoid, tanh  # noqa: F401
 from ..ops.linalg import linear  # noqa: F401
-from ..ops.pooling import adaptive_avg_pool2d, avg_pool2d, max_pool2d  # noqa: F401
+from ..ops.pooling import (adaptive_avg_pool1d, adaptive_avg_pool2d,  # noqa: F401
+                           adaptive_avg_pool3d, adaptive_max_pool1d, adaptive_max_pool2d,
+                           avg_pool1d, avg_pool2d, avg_pool3d, max_pool1d, max_pool2d,
+                           max_pool3d)
+from ..ops.padding import pad  # noqa: F401
 
 REDUCTIONS = ("mean", "sum", "none")
 
