@@ -1,4 +1,5 @@
-"""Max-pooling GPU kernels (NCHW), mirroring the CPU kernels value for value.
+"""Max-pooling GPU kernels (NCHW), mirroring the CPU kernels value for value (three spatial
+axes run the 2-d kernels once per depth tap: end of the file).
 
 max_pool2d returns the maxima and, per output, which tap of its window won (int8, or int32
 for windows of 128 taps or more). Taps are visited in row-major order; a tap wins when it is
@@ -20,7 +21,7 @@ import numpy as np
 
 from rill.ops.primitive import register_kernels
 
-from .launch import block_for, cdiv, empty, pointer, strides, tl, triton
+from .launch import block_for, cdiv, empty, pointer, strides, tl, triton, xp
 
 
 @triton.jit
@@ -114,4 +115,73 @@ def max_pool2d_grad(g, winners, input_shape, kernel_size, stride, padding, dilat
     return out
 
 
-register_kernels("gpu", {"max_pool2d": max_pool2d, "max_pool2d_grad": max_pool2d_grad})
+# ---- three spatial axes: the depth folded into the batch of the 2-d kernels ----------------
+#
+# Depth tap kd of the window meets the depth-strided slice x[:, :, kd*dd :: sd]; as a batch of
+# N*OD images each tap is one 2-d pooling, and the taps are merged in order with the same
+# rule (strictly greater, or NaN), the 3-d tap number being kd * KH*KW + the 2-d one. So the
+# winners, and the gradient, equal the CPU's.
+
+def _depth_padded(x, pad, fill):
+    if not pad:
+        return x
+    out = xp.full(x.shape[:2] + (x.shape[2] + 2 * pad,) + x.shape[3:], fill, x.dtype)
+    out[:, :, pad:pad + x.shape[2]] = x
+    return out
+
+
+def _as_images(v):
+    n, c, d, h, w = v.shape
+    return xp.ascontiguousarray(v.transpose(0, 2, 1, 3, 4)).reshape(n * d, c, h, w)
+
+
+def _as_volume(v, n):
+    nd, c, h, w = v.shape
+    return v.reshape(n, nd // n, c, h, w).transpose(0, 2, 1, 3, 4)
+
+
+def _plane(kernel_size, stride, padding, dilation):
+    return dict(kernel_size=kernel_size[1:], stride=stride[1:], padding=padding[1:],
+                dilation=dilation[1:])
+
+
+def max_pool3d(x, kernel_size, stride, padding, dilation):
+    n = x.shape[0]
+    kd, sd, pd, dd = kernel_size[0], stride[0], padding[0], dilation[0]
+    xpad = _depth_padded(x, pd, float("-inf"))
+    od = _output_size(x.shape[2], kd, sd, pd, dd)
+    taps = kernel_size[1] * kernel_size[2]
+    small = np.int8 if kd * taps < 128 else np.int32
+    best = winner = None
+    for t in range(kd):
+        plane = xpad[:, :, t * dd:t * dd + (od - 1) * sd + 1:sd]
+        b, w = max_pool2d(_as_images(plane), **_plane(kernel_size, stride, padding, dilation))
+        b, w = _as_volume(b, n), _as_volume(w, n).astype(np.int32) + t * taps
+        if best is None:
+            best, winner = b, w
+            continue
+        wins = (b > best) | (b != b)
+        best, winner = xp.where(wins, b, best), xp.where(wins, w, winner)
+    return xp.ascontiguousarray(best), xp.ascontiguousarray(winner.astype(small))
+
+
+def max_pool3d_grad(g, winners, input_shape, kernel_size, stride, padding, dilation):
+    n, c, d, h, w = input_shape
+    kd, sd, pd, dd = kernel_size[0], stride[0], padding[0], dilation[0]
+    od = g.shape[2]
+    taps = kernel_size[1] * kernel_size[2]
+    plane_winners = np.int8 if taps < 128 else np.int32
+    grads = xp.zeros((n, c, d + 2 * pd, h, w), g.dtype)
+    winners = winners.astype(np.int32)
+    for t in range(kd):
+        mine = (winners // taps) == t
+        part = max_pool2d_grad(_as_images(g * mine.astype(g.dtype)),
+                               _as_images((winners % taps).astype(plane_winners)),
+                               (n * od, c, h, w), **_plane(kernel_size, stride, padding,
+                                                             dilation))
+        grads[:, :, t * dd:t * dd + (od - 1) * sd + 1:sd] += _as_volume(part, n)
+    return xp.ascontiguousarray(grads[:, :, pd:pd + d])
+
+
+register_kernels("gpu", {"max_pool2d": max_pool2d, "max_pool2d_grad": max_pool2d_grad,
+                         "max_pool3d": max_pool3d, "max_pool3d_grad": max_pool3d_grad})
