@@ -13,7 +13,9 @@ from .padding import (ZeroPad1d, ZeroPad2d, ZeroPad3d, ConstantPad1d, ConstantPa
                       ConstantPad3d, ReflectionPad1d, ReflectionPad2d, ReflectionPad3d,
                       ReplicationPad1d, ReplicationPad2d, ReplicationPad3d, CircularPad1d,
                       CircularPad2d, CircularPad3d)
-from .pooling import MaxPool2d, AvgPool2d, AdaptiveAvgPool2d
+from .pooling import (MaxPool1d, MaxPool2d, MaxPool3d, AvgPool1d, AvgPool2d, AvgPool3d,
+                      AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool3d,
+                      AdaptiveMaxPool1d, AdaptiveMaxPool2d)
 from .normalization import BatchNorm1d, BatchNorm2d, LayerNorm, GroupNorm
 from .recurrent import LSTMCell, GRUCell, LSTM, GRU
 from .attention import MultiheadAttention
