@@ -24,13 +24,13 @@ from .adagrad import Adagrad, AdaGrad
 from .rmsprop import RMSprop, RMSProp
 from .adadelta import Adadelta, AdaDelta
 from .lbfgs import LBFGS
-from .schedulers import (LRScheduler, StepLR, MultiStepLR, ExponentialLR, CosineAnnealingLR,
-                         LinearLR, LinearWarmup, OneCycleLR)
+from . import lr_scheduler  # torch's module name: from rill.optim.lr_scheduler import StepLR
+from .lr_scheduler import (LRScheduler, LambdaLR, MultiplicativeLR, StepLR, MultiStepLR,
+                           ConstantLR, LinearLR, ExponentialLR, PolynomialLR, CosineAnnealingLR,
+                           CosineAnnealingWarmRestarts, CyclicLR, OneCycleLR, ReduceLROnPlateau,
+                           SequentialLR, ChainedScheduler, LinearWarmup)
 from .clip import clip_grad_norm_, clip_grad_value_
 
-from . import schedulers as lr_scheduler  # torch's name: rill.optim.lr_scheduler.StepLR
-
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "SparseAdam", "Adagrad", "AdaGrad", "RMSprop",
-           "RMSProp", "Adadelta", "AdaDelta", "LBFGS", "LRScheduler", "StepLR", "MultiStepLR",
-           "ExponentialLR", "CosineAnnealingLR", "LinearLR", "LinearWarmup", "OneCycleLR",
-           "clip_grad_norm_", "clip_grad_value_"]
+           "RMSProp", "Adadelta", "AdaDelta", "LBFGS", *lr_scheduler.__all__,
+           "clip_grad_norm_", "clip_grad_value_", "lr_scheduler"]

@@ -8,6 +8,7 @@ starting rate as "initial_lr" and applies the rate of step 0.
 from __future__ import annotations
 
 import math
+import types
 from bisect import bisect_right
 
 from ..errors import ArgumentError
@@ -47,6 +48,11 @@ class LRScheduler:
                                         f"optimizer's state first)", op=type(self).__name__)
         self.base_lrs = [group["initial_lr"] for group in optimizer.param_groups]
         self.last_epoch = last_epoch
+        self._initial_step()
+
+    def _initial_step(self) -> None:
+        """The step a scheduler takes when built (SequentialLR repeats it for the scheduler
+        it starts with): it sets the rates of step last_epoch + 1."""
         self._step_count = 0
         self._is_initial = True
         try:
@@ -62,17 +68,26 @@ class LRScheduler:
         """The rates for step `last_epoch`, from the base rates alone."""
         return self.get_lr()
 
-    def step(self) -> None:
-        """Advance one step and set every group's "lr" (call after optimizer.step())."""
+    def step(self, epoch: int | None = None) -> None:
+        """Advance one step and set every group's "lr" (call after optimizer.step()).
+
+        `epoch` (deprecated in torch, kept for ports) jumps to that step instead, with the
+        rates computed from the base rates."""
         self._step_count += 1
-        self.last_epoch += 1
-        self._set(self.get_lr())
+        self._update_lr(epoch)
+
+    def _update_lr(self, epoch=None) -> None:
+        if epoch is None:
+            self.last_epoch += 1
+            self._set(self.get_lr())
+        else:
+            self.last_epoch = epoch
+            self._set(self.closed_form_lr())
 
     def restart(self) -> None:
-        """Go back to step 0 (the base rates' schedule from its start), as torch's step(0)."""
-        self._step_count += 1
-        self.last_epoch = 0
-        self._set(self.closed_form_lr())
+        """Go back to step 0 (the base rates' schedule from its start), as torch's step(0)
+        does inside SequentialLR (the step count is not advanced)."""
+        self._update_lr(0)
 
     def _set(self, lrs) -> None:
         for group, lr in zip(self.optimizer.param_groups, lrs):
@@ -103,9 +118,168 @@ class LRScheduler:
         return self.optimizer.param_groups
 
 
+def _non_negative_int(value, name, owner):
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ArgumentError(f"{name} must be an integer >= 0, got {value!r}", op=owner)
+
+
 def _positive_int(value, name, owner):
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
         raise ArgumentError(f"{name} must be a positive integer, got {value!r}", op=owner)
+
+
+def _lambdas(lr_lambda, optimizer, owner) -> list:
+    """One function per parameter group: the one given for all, or a list of them."""
+    groups = optimizer.param_groups if isinstance(optimizer, Optimizer) else []
+    if isinstance(lr_lambda, (list, tuple)):
+        if len(lr_lambda) != len(groups):
+            raise ArgumentError(f"lr_lambda has {len(lr_lambda)} functions for "
+                                f"{len(groups)} parameter groups", op=owner)
+        lambdas = list(lr_lambda)
+    else:
+        lambdas = [lr_lambda] * len(groups)
+    for fn in lambdas:
+        if not callable(fn):
+            raise ArgumentError(f"lr_lambda must be a function of the step (or one per "
+                                f"group), got {type(fn).__name__}", op=owner)
+    return lambdas
+
+
+class _LambdaState:
+    """state_dict() of a scheduler holding user functions: a plain function is not saved
+    (it is code; the scheduler built again takes it), a callable object's attributes are."""
+
+    _not_saved = LRScheduler._not_saved + ("lr_lambdas",)
+
+    def state_dict(self):
+        state = LRScheduler.state_dict(self)
+        state["lr_lambdas"] = [None if isinstance(fn, types.FunctionType) else
+                               dict(fn.__dict__) for fn in self.lr_lambdas]
+        return state
+
+    def load_state_dict(self, state_dict):
+        LRScheduler.load_state_dict(self, state_dict)
+        for fn, saved in zip(self.lr_lambdas, state_dict.get("lr_lambdas") or []):
+            if saved is not None:
+                fn.__dict__.update(saved)
+
+
+class LambdaLR(_LambdaState, LRScheduler):
+    """The rate is the base rate times lr_lambda(step) (one function, or one per group).
+
+    >>> import rill
+    >>> opt = rill.optim.SGD([rill.nn.Parameter(rill.zeros(1))], lr=1.0)
+    >>> sched = rill.optim.LambdaLR(opt, lr_lambda=lambda step: 1 / (step + 1))
+    >>> lrs = []
+    >>> for _ in range(3):
+    ...     lrs.append(sched.get_last_lr()[0])
+    ...     sched.step()
+    >>> lrs
+    [1.0, 0.5, 0.3333333333333333]
+    """
+
+    def __init__(self, optimizer, lr_lambda, last_epoch: int = -1):
+        self.lr_lambdas = _lambdas(lr_lambda, optimizer, "LambdaLR")
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        return [base * fn(self.last_epoch) for fn, base in zip(self.lr_lambdas, self.base_lrs)]
+
+
+class MultiplicativeLR(_LambdaState, LRScheduler):
+    """Each step multiplies the rate by lr_lambda(step) (one function, or one per group).
+
+    >>> import rill
+    >>> opt = rill.optim.SGD([rill.nn.Parameter(rill.zeros(1))], lr=1.0)
+    >>> sched = rill.optim.MultiplicativeLR(opt, lr_lambda=lambda step: 0.5)
+    >>> sched.step(); sched.step()
+    >>> sched.get_last_lr()
+    [0.25]
+    """
+
+    def __init__(self, optimizer, lr_lambda, last_epoch: int = -1):
+        self.lr_lambdas = _lambdas(lr_lambda, optimizer, "MultiplicativeLR")
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        groups = self._groups()
+        if self._is_initial:
+            return [g["lr"] for g in groups]
+        return [g["lr"] * fn(self.last_epoch) for fn, g in zip(self.lr_lambdas, groups)]
+
+
+class ConstantLR(LRScheduler):
+    """The rate is `factor` times its base for the first `total_iters` steps, then the base.
+
+    >>> import rill
+    >>> opt = rill.optim.SGD([rill.nn.Parameter(rill.zeros(1))], lr=1.0)
+    >>> sched = rill.optim.ConstantLR(opt, factor=0.5, total_iters=2)
+    >>> lrs = []
+    >>> for _ in range(4):
+    ...     lrs.append(sched.get_last_lr()[0])
+    ...     sched.step()
+    >>> lrs
+    [0.5, 0.5, 1.0, 1.0]
+    """
+
+    def __init__(self, optimizer, factor: float = 1.0 / 3, total_iters: int = 5,
+                 last_epoch: int = -1):
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or \
+                not 0 <= factor <= 1:
+            raise ArgumentError(f"factor must be a number in [0, 1], got {factor!r}",
+                                op="ConstantLR")
+        _non_negative_int(total_iters, "total_iters", "ConstantLR")
+        self.factor, self.total_iters = factor, total_iters
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        groups = self._groups()
+        if self.last_epoch == 0:
+            return [g["lr"] * self.factor for g in groups]
+        if self.last_epoch != self.total_iters:
+            return [g["lr"] for g in groups]
+        if self.factor == 0:  # no rate to divide back up: the base rate is the meaning
+            return list(self.base_lrs)
+        return [g["lr"] * (1.0 / self.factor) for g in groups]
+
+    def closed_form_lr(self):
+        done = self.last_epoch >= self.total_iters
+        return [b * (self.factor + done * (1 - self.factor)) for b in self.base_lrs]
+
+
+class PolynomialLR(LRScheduler):
+    """The rate decays from its base to 0 over `total_iters` steps as
+    (1 - step / total_iters) ** power, then stays 0.
+
+    >>> import rill
+    >>> opt = rill.optim.SGD([rill.nn.Parameter(rill.zeros(1))], lr=1.0)
+    >>> sched = rill.optim.PolynomialLR(opt, total_iters=4, power=2.0)
+    >>> lrs = []
+    >>> for _ in range(6):
+    ...     lrs.append(sched.get_last_lr()[0])
+    ...     sched.step()
+    >>> lrs
+    [1.0, 0.5625, 0.25, 0.0625, 0.0, 0.0]
+    """
+
+    def __init__(self, optimizer, total_iters: int = 5, power: float = 1.0,
+                 last_epoch: int = -1):
+        _positive_int(total_iters, "total_iters", "PolynomialLR")
+        self.total_iters, self.power = total_iters, power
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        groups = self._groups()
+        t, n = self.last_epoch, self.total_iters
+        if self._is_initial or t > n:
+            return [g["lr"] for g in groups]
+        # The ratio of this step's factor to the last one's (torch's chainable form).
+        decay = ((1.0 - t / n) / (1.0 - (t - 1) / n)) ** self.power
+        return [g["lr"] * decay for g in groups]
+
+    def closed_form_lr(self):
+        left = 1.0 - min(self.total_iters, self.last_epoch) / self.total_iters
+        return [b * left ** self.power for b in self.base_lrs]
 
 
 class StepLR(LRScheduler):
@@ -443,10 +617,10 @@ class OneCycleLR(LRScheduler):
         return lrs
 
 
-def _per_group(value, groups, name):
+def _per_group(value, groups, name, owner="OneCycleLR"):
     if isinstance(value, (list, tuple)):
         if len(value) != len(groups):
             raise ArgumentError(f"{name} has {len(value)} values for {len(groups)} parameter "
-                                f"groups", op="OneCycleLR")
+                                f"groups", op=owner)
         return list(value)
     return [value] * len(groups)
