@@ -26,16 +26,55 @@ def _index_set(x, values, *arrays, key):
     return out
 
 
-def _scatter_add(x, idx, updates, axis):
+def _along_grid(x, idx, axis):
+    """The NumPy key of x's positions that idx names along `axis` (negatives count from the
+    end); IndexError (an IndexingError for the user) for an index out of range."""
+    n = x.shape[axis]
+    if idx.size and (idx.min() < -n or idx.max() >= n):
+        bad = idx.max() if idx.max() >= n else idx.min()
+        raise IndexError(f"index {bad} is out of bounds for axis {axis} with size {n}")
     grid = list(np.indices(idx.shape, sparse=True))
-    grid[axis] = np.where(idx < 0, idx + x.shape[axis], idx)
+    grid[axis] = np.where(idx < 0, idx + n, idx)
+    return tuple(grid)
+
+
+def _scatter_add(x, idx, updates, axis):
+    grid = _along_grid(x, idx, axis)
     if x.dtype.kind == "f" and x.size:
         # bincount sums repeated targets in float64 and is several times faster than add.at.
         flat = np.ravel_multi_index(np.broadcast_arrays(*grid), x.shape)
         sums = np.bincount(flat.ravel(), weights=updates.ravel(), minlength=x.size)
         return (x + sums.reshape(x.shape)).astype(x.dtype, copy=False)
     out = x.copy()
-    np.add.at(out, tuple(grid), updates)
+    np.add.at(out, grid, updates)
+    return out
+
+
+def _scatter(x, idx, src, axis):
+    out = x.copy()
+    out[_along_grid(x, idx, axis)] = src  # of repeated targets the last write lands
+    return out
+
+
+_UFUNCS = {"prod": np.multiply, "amax": np.maximum, "amin": np.minimum}
+
+
+def _identity(reduce, dtype):
+    """The value that leaves `reduce` unchanged, in dtype (where input's own entry is left out)."""
+    if reduce == "prod" or dtype.kind == "b":
+        return reduce != "amax"  # 1 for products; True/False for bool amin/amax
+    if dtype.kind == "f":
+        return -np.inf if reduce == "amax" else np.inf
+    info = np.iinfo(dtype)
+    return info.min if reduce == "amax" else info.max
+
+
+def _scatter_reduce(x, idx, src, axis, reduce, include_self):
+    grid = _along_grid(x, idx, axis)
+    out = x.copy()
+    if not include_self:
+        out[grid] = _identity(reduce, x.dtype)
+    _UFUNCS[reduce].at(out, grid, src)  # repeated targets combine in index order
     return out
 
 
@@ -45,4 +84,6 @@ register_kernels("cpu", {
     "index_set": _index_set,
     "take_along_axis": lambda x, idx, axis: np.take_along_axis(x, idx, axis),
     "scatter_add": _scatter_add,
+    "scatter": _scatter,
+    "scatter_reduce": _scatter_reduce,
 })

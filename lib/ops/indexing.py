@@ -1,4 +1,5 @@
-"""Indexing: x[key], x[key] = v, take, take_along_axis, scatter_add, index_add, one_hot.
+"""Indexing: x[key], x[key] = v, take, take_along_axis, scatter_add, index_add, one_hot, and
+PyTorch's family: gather, scatter, scatter_reduce, index_select, masked_fill, masked_select.
 
 A key is split into a static part (ints, slices, None, Ellipsis, kept as hashable tuples)
 and integer index tensors (boolean masks become integer indices first). The static part is
@@ -326,7 +327,8 @@ def take_along_axis(x, indices, axis: int):
 
 
 def _scatter_add_infer(x, idx, updates, *, axis):
-    a = _along_axis_check(x, idx, axis, "scatter_add")
+    """The rule of every scatter along an axis: x's shape, with one update per index."""
+    a = _along_axis_check(x, idx, axis, "scatter")
     if idx.shape != updates.shape:
         raise ShapeError(f"indices {idx.shape} and updates {updates.shape} must have one shape")
     if any(i != a and s > t for i, (s, t) in enumerate(zip(idx.shape, x.shape))):
@@ -335,7 +337,7 @@ def _scatter_add_infer(x, idx, updates, *, axis):
 
 
 def _scatter_add_vjp(g, out, x, idx, updates, axis):
-    return g, None, take_along_axis(g, idx, axis)
+    return g, None, _gather_along(g, idx, axis)
 
 
 def _updates_like_x(args):
@@ -369,3 +371,261 @@ def one_hot(indices, num_classes: int, dtype=None):
     dtype = as_dtype(dtype, "one_hot", dt.default_float)
     hits = equal(expand_dims(indices, -1), arange(num_classes, device=indices.device))
     return cast(hits, dtype)
+
+
+# ---- PyTorch's gather / scatter family -----------------------------------------------------
+# PyTorch lets an index be smaller than its tensor on the axes it does not index (only its
+# leading block is used), where take_along_axis would broadcast. These functions cut the
+# tensor to the index first, so the along-axis primitives see equal shapes.
+
+
+def _leading_block(x, shape, axis=None):
+    """x[:shape[0], :shape[1], ...] on every axis but `axis` (a no-op when it already fits)."""
+    if all(i == axis or s == t for i, (s, t) in enumerate(zip(shape, x.shape))):
+        return x
+    return getitem(x, tuple(slice(None) if i == axis else slice(0, s)
+                            for i, s in enumerate(shape)))
+
+
+def _gather_along(x, idx, axis):
+    """torch.gather on checked operands: x's leading block, then take_along_axis."""
+    return take_along_axis(_leading_block(x, idx.shape, axis), idx, axis)
+
+
+def _torch_index(input, dim, index, op, src=None):
+    """(input, axis, index[, src]) checked as torch's gather/scatter want them."""
+    x = as_tensor(input, "input", op)
+    idx = as_tensor(index, "index", op)
+    if not idx.dtype.is_integer:
+        from ..errors import DTypeError
+        raise DTypeError(f"index must be an integer tensor, got {idx.dtype}", op=op)
+    axis = normalize_axis(as_axis(dim, op, "dim"), x.ndim)
+    if idx.ndim != x.ndim:
+        raise ShapeError(f"index must have as many dimensions as input: index {idx.shape}, "
+                         f"input {x.shape}", op=op)
+    if any(i != axis and s > t for i, (s, t) in enumerate(zip(idx.shape, x.shape))):
+        raise ShapeError(f"index {idx.shape} is larger than input {x.shape} off dim {axis}; "
+                         f"only dim may be longer", op=op)
+    if src is None:
+        return x, axis, idx
+    src = as_tensor(src, "src", op)
+    if src.ndim != x.ndim or any(s > t for s, t in zip(idx.shape, src.shape)):
+        raise ShapeError(f"src {src.shape} must have input's dimensions and be at least as "
+                         f"large as index {idx.shape} in each", op=op)
+    return x, axis, idx, _leading_block(src, idx.shape)
+
+
+@reports_as("gather")
+def gather(input, dim: int, index, *, sparse_grad: bool = False):
+    """out[i][j][k] = input[index[i][j][k]][j][k] for dim 0 (and likewise for other dims), as
+    torch.gather: index has input's dimensions and may be smaller off `dim`; the result has
+    index's shape. `sparse_grad` is accepted for PyTorch's signature and changes nothing.
+
+    >>> rill.gather(rill.tensor([[1, 2], [3, 4]]), 1, rill.tensor([[0, 0], [1, 0]]))
+    tensor([[1, 1],
+            [4, 3]])
+    """
+    x, axis, idx = _torch_index(input, dim, index, "gather")
+    return _gather_along(x, idx, axis)
+
+
+@reports_as("index_select")
+def index_select(input, dim: int, index):
+    """The entries of input at the 1-d integer `index` along `dim` (torch.index_select)."""
+    from .shape import reshape
+    x = as_tensor(input, "input", "index_select")
+    idx = as_tensor(index, "index", "index_select")
+    if idx.ndim > 1:
+        raise ShapeError(f"index must be 1-d (or 0-d), got shape {idx.shape}", op="index_select")
+    if not idx.dtype.is_integer:
+        from ..errors import DTypeError
+        raise DTypeError(f"index must be an integer tensor, got {idx.dtype}", op="index_select")
+    return take(x, reshape(idx, (-1,)), axis=as_axis(dim, "index_select", "dim"))
+
+
+# scatter: out = input, then out[..., index[p], ...] = src[p] along dim. Its own primitive
+# because the gradient follows PyTorch: every src entry gets the cotangent at its target,
+# duplicates included (index_set gives it only to the write that survived).
+
+def _scatter_vjp(g, out, x, idx, src, axis):
+    from .creation import zeros_like
+    return bind(scatter_p, g, idx, zeros_like(src), axis=axis), None, _gather_along(g, idx, axis)
+
+
+scatter_p = primitive("scatter", _scatter_add_infer, _scatter_vjp, normalize=_updates_like_x,
+                      attrs={"axis": A.AXIS})
+
+_SCATTER_MODES = {"add": "sum", "multiply": "prod"}
+
+
+@reports_as("scatter")
+def scatter(input, dim: int, index, src=None, reduce: str | None = None, *, value=None):
+    """A copy of input with src[p] written at index[p] along dim (torch.scatter); `value` (or a
+    number as src) writes one number. With duplicate indices one of the writes lands (the
+    last on the CPU). reduce='add'/'multiply' is scatter_reduce's 'sum'/'prod'.
+
+    >>> rill.scatter(rill.zeros(2, 3), 1, rill.tensor([[2], [0]]), 5.0)
+    tensor([[0., 0., 5.],
+            [5., 0., 0.]])
+    """
+    from ..errors import ArgumentError
+    from .creation import full
+    if (src is None) == (value is None):
+        raise ArgumentError("give src (a tensor) or value (a number), exactly one", op="scatter")
+    if value is None and not isinstance(src, Tensor) and np.ndim(src) == 0:
+        src, value = None, src  # torch.scatter(x, dim, index, 2.0) writes a number
+    if value is not None:
+        from .arguments import as_number
+        x, axis, idx = _torch_index(input, dim, index, "scatter")
+        src = full(idx.shape, as_number(value, "value", "scatter"), dtype=x.dtype,
+                   device=x.device)
+    else:
+        x, axis, idx, src = _torch_index(input, dim, index, "scatter", src)
+    if reduce is not None:
+        from .arguments import as_choice
+        mode = _SCATTER_MODES[as_choice(reduce, "reduce", "scatter", tuple(_SCATTER_MODES))]
+        return scatter_reduce(x, axis, idx, src, mode)
+    return bind(scatter_p, x, idx, src, axis=axis)
+
+
+# scatter_reduce: sum and mean are scatter_add composites; prod, amax and amin have a
+# primitive (NumPy's ufunc.at on the CPU, atomics on the gpu) whose gradient is PyTorch's:
+# prod's is the product of every other contributor (zeros counted apart, never 0/0); amax's
+# and amin's go evenly to every contributor equal to the result. As in PyTorch, that count
+# includes input's entry when it equals the result even with include_self=False.
+
+REDUCTIONS = ("sum", "prod", "mean", "amax", "amin")
+
+
+def _hits(x, idx, axis):
+    """How many index entries land on each position of x (int64, x's shape)."""
+    from .creation import ones, zeros
+    return scatter_add(zeros(x.shape, dtype=dt.int64, device=x.device), idx,
+                       ones(idx.shape, dtype=dt.int64, device=x.device), axis=axis)
+
+
+def _scatter_reduce_infer(x, idx, src, *, axis, reduce, include_self):
+    require(x, "biuf", "a numeric tensor")
+    return _scatter_add_infer(x, idx, src, axis=axis)
+
+
+def _scatter_reduce_vjp(g, out, x, idx, src, *, axis, reduce, include_self):
+    from .elementwise import equal, where
+    hit = None if include_self else _hits(x, idx, axis) > 0
+    if reduce == "prod":
+        gx, gs = _prod_grads(g, x, idx, src, axis, include_self, hit)
+    else:
+        x_tie = equal(x, out).astype(g.dtype)
+        src_tie = equal(src, _gather_along(out, idx, axis)).astype(g.dtype)
+        share = g / scatter_add(x_tie, idx, src_tie, axis=axis)
+        gx, gs = share * x_tie, _gather_along(share, idx, axis) * src_tie
+    if hit is not None:
+        gx = where(hit, 0.0, gx)
+    return gx, None, gs
+
+
+def _prod_grads(g, x, idx, src, axis, include_self, hit):
+    """Cotangents of a scattered product: g times the product of the other contributors."""
+    from .elementwise import equal, where
+    def nonzero(v):
+        return where(equal(v, 0), 1, v)
+    def zero(v):
+        return equal(v, 0).astype(dt.int64)
+    x_zero = zero(x) if hit is None else where(hit, 0, zero(x))
+    nonzero_prod = bind(scatter_reduce_p, nonzero(x), idx, nonzero(src), axis=axis,
+                        reduce="prod", include_self=include_self)
+    zeros = scatter_add(x_zero, idx, zero(src), axis=axis)
+    def others(prods, counts, v):  # the product of the rest; 0 if a zero is among them
+        return where(equal(counts - zero(v), 0), prods / nonzero(v), 0)
+    gx = g * others(nonzero_prod, zeros, x)
+    gs = _gather_along(g, idx, axis) * others(_gather_along(nonzero_prod, idx, axis),
+                                              _gather_along(zeros, idx, axis), src)
+    return gx, gs
+
+
+scatter_reduce_p = primitive(
+    "scatter_reduce", _scatter_reduce_infer, _scatter_reduce_vjp, normalize=_updates_like_x,
+    save_output=True, attrs={"axis": A.AXIS, "reduce": A.Choice("prod", "amax", "amin"),
+                             "include_self": A.BOOL})
+
+
+@reports_as("scatter_reduce")
+def scatter_reduce(input, dim: int, index, src, reduce: str, *, include_self: bool = True):
+    """Reduce src into a copy of input along dim (torch.scatter_reduce): out[..., index[p],
+    ...] combines src[p] with every other src entry aimed there, and with input's own entry
+    unless include_self=False. reduce: 'sum', 'prod', 'mean', 'amax' or 'amin'; positions no
+    index names keep input. 'mean' divides by the number of contributors (floor division for
+    integers).
+
+    >>> x = rill.tensor([1., 2., 3.])
+    >>> rill.scatter_reduce(x, 0, rill.tensor([0, 0, 2]), rill.tensor([5., 7., 1.]), "amax")
+    tensor([7., 2., 3.])
+    """
+    from .arguments import as_bool, as_choice
+    from .elementwise import floor_divide, maximum, where
+    x, axis, idx, src = _torch_index(input, dim, index, "scatter_reduce", src)
+    reduce = as_choice(reduce, "reduce", "scatter_reduce", REDUCTIONS)
+    include_self = as_bool(include_self, "include_self", "scatter_reduce")
+    if reduce not in ("sum", "mean"):
+        return bind(scatter_reduce_p, x, idx, src, axis=axis, reduce=reduce,
+                    include_self=include_self)
+    hits = _hits(x, idx, axis)
+    base = x if include_self else where(hits > 0, 0, x)
+    total = scatter_add(base, idx, src, axis=axis)
+    if reduce == "sum":
+        return total
+    count = hits + 1 if include_self else maximum(hits, 1)  # untouched positions keep input
+    if x.dtype.is_floating:
+        return total / count.astype(x.dtype)
+    return floor_divide(total, count).astype(x.dtype)
+
+
+@reports_as("masked_fill")
+def masked_fill(input, mask, value):
+    """A copy of input with `value` (a number or a 0-d tensor, cast to input's dtype) where
+    the boolean `mask`, broadcast to input's shape, is true (torch.masked_fill)."""
+    from .arguments import as_number
+    from .elementwise import where
+    x = as_tensor(input, "input", "masked_fill")
+    mask = _bool_mask(mask, x, "masked_fill")
+    if isinstance(value, Tensor):
+        if value.ndim != 0:
+            raise ShapeError(f"value must be a number or a 0-d tensor, got shape {value.shape}",
+                             op="masked_fill")
+        value = value.astype(x.dtype) if value.dtype is not x.dtype else value
+    else:
+        from .creation import tensor
+        value = tensor(as_number(value, "value", "masked_fill"), device=x.device).astype(x.dtype)
+    return where(mask, value, x)
+
+
+def _bool_mask(mask, x, op):
+    mask = as_tensor(mask, "mask", op)
+    if mask.dtype is not dt.bool_:
+        from ..errors import DTypeError
+        raise DTypeError(f"mask must be a bool tensor, got {mask.dtype}", op=op)
+    if broadcast_shapes(x.shape, mask.shape) != tuple(x.shape):
+        raise ShapeError(f"mask {mask.shape} does not broadcast to input's shape {x.shape}",
+                         op=op)
+    return mask
+
+
+@reports_as("masked_select")
+def masked_select(input, mask):
+    """The 1-d tensor of input's entries where the bool `mask` is true (both broadcast
+    together; torch.masked_select). Its length is data, so a captured graph cannot hold it:
+    under capture it raises CaptureError; use masked_fill or rill.where there."""
+    from ..eager.context import current
+    from ..errors import CaptureError, DTypeError
+    from .shape import broadcast_to
+    x = as_tensor(input, "input", "masked_select")
+    mask = as_tensor(mask, "mask", "masked_select")
+    if mask.dtype is not dt.bool_:
+        raise DTypeError(f"mask must be a bool tensor, got {mask.dtype}", op="masked_select")
+    if current().interpreter.capturing:
+        raise CaptureError("masked_select's length depends on the mask's values, which a "
+                           "captured graph (fixed shapes) cannot hold; use masked_fill or "
+                           "rill.where to keep the shape, or call it outside the capture",
+                           op="masked_select")
+    shape = broadcast_shapes(x.shape, mask.shape)
+    return getitem(broadcast_to(x, shape), broadcast_to(mask, shape))
