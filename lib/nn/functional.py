@@ -38,6 +38,7 @@ from ..ops.pooling import (adaptive_avg_pool1d, adaptive_avg_pool2d,  # noqa: F4
                            avg_pool1d, avg_pool2d, avg_pool3d, max_pool1d, max_pool2d,
                            max_pool3d)
 from ..ops.padding import pad  # noqa: F401
+from ..ops.resize import interpolate, pixel_shuffle, pixel_unshuffle  # noqa: F401
 
 REDUCTIONS = ("mean", "sum", "none")
 
