@@ -61,8 +61,10 @@ _UFUNCS = {"prod": np.multiply, "amax": np.maximum, "amin": np.minimum}
 
 def _identity(reduce, dtype):
     """The value that leaves `reduce` unchanged, in dtype (where input's own entry is left out)."""
-    if reduce == "prod" or dtype.kind == "b":
-        return reduce != "amax"  # 1 for products; True/False for bool amin/amax
+    if reduce == "prod":
+        return 1
+    if dtype.kind == "b":
+        return reduce == "amin"
     if dtype.kind == "f":
         return -np.inf if reduce == "amax" else np.inf
     info = np.iinfo(dtype)

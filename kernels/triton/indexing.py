@@ -8,7 +8,9 @@ out like x[key]: a gather for getitem, a store for index_set, an atomic add for 
 (repeated indices add up). An embedding lookup is the case of one index array into a 2-d
 table: one program per block of rows, each row a contiguous vectorized load.
 
-take_along_axis and scatter_add (`_along_kernel`) read the index of every element.
+take_along_axis, scatter_add, scatter and scatter_reduce (`_along_kernel`) read the index of
+every element; scatter_reduce's amax/amin use atomic max/min and its prod a compare-and-swap
+loop (prod works in 64-bit words, the others widen as scatter_add does).
 
 Negative indices count from the end; out-of-range indices read 0 and write nothing (the
 GPU does not check them: that would need a device-to-host read per call).
@@ -24,6 +26,8 @@ import numpy as np
 from rill.ops.indexing import ARRAY, NEW, _expand_key, numpy_key
 from rill.ops.primitive import register_kernels
 
+from rill.kernels.numpy.indexing import _identity
+
 from .creation import filled
 from .elementwise import contiguous, launch
 from .launch import INTERPRET, block_for, cdiv, empty, pointer, strides, tl, triton, xp
@@ -31,7 +35,7 @@ from .shape import MAX_DIMS, as_bytes, collapse, remap, unravel
 
 # Kernels read only constexpr globals; launchers pass `.value`.
 MISSING = tl.constexpr(-(1 << 62))  # offset of an out-of-range index (never a real offset)
-GATHER, SET, ADD = (tl.constexpr(i) for i in range(3))
+GATHER, SET, ADD, MAX, MIN, MUL = (tl.constexpr(i) for i in range(6))
 
 # Dtypes Triton can add atomically; the others are widened for the add and narrowed after.
 _ATOMIC = {np.dtype(t) for t in (np.float32, np.float64, np.int32, np.uint32, np.int64,
@@ -328,9 +332,10 @@ def _index_set(x, values, *arrays, key):
 def _along_kernel(x_ptr, idx_ptr, out_ptr, n, length, D1, D2, D3, D4, D5,
                   x0, x1, x2, x3, x4, x5, i0s, i1s, i2s, i3s, i4s, i5s,
                   o0, o1, o2, o3, o4, o5, a0, a1, a2, a3, a4, a5,
-                  SCATTER: tl.constexpr, BLOCK: tl.constexpr):
+                  MODE: tl.constexpr, BLOCK: tl.constexpr):
     # Over the index's elements: position p along the axis (a_k marks it) becomes idx[p].
-    # Gather: out[p] = x[p with idx]; scatter: x[p with idx] += upd[p] (`out` is upd).
+    # GATHER: out[p] = x[p with idx]; the others update x[p with idx] with upd[p] (`out` is
+    # upd): SET stores, ADD / MAX / MIN combine atomically, MUL by compare-and-swap.
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     j0, j1, j2, j3, j4, j5 = unravel(offs, D1, D2, D3, D4, D5)
@@ -343,14 +348,36 @@ def _along_kernel(x_ptr, idx_ptr, out_ptr, n, length, D1, D2, D3, D4, D5,
             tl.where(a2 != 0, idx, j2) * x2 + tl.where(a3 != 0, idx, j3) * x3 +
             tl.where(a4 != 0, idx, j4) * x4 + tl.where(a5 != 0, idx, j5) * x5)
     o_at = j0 * o0 + j1 * o1 + j2 * o2 + j3 * o3 + j4 * o4 + j5 * o5
-    if SCATTER:
-        tl.atomic_add(x_ptr + x_at, tl.load(out_ptr + o_at, mask=valid).to(
-            x_ptr.dtype.element_ty), mask=valid)
-    else:
+    if MODE == GATHER:
         tl.store(out_ptr + o_at, tl.load(x_ptr + x_at, mask=valid, other=0), mask=mask)
+    else:
+        upd = tl.load(out_ptr + o_at, mask=valid).to(x_ptr.dtype.element_ty)
+        if MODE == ADD:
+            tl.atomic_add(x_ptr + x_at, upd, mask=valid)
+        elif MODE == SET:
+            tl.store(x_ptr + x_at, upd, mask=valid)
+        elif MODE == MAX:
+            tl.atomic_max(x_ptr + x_at, upd, mask=valid)
+        elif MODE == MIN:
+            tl.atomic_min(x_ptr + x_at, upd, mask=valid)
+        else:
+            # No atomic multiply: read, multiply, and swap in only if the target still holds
+            # what was read; lanes that lost a race retry with the value they found. x holds
+            # 64-bit values here (the launcher widens), compared as bits. atomic_cas takes no
+            # mask, so idle lanes swap a value for itself at offset 0, which changes nothing.
+            bits = (x_ptr + tl.where(valid, x_at, 0)).to(tl.pointer_type(tl.int64),
+                                                         bitcast=True)
+            seen = tl.load(bits, mask=valid, other=0)
+            pending = valid
+            while tl.max(pending.to(tl.int32), 0) > 0:
+                product = (seen.to(x_ptr.dtype.element_ty, bitcast=True) * upd).to(
+                    tl.int64, bitcast=True)
+                found = tl.atomic_cas(bits, seen, tl.where(pending, product, seen))
+                pending = pending & (found != seen)
+                seen = found
 
 
-def _along(x, idx, other, axis, scatter):
+def _along(x, idx, other, axis, mode):
     """Launch _along_kernel over idx's shape (`other` is the output or the updates)."""
     n = idx.size
     if n == 0:
@@ -364,7 +391,7 @@ def _along(x, idx, other, axis, scatter):
     block = block_for(n)
     _along_kernel[(cdiv(n, block),)](
         pointer(x), pointer(idx), pointer(other), n, x.shape[axis], *dims[1:], *xs, *iss,
-        *os_, *ms, SCATTER=scatter, BLOCK=block)
+        *os_, *ms, MODE=mode.value, BLOCK=block)
 
 
 def _take_along_axis(x, idx, axis):
@@ -374,7 +401,7 @@ def _take_along_axis(x, idx, axis):
     out = empty(shape, x.dtype)
     # x and idx broadcast against each other off the axis (x keeps its own axis length).
     xb = xp.broadcast_to(x, tuple(x.shape[a] if a == axis else shape[a] for a in range(x.ndim)))
-    _along(xb, xp.broadcast_to(idx, shape), out, axis, scatter=False)
+    _along(xb, xp.broadcast_to(idx, shape), out, axis, GATHER)
     return out
 
 
@@ -382,7 +409,29 @@ def _scatter_add(x, idx, updates, axis):
     axis %= x.ndim
     work = _widened(x.dtype)
     out = _copy(x, work)
-    _along(out, idx, updates, axis, scatter=True)
+    _along(out, idx, updates, axis, ADD)
+    return out if work == x.dtype else _narrow(out, x.dtype)
+
+
+def _scatter(x, idx, src, axis):
+    out = _copy(x)
+    _along(out, idx, src, axis % x.ndim, SET)
+    return out
+
+
+_REDUCE_MODES = {"prod": MUL, "amax": MAX, "amin": MIN}
+
+
+def _scatter_reduce(x, idx, src, axis, reduce, include_self):
+    axis %= x.ndim
+    if reduce == "prod":  # the swap loop works on 64-bit words
+        work = np.dtype(np.float64 if x.dtype.kind == "f" else np.int64)
+    else:
+        work = _widened(x.dtype)
+    out = _copy(x, work)
+    if not include_self:  # targets start from the identity instead of input's entry
+        _along(out, idx, filled(idx.shape, work, _identity(reduce, work)), axis, SET)
+    _along(out, idx, src, axis, _REDUCE_MODES[reduce])
     return out if work == x.dtype else _narrow(out, x.dtype)
 
 
@@ -392,6 +441,8 @@ register_kernels("gpu", {
     "index_set": _index_set,
     "take_along_axis": _take_along_axis,
     "scatter_add": _scatter_add,
+    "scatter": _scatter,
+    "scatter_reduce": _scatter_reduce,
 })
 
 assert MAX_DIMS == 6  # the kernels above spell out six dims
