@@ -1,7 +1,6 @@
 """Beta(concentration1, concentration0): a two-category Dirichlet read as one number."""
 from __future__ import annotations
 
-from ..ops import elementwise as E
 from ..ops.shape import broadcast_to, stack
 from . import constraints
 from .dirichlet import Dirichlet

@@ -44,7 +44,8 @@ class _GreaterThan(Constraint):
         return value > self.lower_bound if self.strict else value >= self.lower_bound
 
     def __repr__(self) -> str:
-        return f"{'GreaterThan' if self.strict else 'GreaterThanEq'}(lower_bound={self.lower_bound})"
+        name = "GreaterThan" if self.strict else "GreaterThanEq"
+        return f"{name}(lower_bound={self.lower_bound})"
 
 
 class _Interval(Constraint):
