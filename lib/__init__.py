@@ -41,12 +41,23 @@ from .ops.indexing import take, take_along_axis, scatter_add, index_add, index_s
 from .ops.sorting import sort, argsort, topk
 from .ops.linalg import matmul, dot, outer, tensordot, einsum
 
+from .ops.torch_functions import (  # noqa: A004 - PyTorch's meanings; see the module
+    max, min, sort, std, var, cat, concatenate, clamp, unsqueeze, chunk, unbind, narrow, numel,
+    t, mm, bmm, mv, from_numpy, rand_like, randn_like, randint_like, allclose, isclose)
+from .ops.activation import softmax, log_softmax
+from .ops.shape import repeat as repeat_interleave
+from .ops.shape import permute_dims as permute
+from .ops.elementwise import arctan2 as atan2, power as pow  # noqa: A004
+from .errors import DifferenceWarning
+from .dtypes import float32 as float, float64 as double, float16 as half  # noqa: A004
+from .dtypes import int64 as long, int32 as int, int16 as short  # noqa: A004
+
 from .eager.context import no_grad, enable_grad, is_grad_enabled
 from .eager.grad import grad, value_and_grad
 from .eager.custom_vjp import custom_vjp
 
 from . import nn, optim, data, train, distributions, utils
-from . import gpu
+from . import gpu, cuda, accelerator
 from .serialization import save, load
 from .capture.function import capture, CaptureWarning
 from .capture.guards import guard as capture_guard
@@ -57,3 +68,11 @@ bool = bool_  # noqa: A001 - rill.bool, as torch.bool and jnp.bool
 __version__ = "0.1.0"
 
 install_traceback_filter()
+
+
+def __getattr__(name: str):
+    """An unknown rill.X is a rill error that says what rill writes for PyTorch's X."""
+    if name.startswith("__"):
+        raise AttributeError(name)
+    from .hints import NAMESPACE, missing
+    raise missing("rill", name, NAMESPACE)

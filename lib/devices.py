@@ -58,6 +58,11 @@ class Device:
         self.index = index
         self.backend = backend
 
+    @property
+    def type(self) -> str:
+        """The kind ('cpu' or 'gpu'), under PyTorch's name."""
+        return self.kind
+
     def __repr__(self) -> str:
         return f"device('{self}')"
 

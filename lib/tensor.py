@@ -32,7 +32,7 @@ class Tensor:
     """
 
     __slots__ = ("_data", "shape", "dtype", "device", "requires_grad", "grad", "_node", "_index",
-                 "_version", "_retains_grad", "_origin", "__weakref__")
+                 "_version", "_retains_grad", "_origin", "_alias", "__weakref__")
 
     # NumPy must hand mixed expressions (ndarray + Tensor) to Tensor's reflected operators.
     __array_ufunc__ = None
@@ -52,12 +52,13 @@ class Tensor:
         return len(self.shape)
 
     @property
-    def size(self) -> int:
-        """Number of elements."""
+    def size(self) -> "ElementCount":
+        """The number of elements (the Array API's `x.size`), which can also be called as
+        PyTorch's method: `x.size()` is the shape, `x.size(d)` the extent of axis d."""
         n = 1
         for s in self.shape:
             n *= s
-        return n
+        return ElementCount(n, self.shape)
 
     @property
     def nbytes(self) -> int:
@@ -204,6 +205,13 @@ class Tensor:
         backward([self], None if grad is None else [grad], retain_graph=retain_graph,
                  create_graph=create_graph)
 
+    def __getattr__(self, name: str):
+        # Only reached for names the class lacks: say what rill writes for PyTorch's.
+        if name.startswith("__"):
+            raise AttributeError(name)
+        from .hints import TENSOR, missing
+        raise missing("Tensor", name, TENSOR)
+
     # ---- conversions -----------------------------------------------------------------------
 
     def to(self, target) -> "Tensor":
@@ -220,6 +228,30 @@ class Tensor:
         return cast(self, dtype)
 
 
+class ElementCount(int):
+    """An int (a tensor's element count) that, called, answers PyTorch's `size()`.
+
+    The Array API makes `x.size` the number of elements and PyTorch makes `x.size()` the
+    shape; an int that can be called serves both spellings with no way to confuse them."""
+
+    def __new__(cls, n: int, shape: tuple):
+        count = int.__new__(cls, n)
+        count.shape = shape
+        return count
+
+    def __call__(self, dim=None):
+        if dim is None:
+            return self.shape
+        from .ops.rules import normalize_axis
+        return self.shape[normalize_axis(dim, len(self.shape))]
+
+    def __repr__(self) -> str:
+        return int.__repr__(self)
+
+    def __reduce__(self):
+        return (int, (int(self),))
+
+
 def new_tensor(data, dtype: _dt.DType, device: Device) -> Tensor:
     """Wrap a device buffer the caller will never write again (the hot path of every op)."""
     t = _new(Tensor)
@@ -234,5 +266,6 @@ def new_tensor(data, dtype: _dt.DType, device: Device) -> Tensor:
     t._version = 0
     t._retains_grad = False
     t._origin = None
+    t._alias = None
     return t
 

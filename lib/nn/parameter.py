@@ -27,7 +27,7 @@ class Parameter(Tensor):
         # A parameter is a fresh leaf: no history, no gradient, its own version counter.
         self._node, self._index, self.grad, self._version = None, 0, None, 0
         self.requires_grad = False
-        self._retains_grad, self._origin = False, None
+        self._retains_grad, self._origin, self._alias = False, None, None
         if requires_grad:
             self.requires_grad_()
 

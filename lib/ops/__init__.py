@@ -9,6 +9,7 @@ for _family in (creation, elementwise, indexing, linalg, random, reduce, shape, 
                 activation, conv, normalization, pooling):
     keywords.install(_family)
 
-from . import methods  # noqa: E402 - binds the wrapped functions
+from . import methods, torch_methods  # noqa: E402 - they bind the wrapped functions
 
 methods.install()
+torch_methods.install()  # PyTorch's meanings where a method means something else there

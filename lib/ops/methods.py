@@ -1,4 +1,5 @@
-"""Tensor operators and methods, bound to the public ops.
+"""Tensor operators and methods, bound to the public ops (those whose meaning PyTorch fixes
+differently are in torch_methods.py).
 
 Operators call the op functions directly (`Tensor.__add__ is add`), so `x + y` costs one
 Python call before `bind`. In-place forms compute out of place and give the tensor the new
@@ -39,18 +40,13 @@ def _comparison(fn):
     return method
 
 
-def _snapshot(t: Tensor) -> Tensor:
+def snapshot(t: Tensor) -> Tensor:
     """A second handle on t's current value and tape position (for in-place updates)."""
     old = object.__new__(Tensor)
     for slot in Tensor.__slots__[:-1]:
         setattr(old, slot, getattr(t, slot))
     old.grad = None
-    node = t._node
-    if node is not None and node.outputs is not None:
-        # The node's saved output must keep meaning the old value.
-        import weakref
-        node.outputs = tuple(weakref.ref(old) if isinstance(o, weakref.ref) and o() is t else o
-                             for o in node.outputs)
+    _repoint_outputs(t._node, t, old)  # the node's saved output must keep the old value
     return old
 
 
@@ -70,7 +66,7 @@ def update_in_place(t: Tensor, fn, *args) -> Tensor:
         # that took t as an input see its version move and refuse a stale backward).
         result = fn(t, *args)
     else:
-        old = _snapshot(t)
+        old = snapshot(t)
         if ctx.interpreter.capturing:
             # The snapshot is t's value at this point of the trace. Left holding t's buffer it
             # would be a separate outside tensor, read by reference: frozen at the value t had
@@ -89,7 +85,18 @@ def update_in_place(t: Tensor, fn, *args) -> Tensor:
     t._version += 1
     if result.requires_grad:
         t.requires_grad, t._node, t._index = True, result._node, result._index
+        _repoint_outputs(result._node, result, t)
     return t
+
+
+def _repoint_outputs(node, old, new) -> None:
+    """A tape node that saved `old` as its output (exp, sigmoid, ...) saves `new` instead:
+    the value moved to another tensor object, and `old` is about to be dropped."""
+    if node is None or node.outputs is None:
+        return
+    import weakref
+    node.outputs = tuple(weakref.ref(new) if isinstance(o, weakref.ref) and o() is old else o
+                         for o in node.outputs)
 
 
 def _take_second(old, value):
@@ -160,16 +167,15 @@ METHODS = {
     "neg": E.neg,
     # reductions
     **{name: getattr(reduce, name) for name in (
-        "sum", "mean", "prod", "max", "min", "argmax", "argmin", "var", "std", "logsumexp",
-        "all", "any", "cumsum", "cumprod", "norm")},
+        "argmax", "argmin", "logsumexp", "all", "any", "cumsum", "cumprod", "norm")},
     # shape
     **{name: getattr(shape, name) for name in (
-        "transpose", "permute_dims", "swapaxes", "moveaxis", "squeeze", "flatten",
-        "broadcast_to", "flip", "roll", "tile", "repeat", "tril", "triu", "split", "pad")},
+        "permute_dims", "swapaxes", "moveaxis", "flatten", "broadcast_to", "flip", "roll",
+        "tile", "tril", "triu", "pad")},
     "reshape": _reshape_method, "expand_dims": _expand_dims_method,
     "take": indexing.take, "take_along_axis": indexing.take_along_axis,
-    "sort": sorting.sort, "argsort": sorting.argsort, "topk": sorting.topk,
-    "matmul": linalg.matmul, "dot": linalg.dot,
+    "argsort": sorting.argsort, "dot": linalg.dot,
+    # sum, max, std, sort, transpose, repeat, split, ... follow PyTorch: ops/torch_methods.py
 }
 
 

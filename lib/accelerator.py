@@ -1,0 +1,23 @@
+"""`rill.accelerator`: PyTorch's device-neutral questions about the accelerator."""
+from __future__ import annotations
+
+from . import gpu
+
+
+def is_available() -> bool:
+    """True when a gpu device can be made here."""
+    return gpu.is_available()
+
+
+def current_accelerator():
+    """The gpu device when there is one, else None (as torch.accelerator)."""
+    from .devices import device
+    return device("gpu") if gpu.is_available() else None
+
+
+def device_count() -> int:
+    return 1 if gpu.is_available() else 0
+
+
+def synchronize(device=None) -> None:
+    gpu.synchronize()

@@ -1,0 +1,33 @@
+"""`rill.cuda`: the names PyTorch programs use to ask about the accelerator, answered for
+rill's `gpu` device (`rill.gpu` has the full set)."""
+from __future__ import annotations
+
+from . import gpu
+
+
+def is_available() -> bool:
+    """True when a gpu device can be made here (rill.gpu.is_available)."""
+    return gpu.is_available()
+
+
+def device_count() -> int:
+    """How many gpu devices rill can use here (0 or 1)."""
+    return 1 if gpu.is_available() else 0
+
+
+def current_device() -> int:
+    return 0
+
+
+def synchronize(device=None) -> None:
+    """Wait for the gpu's queued kernels."""
+    gpu.synchronize()
+
+
+def manual_seed(seed: int) -> None:
+    """Seed rill's generator (one generator serves every device)."""
+    from .random import manual_seed as seed_all
+    seed_all(seed)
+
+
+manual_seed_all = manual_seed
