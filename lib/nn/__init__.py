@@ -22,4 +22,6 @@ from .normalization import BatchNorm1d, BatchNorm2d, LayerNorm, GroupNorm
 from .recurrent import LSTMCell, GRUCell, LSTM, GRU
 from .attention import MultiheadAttention
 from .transformer import TransformerEncoderLayer
-from .losses import CrossEntropyLoss, NLLLoss, MSELoss, L1Loss, HuberLoss, BCEWithLogitsLoss
+from .losses import (CrossEntropyLoss, NLLLoss, MSELoss, L1Loss, HuberLoss, BCEWithLogitsLoss,
+                     BCELoss, SmoothL1Loss, KLDivLoss, CosineEmbeddingLoss, MarginRankingLoss,
+                     TripletMarginLoss, SoftMarginLoss, GaussianNLLLoss, PoissonNLLLoss)

@@ -2,7 +2,7 @@
 1 / (1 - p) so that expectations match evaluation, where it is the identity."""
 from __future__ import annotations
 
-from ..errors import check_number
+from ..errors import ArgumentError, check_number
 from . import functional as F
 from .module import Module
 
@@ -11,7 +11,8 @@ class Dropout(Module):
     """Zeroes each element with probability p in training mode; identity in eval mode.
 
     Draws from `generator` (the default generator when None), so a seeded generator
-    repeats the same masks.
+    repeats the same masks. `inplace=True` gives the input tensor object the result (see
+    rill.nn.functional's activations section for what that means for rill's tensors).
 
     >>> import rill
     >>> drop = rill.nn.Dropout(0.5, generator=rill.Generator(0))
@@ -22,13 +23,16 @@ class Dropout(Module):
     tensor([1., 1., 1.])
     """
 
-    def __init__(self, p: float = 0.5, generator=None):
+    def __init__(self, p: float = 0.5, inplace: bool = False, generator=None):
         super().__init__()
         check_number(p, "the dropout probability p", "Dropout", low=0, high=1)
-        self.p, self.generator = p, generator
+        if not isinstance(inplace, bool):
+            raise ArgumentError(f"inplace must be True or False, got {inplace!r}", op="Dropout")
+        self.p, self.inplace, self.generator = p, inplace, generator
 
     def forward(self, x):
-        return F.dropout(x, self.p, training=self.training, generator=self.generator)
+        return F.dropout(x, self.p, training=self.training, inplace=self.inplace,
+                         generator=self.generator)
 
     def extra_repr(self) -> str:
-        return f"p={self.p}"
+        return f"p={self.p}" + (", inplace=True" if self.inplace else "")

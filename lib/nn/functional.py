@@ -24,7 +24,9 @@ from ..ops.linalg import matmul
 from ..ops.methods import assign, update_in_place
 from ..ops.random import rand
 from ..ops.reduce import mean, sum
-from ..ops.shape import expand_dims, moveaxis, reshape, squeeze, swapaxes, tril
+from ..ops.rules import broadcast_shapes
+from ..ops.shape import (broadcast_to, expand_dims, moveaxis, reshape, squeeze, swapaxes,
+                         tril)
 from ..tensor import Tensor
 
 # The fused primitives and the activations, under the names layers and users reach for.
@@ -551,6 +553,275 @@ def binary_cross_entropy_with_logits(x, y, weight=None, pos_weight=None,
     if weight is not None:
         loss = loss * weight
     return _reduce(loss, reduction, "binary_cross_entropy_with_logits")
+
+
+def legacy_reduction(size_average, reduce, reduction: str, op: str) -> str:
+    """PyTorch's deprecated size_average/reduce pair, turned into the reduction it means
+    (reduce=False: 'none'; else size_average=False: 'sum'; else 'mean')."""
+    if size_average is None and reduce is None:
+        return arg.as_choice(reduction, "reduction", op, REDUCTIONS)
+    size_average = True if size_average is None else arg.as_bool(size_average,
+                                                                   "size_average", op)
+    reduce = True if reduce is None else arg.as_bool(reduce, "reduce", op)
+    return "none" if not reduce else ("mean" if size_average else "sum")
+
+
+def _clamped_log(x):
+    """log(x), never below -100: PyTorch's documented clamp, so log(0) gives a finite loss."""
+    return _E.maximum(_E.log(x), -100.0)
+
+
+@reports_as("binary_cross_entropy")
+def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None,
+                         reduction: str = "mean"):
+    """-weight * [target log(input) + (1 - target) log(1 - input)] for probabilities input
+    in [0, 1], each log clamped at -100 (as PyTorch).
+
+    >>> p = rill.tensor([0.5, 1.0])
+    >>> rill.nn.functional.binary_cross_entropy(p, rill.tensor([1.0, 0.0]), reduction="none")
+    tensor([  0.6931472, 100.       ])
+    """
+    op = "binary_cross_entropy"
+    reduction = legacy_reduction(size_average, reduce, reduction, op)
+    weight = arg.optional_tensor(weight, "weight", op)
+    x, y = _pair_check(input, target, op)
+    x = check(((x >= 0) & (x <= 1)).all(), x, "all input values must be probabilities in "
+              "[0, 1]; for logits use binary_cross_entropy_with_logits", op=op)
+    loss = -(y * _clamped_log(x) + (1.0 - y) * _clamped_log(1.0 - x))
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss, reduction, op)
+
+
+@reports_as("smooth_l1_loss")
+def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction: str = "mean",
+                   beta: float = 1.0):
+    """0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta, for d = input - target (beta=0:
+    the L1 loss). huber_loss(delta) = delta * smooth_l1_loss(beta=delta).
+
+    >>> rill.nn.functional.smooth_l1_loss(rill.tensor([0.5, 3.0]), rill.tensor([0.0, 0.0]))
+    tensor(1.3125)
+    """
+    op = "smooth_l1_loss"
+    reduction = legacy_reduction(size_average, reduce, reduction, op)
+    beta = arg.as_float(beta, "beta", op)
+    if beta < 0:
+        raise ArgumentError(f"beta must not be negative, got {beta}", op=op)
+    x, y = _pair_check(input, target, op)
+    d = abs(x - y)
+    loss = d if beta == 0 else where(d < beta, (0.5 / beta) * square(d), d - 0.5 * beta)
+    return _reduce(loss, reduction, op)
+
+
+KL_REDUCTIONS = ("mean", "batchmean", "sum", "none")
+
+
+@reports_as("kl_div")
+def kl_div(input, target, size_average=None, reduce=None, reduction: str = "mean",
+           log_target: bool = False):
+    """Pointwise KL divergence target * (log target - input), input being log-probabilities
+    (and target too with `log_target`); 0 where target is 0. reduction='batchmean' divides
+    the sum by the batch size (input.shape[0]), the true KL divergence per sample; 'mean'
+    divides by the number of elements (as PyTorch, which warns about it)."""
+    op = "kl_div"
+    if size_average is not None or reduce is not None:
+        reduction = legacy_reduction(size_average, reduce, "mean", op)
+    reduction = arg.as_choice(reduction, "reduction", op, KL_REDUCTIONS)
+    log_target = arg.as_bool(log_target, "log_target", op)
+    x, y = promotion.common_float((arg.as_tensor(input, "input", op),
+                                   arg.as_tensor(target, "target", op)))
+    if log_target:
+        loss = _E.exp(y) * (y - x)
+    else:
+        positive = y > 0
+        # x log x taken as 0 at x = 0 (its limit); the masked log never sees a zero.
+        loss = where(positive, y * _E.log(where(positive, y, 1.0)), 0.0) - y * x
+    if reduction == "batchmean":
+        return sum(loss) / (x.shape[0] if x.ndim else 1)
+    return _reduce(loss, reduction, op)
+
+
+def _vector_norm(x, p: float, axis: int, keepdims: bool = False):
+    from ..ops.reduce import norm
+    return norm(x, p, axis=axis, keepdims=keepdims)
+
+
+@reports_as("normalize")
+def normalize(input, p: float = 2.0, dim: int = 1, eps: float = 1e-12):
+    """input / max(||input||_p, eps) along `dim`.
+
+    >>> rill.nn.functional.normalize(rill.tensor([[3.0, 4.0]]))
+    tensor([[0.6, 0.8]])
+    """
+    op = "normalize"
+    x = arg.as_tensor(input, "input", op)
+    p, eps = arg.as_float(p, "p", op), arg.as_float(eps, "eps", op)
+    dim = arg.as_axis(dim, op, "dim")
+    if x.ndim == 0:
+        raise ShapeError("normalize needs at least one axis", op=op)
+    return x / _E.maximum(_vector_norm(x, p, dim, True), eps)
+
+
+@reports_as("cosine_similarity")
+def cosine_similarity(x1, x2, dim: int = 1, eps: float = 1e-8):
+    """x1 . x2 / max(||x1|| ||x2||, eps) along `dim` (the inputs broadcast).
+
+    >>> rill.nn.functional.cosine_similarity(rill.tensor([[1.0, 0.0]]), rill.tensor([[1.0, 1.0]]))
+    tensor([0.70710677])
+    """
+    op = "cosine_similarity"
+    a, b = promotion.common_float((arg.as_tensor(x1, "x1", op), arg.as_tensor(x2, "x2", op)))
+    dim = arg.as_axis(dim, op, "dim")
+    eps = arg.as_float(eps, "eps", op)
+    try:
+        shape = broadcast_shapes(a.shape, b.shape)
+    except ShapeError:
+        raise ShapeError(f"x1 {a.shape} and x2 {b.shape} do not broadcast", op=op) from None
+    if not shape:
+        raise ShapeError("cosine_similarity needs at least one axis", op=op)
+    a, b = broadcast_to(a, shape), broadcast_to(b, shape)
+    norms = _vector_norm(a, 2.0, dim) * _vector_norm(b, 2.0, dim)
+    return sum(a * b, axis=dim) / _E.maximum(norms, eps)
+
+
+@reports_as("pairwise_distance")
+def pairwise_distance(x1, x2, p: float = 2.0, eps: float = 1e-6, keepdim: bool = False):
+    """||x1 - x2 + eps||_p over the last axis (eps keeps the gradient finite at 0)."""
+    op = "pairwise_distance"
+    a, b = promotion.common_float((arg.as_tensor(x1, "x1", op), arg.as_tensor(x2, "x2", op)))
+    p, eps = arg.as_float(p, "p", op), arg.as_float(eps, "eps", op)
+    keepdim = arg.as_bool(keepdim, "keepdim", op)
+    d = a - b
+    if d.ndim == 0:
+        raise ShapeError("pairwise_distance needs at least one axis", op=op)
+    return _vector_norm(d + eps, p, -1, keepdim)
+
+
+def _check_labels(target, shape, op):
+    if tuple(target.shape) != tuple(shape):
+        raise ShapeError(f"target must have shape {tuple(shape)}, got {target.shape}", op=op)
+
+
+@reports_as("cosine_embedding_loss")
+def cosine_embedding_loss(input1, input2, target, margin: float = 0.0, size_average=None,
+                          reduce=None, reduction: str = "mean"):
+    """1 - cos(x1, x2) where target is 1, max(0, cos(x1, x2) - margin) where it is -1;
+    inputs (N, D) with target (N,), or (D,) with a 0-d target."""
+    op = "cosine_embedding_loss"
+    reduction = legacy_reduction(size_average, reduce, reduction, op)
+    margin = arg.as_float(margin, "margin", op)
+    a, b = promotion.common_float((arg.as_tensor(input1, "input1", op),
+                                   arg.as_tensor(input2, "input2", op)))
+    y = arg.as_tensor(target, "target", op)
+    if a.ndim not in (1, 2) or tuple(a.shape) != tuple(b.shape):
+        raise ShapeError(f"expects input1 and input2 of one shape, (N, D) or (D,); got "
+                         f"{a.shape} and {b.shape}", op=op)
+    _check_labels(y, a.shape[:-1], op)
+    # PyTorch's form: a tiny epsilon inside each squared norm, not a floor on their product.
+    tiny = 1e-12
+    cos = sum(a * b, axis=-1) * rsqrt((sum(square(a), axis=-1) + tiny) *
+                                      (sum(square(b), axis=-1) + tiny))
+    loss = where(y == 1, 1.0 - cos, where(y == -1, _E.maximum(cos - margin, 0.0), 0.0))
+    return _reduce(loss, reduction, op)
+
+
+@reports_as("margin_ranking_loss")
+def margin_ranking_loss(input1, input2, target, margin: float = 0.0, size_average=None,
+                        reduce=None, reduction: str = "mean"):
+    """max(0, -target * (input1 - input2) + margin): target 1 wants input1 ranked higher."""
+    op = "margin_ranking_loss"
+    reduction = legacy_reduction(size_average, reduce, reduction, op)
+    margin = arg.as_float(margin, "margin", op)
+    a, b, y = promotion.common_float((arg.as_tensor(input1, "input1", op),
+                                      arg.as_tensor(input2, "input2", op),
+                                      arg.as_tensor(target, "target", op)))
+    if not (tuple(a.shape) == tuple(b.shape) == tuple(y.shape)):
+        raise ShapeError(f"input1 {a.shape}, input2 {b.shape} and target {y.shape} must "
+                         "have one shape", op=op)
+    return _reduce(_E.maximum(-y * (a - b) + margin, 0.0), reduction, op)
+
+
+@reports_as("triplet_margin_loss")
+def triplet_margin_loss(anchor, positive, negative, margin: float = 1.0, p: float = 2,
+                        eps: float = 1e-6, swap: bool = False, size_average=None, reduce=None,
+                        reduction: str = "mean"):
+    """max(d(anchor, positive) - d(anchor, negative) + margin, 0), d the pairwise p-distance;
+    with `swap`, the negative's distance is the smaller of d(a, n) and d(p, n)."""
+    op = "triplet_margin_loss"
+    reduction = legacy_reduction(size_average, reduce, reduction, op)
+    margin, eps = arg.as_float(margin, "margin", op), arg.as_float(eps, "eps", op)
+    p, swap = arg.as_float(p, "p", op), arg.as_bool(swap, "swap", op)
+    if margin <= 0:
+        raise ArgumentError(f"margin must be positive, got {margin}", op=op)
+    a, pos, neg = promotion.common_float((arg.as_tensor(anchor, "anchor", op),
+                                          arg.as_tensor(positive, "positive", op),
+                                          arg.as_tensor(negative, "negative", op)))
+    if a.ndim not in (1, 2) or not (a.ndim == pos.ndim == neg.ndim):
+        raise ShapeError(f"expects anchor, positive and negative (N, D) or (D,), got "
+                         f"{a.shape}, {pos.shape}, {neg.shape}", op=op)
+    d_pos = pairwise_distance(a, pos, p, eps)
+    d_neg = pairwise_distance(a, neg, p, eps)
+    if swap:
+        d_neg = _E.minimum(d_neg, pairwise_distance(pos, neg, p, eps))
+    return _reduce(_E.maximum(d_pos - d_neg + margin, 0.0), reduction, op)
+
+
+@reports_as("soft_margin_loss")
+def soft_margin_loss(input, target, size_average=None, reduce=None, reduction: str = "mean"):
+    """log(1 + exp(-target * input)), for targets 1 and -1."""
+    op = "soft_margin_loss"
+    reduction = legacy_reduction(size_average, reduce, reduction, op)
+    x, y = _pair_check(input, target, op)
+    return _reduce(_E.softplus(-y * x), reduction, op)
+
+
+@reports_as("gaussian_nll_loss")
+def gaussian_nll_loss(input, target, var, full: bool = False, eps: float = 1e-6,
+                      reduction: str = "mean"):
+    """0.5 * (log(var) + (input - target)^2 / var) (+ 0.5 log(2 pi) when `full`): the
+    negative log-likelihood of target under N(input, var). var has the input's shape, or
+    one axis of length 1, or one axis fewer; values below eps are raised to eps, the
+    gradient passing through unchanged (as PyTorch)."""
+    op = "gaussian_nll_loss"
+    reduction = arg.as_choice(reduction, "reduction", op, REDUCTIONS)
+    full, eps = arg.as_bool(full, "full", op), arg.as_float(eps, "eps", op)
+    x, y, v = promotion.common_float((arg.as_tensor(input, "input", op),
+                                      arg.as_tensor(target, "target", op),
+                                      arg.as_tensor(var, "var", op)))
+    if tuple(v.shape) != tuple(x.shape):
+        if x.ndim and tuple(v.shape) == tuple(x.shape[:-1]):
+            v = expand_dims(v, -1)
+        elif not (x.ndim and v.ndim == x.ndim and v.shape[-1] == 1 and
+                  tuple(v.shape[:-1]) == tuple(x.shape[:-1])):
+            raise ShapeError(f"var {v.shape} must have the input's shape {x.shape}, or that "
+                             "shape with a last axis of 1, or without its last axis", op=op)
+    v = check((v >= 0).all(), v, "var has negative entries", op=op)
+    clamped = v + (_E.maximum(v, eps) - v).detach()  # value clamped, gradient straight through
+    loss = 0.5 * (_E.log(clamped) + square(x - y) / clamped)
+    if full:
+        loss = loss + 0.5 * math.log(2 * math.pi)
+    return _reduce(loss, reduction, op)
+
+
+@reports_as("poisson_nll_loss")
+def poisson_nll_loss(input, target, log_input: bool = True, full: bool = False,
+                     size_average=None, eps: float = 1e-8, reduce=None,
+                     reduction: str = "mean"):
+    """The Poisson negative log-likelihood of target with rate exp(input) (`log_input`) or
+    input: exp(input) - target * input, or input - target * log(input + eps); `full` adds
+    Stirling's approximation of log(target!) where target > 1."""
+    op = "poisson_nll_loss"
+    reduction = legacy_reduction(size_average, reduce, reduction, op)
+    log_input, full = arg.as_bool(log_input, "log_input", op), arg.as_bool(full, "full", op)
+    eps = arg.as_float(eps, "eps", op)
+    x, y = _pair_check(input, target, op)
+    loss = _E.exp(x) - y * x if log_input else x - y * _E.log(x + eps)
+    if full:
+        big = y > 1
+        safe = where(big, y, 2.0)
+        stirling = safe * _E.log(safe) - safe + 0.5 * _E.log(2 * math.pi * safe)
+        loss = loss + where(big, stirling, 0.0)
+    return _reduce(loss, reduction, op)
 
 
 # ---- attention -----------------------------------------------------------------------------
