@@ -1,5 +1,6 @@
 """Reductions and scans: sum, mean, prod, max, min, argmax, argmin, var/std, logsumexp,
-all, any, norm, cumsum, cumprod.
+all, any, norm, cumsum, cumprod (exclusive, reverse), cumulative_sum, cumulative_prod (the
+Array API's), cummax, cummin, logcumsumexp.
 
 `axis` is an int, a tuple of ints, or None (all axes); negatives count from the end.
 """
@@ -305,13 +306,183 @@ def any(x, axis=None, keepdims: bool = False):  # noqa: A001
                 keepdims=as_bool(keepdims, "keepdims", "any"))
 
 
-def cumsum(x, axis: int | None = None):
-    """Running sum along `axis` (over the flattened tensor when axis is None)."""
-    return bind(cumsum_p, x, axis=_one_axis(axis, "cumsum"))
+# ---- scans ---------------------------------------------------------------------------------
+# cumsum and cumprod are primitives; the options and the other scans are built on them and
+# on elementwise ops, so gradients, capture and the gpu come with them.
 
 
-def cumprod(x, axis: int | None = None):
-    return bind(cumprod_p, x, axis=_one_axis(axis, "cumprod"))
+def _shifted(x, axis, steps, fill):
+    """x moved `steps` places along `axis`, `fill` entering at the front (length kept)."""
+    from .creation import full
+    from .shape import concat, slice_axis
+    n = x.shape[axis]
+    steps = py.min(steps, n)
+    front = full(tuple(steps if a == axis else s for a, s in enumerate(x.shape)), fill,
+                 dtype=x.dtype, device=x.device)
+    return concat([front, slice_axis(x, axis, 0, n - steps)], axis=axis)
+
+
+def _scan(prim, identity, x, axis, dtype, exclusive, reverse, op):
+    """prim along one axis, on x cast to `dtype`, after shifting in the identity (exclusive)
+    and / or reading from the end (reverse)."""
+    from .arguments import as_dtype, as_tensor
+    from .shape import flip, reshape
+    x = as_tensor(x, "x", op)
+    dtype = None if dtype is None else as_dtype(dtype, op)
+    if dtype is not None and x.dtype is not dtype:
+        x = x.astype(dtype)
+    axis = _one_axis(axis, op)
+    if as_bool(exclusive, "exclusive", op) or as_bool(reverse, "reverse", op):
+        if axis is None:
+            x, axis = reshape(x, (-1,)), 0
+        axis = normalize_axis(axis, x.ndim)
+        if reverse:
+            x = flip(x, axis=axis)
+        if exclusive and x.shape[axis]:
+            x = _shifted(x, axis, 1, identity)
+    out = bind(prim, x, axis=axis)
+    if reverse:
+        out = flip(out, axis=axis)
+    return out if dtype is None or out.dtype is dtype else out.astype(dtype)
+
+
+@reports_as("cumsum")
+def cumsum(x, axis: int | None = None, *, dtype=None, exclusive: bool = False,
+           reverse: bool = False):
+    """Running sum along `axis` (over the flattened tensor when axis is None). `dtype` casts
+    x first (bool and integer sums are otherwise int64); exclusive=True sums the entries
+    before each one (0 first); reverse=True runs from the end.
+
+    >>> rill.cumsum(rill.tensor([1, 2, 3]), 0, exclusive=True, reverse=True)
+    tensor([5, 3, 0])
+    """
+    return _scan(cumsum_p, 0, x, axis, dtype, exclusive, reverse, "cumsum")
+
+
+@reports_as("cumprod")
+def cumprod(x, axis: int | None = None, *, dtype=None, exclusive: bool = False,
+            reverse: bool = False):
+    """Running product; the options are cumsum's (exclusive starts from 1)."""
+    return _scan(cumprod_p, 1, x, axis, dtype, exclusive, reverse, "cumprod")
+
+
+def _cumulative(scan, identity, x, axis, dtype, include_initial, op):
+    """The Array API's cumulative_sum/prod: axis only for 1-d x; include_initial prepends the
+    identity (the scan's length is then n + 1)."""
+    from .arguments import as_tensor
+    from .shape import concat
+    x = as_tensor(x, "x", op)
+    if axis is None:
+        if x.ndim != 1:
+            raise ArgumentError(f"axis is required for a {x.ndim}-d tensor (it may be left out "
+                                f"only for 1-d input)", op=op)
+        axis = 0
+    axis = normalize_axis(as_axis(axis, op), x.ndim)
+    out = scan(x, axis, dtype=dtype)
+    if as_bool(include_initial, "include_initial", op):
+        from .creation import full
+        first = full(tuple(1 if a == axis else s for a, s in enumerate(out.shape)), identity,
+                     dtype=out.dtype, device=out.device)
+        out = concat([first, out], axis=axis)
+    return out
+
+
+@reports_as("cumulative_sum")
+def cumulative_sum(x, /, *, axis: int | None = None, dtype=None, include_initial: bool = False):
+    """Running sum along `axis` (Array API 2024.12): axis may be left out only for 1-d x;
+    include_initial=True puts a 0 before the sums.
+
+    >>> rill.cumulative_sum(rill.tensor([1, 2, 3]), include_initial=True)
+    tensor([0, 1, 3, 6])
+    """
+    return _cumulative(cumsum, 0, x, axis, dtype, include_initial, "cumulative_sum")
+
+
+@reports_as("cumulative_prod")
+def cumulative_prod(x, /, *, axis: int | None = None, dtype=None,
+                    include_initial: bool = False):
+    """Running product along `axis` (Array API 2024.12); include_initial puts a 1 first."""
+    return _cumulative(cumprod, 1, x, axis, dtype, include_initial, "cumulative_prod")
+
+
+def _running_extreme_index(x, axis, largest):
+    """Where the running max (min) of x along `axis` sits: a ladder scan (log2 n steps, each
+    combining a position with the one 2**k before it); ties and NaN go to the latest entry,
+    as PyTorch's cummax/cummin do."""
+    import numpy as np
+    from .creation import arange
+    from .elementwise import greater, isnan, less, logical_and, logical_not, logical_or, where
+    from .shape import broadcast_to, reshape
+    n = x.shape[axis]
+    v = x.detach()
+    if v.dtype is dt.bool_:
+        v = v.astype(dt.int8)
+    if v.dtype.is_floating:
+        fill = -math.inf if largest else math.inf
+    else:
+        info = np.iinfo(v.dtype.storage)
+        fill = int(info.min if largest else info.max)
+    at = reshape(arange(n, device=x.device), tuple(n if a == axis else 1 for a in range(x.ndim)))
+    i = broadcast_to(at, x.shape)
+    step = 1
+    while step < n:
+        before_v, before_i = _shifted(v, axis, step, fill), _shifted(i, axis, step, 0)
+        earlier_wins = (greater if largest else less)(before_v, v)
+        if v.dtype.is_floating:  # a NaN beats any number
+            earlier_wins = logical_or(earlier_wins,
+                                      logical_and(isnan(before_v), logical_not(isnan(v))))
+        v, i = where(earlier_wins, before_v, v), where(earlier_wins, before_i, i)
+        step *= 2
+    return i
+
+
+def _running_extreme(x, dim, largest, op):
+    from .arguments import as_tensor
+    from .indexing import take_along_axis
+    x = as_tensor(x, "input", op)
+    axis = normalize_axis(as_axis(dim, op, "dim"), x.ndim)
+    indices = _running_extreme_index(x, axis, largest)
+    # Gathering the values makes the gradient PyTorch's: each goes to the entry it came from.
+    return take_along_axis(x, indices, axis), indices
+
+
+@reports_as("cummax")
+def cummax(input, dim: int):
+    """(values, indices): the running maximum along `dim` and where each was found (the latest
+    of equal values; NaN propagates), as torch.cummax. The gradient flows to those entries.
+
+    >>> rill.cummax(rill.tensor([1, 3, 2, 3]), 0)
+    (tensor([1, 3, 3, 3]), tensor([0, 1, 1, 3]))
+    """
+    return _running_extreme(input, dim, True, "cummax")
+
+
+@reports_as("cummin")
+def cummin(input, dim: int):
+    """(values, indices): the running minimum along `dim` (torch.cummin)."""
+    return _running_extreme(input, dim, False, "cummin")
+
+
+def _logaddexp(a, b):
+    """log(exp(a) + exp(b)), shifted by the larger (held constant: it cancels in the result)."""
+    from .elementwise import exp, isfinite, log, maximum, where
+    m = maximum(a.detach(), b.detach())
+    m = where(isfinite(m), m, 0.0)
+    return m + log(exp(a - m) + exp(b - m))
+
+
+@reports_as("logcumsumexp")
+def logcumsumexp(input, dim: int):
+    """log(cumsum(exp(input))) along `dim` without overflow or underflow (torch.logcumsumexp):
+    a ladder scan of log-add-exp, so entries far below the running maximum still count."""
+    from .arguments import as_tensor
+    x = promotion.floating((as_tensor(input, "input", "logcumsumexp"),))[0]
+    axis = normalize_axis(as_axis(dim, "logcumsumexp", "dim"), x.ndim)
+    step = 1
+    while step < x.shape[axis]:
+        x = _logaddexp(_shifted(x, axis, step, -math.inf), x)
+        step *= 2
+    return x
 
 
 @reports_as("norm")
