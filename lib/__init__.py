@@ -56,7 +56,7 @@ from .eager.context import no_grad, enable_grad, is_grad_enabled
 from .eager.grad import grad, value_and_grad
 from .eager.custom_vjp import custom_vjp
 
-from . import nn, optim, data, train, distributions, utils
+from . import nn, optim, data, train, distributions, utils, linalg
 from . import gpu, cuda, accelerator
 from .serialization import save, load
 from .capture.function import capture, CaptureWarning

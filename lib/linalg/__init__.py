@@ -1,0 +1,1 @@
+"""rill.linalg: the Array API standard's linear-algebra extension."""
