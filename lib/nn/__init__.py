@@ -18,7 +18,8 @@ from .padding import (ZeroPad1d, ZeroPad2d, ZeroPad3d, ConstantPad1d, ConstantPa
 from .pooling import (MaxPool1d, MaxPool2d, MaxPool3d, AvgPool1d, AvgPool2d, AvgPool3d,
                       AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool3d,
                       AdaptiveMaxPool1d, AdaptiveMaxPool2d)
-from .normalization import BatchNorm1d, BatchNorm2d, LayerNorm, GroupNorm
+from .normalization import (BatchNorm1d, BatchNorm2d, LayerNorm, GroupNorm, InstanceNorm1d,
+                            InstanceNorm2d, RMSNorm, LocalResponseNorm)
 from .recurrent import LSTMCell, GRUCell, LSTM, GRU
 from .attention import MultiheadAttention
 from .transformer import TransformerEncoderLayer

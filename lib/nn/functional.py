@@ -370,6 +370,109 @@ def group_norm(x, num_groups: int, weight=None, bias=None, eps: float = 1e-5):
     return _affine(y, weight, bias, (1, c) + (1,) * (x.ndim - 2))
 
 
+@reports_as("instance_norm")
+def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None,
+                  use_input_stats: bool = True, momentum: float = 0.1, eps: float = 1e-5):
+    """Normalize each channel of each sample of (N, C, ...) over its own spatial axes, then
+    a per-channel scale and shift.
+
+    With `use_input_stats` (PyTorch's default) the sample's statistics are used, and
+    running_mean/running_var, if given, move by `momentum` towards their mean over the
+    batch (the variance unbiased, as PyTorch); otherwise the running ones are used.
+    """
+    op = "instance_norm"
+    x = arg.as_tensor(input, "input", op)
+    running_mean = arg.optional_tensor(running_mean, "running_mean", op)
+    running_var = arg.optional_tensor(running_var, "running_var", op)
+    weight, bias = arg.optional_tensor(weight, "weight", op), arg.optional_tensor(bias, "bias", op)
+    use_input_stats = arg.as_bool(use_input_stats, "use_input_stats", op)
+    momentum, eps = arg.as_float(momentum, "momentum", op), arg.as_float(eps, "eps", op)
+    if x.ndim < 3:
+        raise ShapeError(f"expects (N, C, ...) with at least one spatial axis, got {x.shape}",
+                         op=op)
+    c = x.shape[1]
+    for t, what in ((running_mean, "running_mean"), (running_var, "running_var"),
+                    (weight, "weight"), (bias, "bias")):
+        _check_channels(op, t, c, what)
+    if (running_mean is None) != (running_var is None):
+        raise ArgumentError("give both running_mean and running_var, or neither", op=op)
+    shape = (1, c) + (1,) * (x.ndim - 2)
+    if not use_input_stats:
+        if running_mean is None:
+            raise ArgumentError("use_input_stats=False needs running_mean and running_var",
+                                op=op)
+        y = (x - reshape(running_mean, shape)) * reshape(rsqrt(running_var + eps), shape)
+        return _affine(y, weight, bias, shape)
+    axes = tuple(range(2, x.ndim))
+    count = math.prod(x.shape[2:])
+    mu = mean(x, axis=axes, keepdims=True)
+    centered = x - mu
+    v = mean(square(centered), axis=axes, keepdims=True)
+    if running_mean is not None:
+        if count <= 1:
+            raise ShapeError(f"tracking running statistics needs more than one value per "
+                             f"channel, got input {x.shape}", op=op)
+        with no_grad():
+            batch_mu = mean(reshape(mu, x.shape[:2]), axis=0)
+            batch_var = mean(reshape(v, x.shape[:2]), axis=0) * (count / (count - 1))
+            assign(running_mean, scaled_add(running_mean, batch_mu, 1 - momentum, momentum))
+            assign(running_var, scaled_add(running_var, batch_var, 1 - momentum, momentum))
+    return _affine(centered * rsqrt(v + eps), weight, bias, shape)
+
+
+@reports_as("rms_norm")
+def rms_norm(input, normalized_shape, weight=None, eps: float | None = None):
+    """input / sqrt(mean(input^2) + eps) over the trailing `normalized_shape` axes, times
+    `weight` (of that shape); eps None means the machine epsilon of input's dtype (as
+    PyTorch).
+
+    >>> rill.nn.functional.rms_norm(rill.tensor([[3.0, 4.0]]), (2,), eps=0.0)
+    tensor([[0.8485281, 1.1313709]])
+    """
+    op = "rms_norm"
+    x = arg.as_tensor(input, "input", op)
+    normalized_shape = arg.as_shape(normalized_shape, op, "normalized_shape")
+    weight = arg.optional_tensor(weight, "weight", op)
+    if not x.dtype.is_floating:
+        raise DTypeError(f"expects a floating input, got {x.dtype}", op=op)
+    eps = float(dt.finfo(x.dtype).eps) if eps is None else arg.as_float(eps, "eps", op)
+    k = len(normalized_shape)
+    if k > x.ndim or tuple(x.shape[x.ndim - k:]) != normalized_shape:
+        raise ShapeError(f"input {x.shape} does not end with normalized_shape "
+                         f"{normalized_shape}", op=op)
+    if weight is not None and tuple(weight.shape) != normalized_shape:
+        raise ShapeError(f"weight must have shape {normalized_shape}, got {weight.shape}",
+                         op=op)
+    axes = tuple(range(x.ndim - k, x.ndim))
+    y = x * rsqrt(mean(square(x), axis=axes, keepdims=True) + eps)
+    return y if weight is None else y * weight
+
+
+@reports_as("local_response_norm")
+def local_response_norm(input, size: int, alpha: float = 1e-4, beta: float = 0.75,
+                        k: float = 1.0):
+    """input / (k + alpha / size * sum of input^2 over `size` neighbouring channels)^beta,
+    the window centred on each channel (size // 2 before, (size - 1) // 2 after) and
+    zero beyond the ends."""
+    op = "local_response_norm"
+    x = arg.as_tensor(input, "input", op)
+    size = arg.as_int(size, "size", op, low=1)
+    alpha, beta, k = (arg.as_float(alpha, "alpha", op), arg.as_float(beta, "beta", op),
+                      arg.as_float(k, "k", op))
+    if x.ndim < 3:
+        raise ShapeError(f"expects (N, C, ...) with at least one spatial axis, got {x.shape}",
+                         op=op)
+    from ..ops.shape import pad, slice_axis
+    c = x.shape[1]
+    widths = [(0, 0)] * x.ndim
+    widths[1] = (size // 2, (size - 1) // 2)
+    sq = pad(square(x), widths)
+    window = slice_axis(sq, 1, 0, c)
+    for i in range(1, size):
+        window = window + slice_axis(sq, 1, i, i + c)
+    return x / _E.power(window * (alpha / size) + k, beta)
+
+
 # ---- losses --------------------------------------------------------------------------------
 
 def _reduce(loss, reduction: str, op: str):

@@ -1,5 +1,7 @@
 """Normalization layers: BatchNorm1d/2d (batch statistics, running averages for eval),
-LayerNorm (over trailing axes) and GroupNorm (over channel groups)."""
+LayerNorm and RMSNorm (over trailing axes), GroupNorm (over channel groups),
+InstanceNorm1d/2d (each sample's channels on their own) and LocalResponseNorm (across
+neighbouring channels)."""
 from __future__ import annotations
 
 from .. import dtypes as dt
@@ -170,3 +172,127 @@ class GroupNorm(Module):
 
     def extra_repr(self) -> str:
         return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}"
+
+
+class _InstanceNorm(Module):
+    """Shared by InstanceNorm1d and InstanceNorm2d: `spatial` is how many axes follow C."""
+
+    spatial = 1
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1,
+                 affine: bool = False, track_running_stats: bool = False, device=None,
+                 dtype=None):
+        super().__init__()
+        self.num_features, self.eps, self.momentum = num_features, eps, momentum
+        self.affine, self.track_running_stats = affine, track_running_stats
+        if affine:
+            self.weight = Parameter(ones(num_features, dtype=dtype, device=device))
+            self.bias = Parameter(zeros(num_features, dtype=dtype, device=device))
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+        if track_running_stats:
+            self.register_buffer("running_mean", zeros(num_features, dtype=dtype, device=device))
+            self.register_buffer("running_var", ones(num_features, dtype=dtype, device=device))
+            self.register_buffer("num_batches_tracked", tensor(0, dtype=dt.int64, device=device))
+        else:
+            self.register_buffer("running_mean", None)
+            self.register_buffer("running_var", None)
+            self.register_buffer("num_batches_tracked", None)
+
+    def forward(self, input):
+        name = type(self).__name__
+        batched = self.spatial + 2
+        if input.ndim not in (batched, batched - 1):
+            raise ShapeError(f"{name} expects (N, C, {'L' if self.spatial == 1 else 'H, W'}) "
+                             f"or the same without N, got shape {input.shape}", op=name)
+        x = input if input.ndim == batched else input.expand_dims(0)
+        if x.shape[1] != self.num_features and self.affine:
+            raise ShapeError(f"{name}({self.num_features}) got {x.shape[1]} channels in "
+                             f"shape {input.shape}", op=name)
+        use_input_stats = self.training or not self.track_running_stats
+        momentum = 0.1 if self.momentum is None else self.momentum
+        if self.training and self.track_running_stats:
+            from ..eager.context import no_grad
+            with no_grad():
+                self.num_batches_tracked += 1
+            if self.momentum is None:
+                momentum = 1.0 / int(self.num_batches_tracked)
+        y = F.instance_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
+                            use_input_stats, momentum, self.eps)
+        return y if input.ndim == batched else y.squeeze(0)
+
+    def extra_repr(self) -> str:
+        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, "
+                f"affine={self.affine}, track_running_stats={self.track_running_stats}")
+
+
+class InstanceNorm1d(_InstanceNorm):
+    """Normalizes each channel of each sample of (N, C, L) (or (C, L)) over its length;
+    learned per-channel `weight` and `bias` when `affine`, running statistics for eval
+    when `track_running_stats` (both off by default, as PyTorch).
+
+    >>> import rill
+    >>> y = rill.nn.InstanceNorm1d(3)(rill.randn(2, 3, 8) * 4 + 1)
+    >>> bool((y.mean(axis=2).abs() < 1e-5).all())
+    True
+    """
+
+    spatial = 1
+
+
+class InstanceNorm2d(_InstanceNorm):
+    """Normalizes each channel of each sample of (N, C, H, W) (or (C, H, W)) over H and W
+    (style transfer's normalization); options as InstanceNorm1d's."""
+
+    spatial = 2
+
+
+class RMSNorm(Module):
+    """x / sqrt(mean(x^2) + eps) over the trailing `normalized_shape` axes, times a learned
+    `weight` of that shape (when `elementwise_affine`); eps None means the machine epsilon
+    of the input's dtype.
+
+    >>> import rill
+    >>> norm = rill.nn.RMSNorm(4)
+    >>> norm(rill.ones(2, 4) * 3).tolist()[0]
+    [1.0, 1.0, 1.0, 1.0]
+    """
+
+    def __init__(self, normalized_shape, eps: float | None = None,
+                 elementwise_affine: bool = True, device=None, dtype=None):
+        super().__init__()
+        shape = (normalized_shape,) if isinstance(normalized_shape, int) else \
+            tuple(normalized_shape)
+        self.normalized_shape, self.eps = shape, eps
+        self.elementwise_affine = elementwise_affine
+        if elementwise_affine:
+            self.weight = Parameter(ones(shape, dtype=dtype, device=device))
+        else:
+            self.register_parameter("weight", None)
+
+    def reset_parameters(self) -> None:
+        if self.weight is not None:
+            init.ones_(self.weight)
+
+    def forward(self, x):
+        return F.rms_norm(x, self.normalized_shape, self.weight, self.eps)
+
+    def extra_repr(self) -> str:
+        return (f"{self.normalized_shape}, eps={self.eps}, "
+                f"elementwise_affine={self.elementwise_affine}")
+
+
+class LocalResponseNorm(Module):
+    """Divides each channel by (k + alpha / size * the sum of squares over `size`
+    neighbouring channels)^beta (AlexNet's normalization)."""
+
+    def __init__(self, size: int, alpha: float = 1e-4, beta: float = 0.75, k: float = 1.0):
+        super().__init__()
+        self.size, self.alpha, self.beta, self.k = size, alpha, beta, k
+
+    def forward(self, input):
+        return F.local_response_norm(input, self.size, self.alpha, self.beta, self.k)
+
+    def extra_repr(self) -> str:
+        return f"{self.size}, alpha={self.alpha}, beta={self.beta}, k={self.k}"
