@@ -363,10 +363,16 @@ class Module:
             p.requires_grad_(requires_grad)
         return self
 
-    def zero_grad(self) -> None:
-        """Drop the gradients of every parameter (they are set to None)."""
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Drop the gradients of every parameter (set to None), or with set_to_none=False
+        set each existing one to zeros (PyTorch's older habit; None saves the memory and
+        lets the next backward write instead of add)."""
+        from ..ops.creation import zeros
         for p in self.parameters():
-            set_grad(p, None)
+            if set_to_none or p.grad is None:
+                set_grad(p, None)
+            else:
+                set_grad(p, zeros(*p.shape, dtype=p.dtype, device=p.device))
 
     def apply(self, fn) -> "Module":
         """Call fn(module) on every submodule, children before parents, then on self."""
@@ -381,12 +387,20 @@ class Module:
         A dtype converts floating tensors only (integer buffers such as counters stay).
         Each Parameter stays the same object, so optimizers built earlier still hold it.
         """
+        is_dtype = isinstance(target, _dt.DType) or (isinstance(target, str) and
+                                                      target in _dt._BY_NAME)
+        self._convert((lambda t: t.dtype.is_floating) if is_dtype else (lambda t: True),
+                      target)
+        return self
+
+    def _convert(self, wanted, target) -> None:
+        """Convert, in place, each parameter and buffer t for which wanted(t) holds."""
         from ..eager.context import no_grad
         is_dtype = isinstance(target, _dt.DType) or (isinstance(target, str) and
                                                       target in _dt._BY_NAME)
         with no_grad():
             for t in itertools.chain(self.parameters(), self.buffers()):
-                if is_dtype and not t.dtype.is_floating:
+                if not wanted(t):
                     continue
                 assign_(t, t.detach().to(target))
                 if isinstance(t.grad, Tensor):
@@ -395,7 +409,80 @@ class Module:
                     g = t.grad
                     t.grad = SparseRows(g.indices if is_dtype else g.indices.to(target),
                                         g.rows.to(target), g.shape)
+
+    def type(self, dst_type) -> "Module":
+        """Cast every parameter and buffer to `dst_type` (a rill dtype or its name) in place,
+        integer buffers included (as PyTorch's Module.type); returns self."""
+        dtype = _dt.as_dtype(dst_type, "Module.type")
+        self._convert(lambda t: t.dtype is not dtype, dtype)
         return self
+
+    def float(self) -> "Module":
+        """Floating parameters and buffers to float32, in place; returns self."""
+        return self.to(_dt.float32)
+
+    def double(self) -> "Module":
+        """Floating parameters and buffers to float64, in place; returns self."""
+        return self.to(_dt.float64)
+
+    def half(self) -> "Module":
+        """Floating parameters and buffers to float16, in place; returns self."""
+        return self.to(_dt.float16)
+
+    def bfloat16(self) -> "Module":
+        """Floating parameters and buffers to bfloat16, in place; returns self."""
+        return self.to(_dt.bfloat16)
+
+    def cuda(self, device=None) -> "Module":
+        """Move parameters and buffers to rill's gpu device (`gpu`, or `gpu:N` for an int
+        `device`), in place; a rill.DeviceError says why when no gpu is available."""
+        from ..devices import device as as_device
+        if device is None:
+            target = "gpu"
+        elif isinstance(device, int) and not isinstance(device, bool):
+            target = f"gpu:{device}"
+        else:
+            target = device
+        return self.to(as_device(target))  # checked before anything moves
+
+    def cpu(self) -> "Module":
+        """Move parameters and buffers to the cpu device, in place; returns self."""
+        return self.to("cpu")
+
+    # ---- looking up by dotted name ---------------------------------------------------------
+
+    def get_submodule(self, target: str) -> "Module":
+        """The submodule at dotted path `target` ('' is self), e.g. 'encoder.layers.0'."""
+        module = self
+        if target == "":
+            return self
+        walked = []
+        for name in target.split("."):
+            child = module._modules.get(name) if isinstance(module, Module) else None
+            if child is None:
+                where = ".".join(walked) or type(self).__name__
+                raise ArgumentError(f"{where} has no submodule {name!r} (looking up "
+                                    f"{target!r})", op="get_submodule")
+            module = child
+            walked.append(name)
+        return module
+
+    def _get_member(self, target: str, registry: str, what: str):
+        path, _, name = target.rpartition(".")
+        owner = self.get_submodule(path)
+        value = getattr(owner, registry).get(name)
+        if value is None:
+            raise ArgumentError(f"{type(owner).__name__} at {path or 'the top'!r} has no "
+                                f"{what} {name!r}", op=f"get_{what}")
+        return value
+
+    def get_parameter(self, target: str) -> Parameter:
+        """The parameter at dotted path `target`, e.g. 'encoder.layers.0.linear1.weight'."""
+        return self._get_member(target, "_parameters", "parameter")
+
+    def get_buffer(self, target: str) -> Tensor:
+        """The buffer at dotted path `target`, e.g. 'bn.running_mean'."""
+        return self._get_member(target, "_buffers", "buffer")
 
     # ---- printing --------------------------------------------------------------------------
 
