@@ -24,7 +24,7 @@ from .kernels import numpy as _numpy_kernels  # noqa: F401  (registers the CPU k
 
 from .ops.creation import (tensor, as_tensor, zeros, ones, full, empty, zeros_like, ones_like,
                            full_like, empty_like, arange, linspace, eye, to_device)
-from .ops.random import rand, randn, randint, normal, uniform
+from .ops.random import rand, randn, randint, normal, uniform, multinomial, bernoulli
 from .ops.elementwise import (
     neg, abs, sign, exp, exp2, log, log2, log1p, expm1, sqrt, rsqrt, square, reciprocal, sin,
     cos, tan, tanh, sinh, cosh, arcsin, arccos, arctan, sigmoid, relu, leaky_relu, elu, gelu,

@@ -266,3 +266,17 @@ def test_views_of_leaves_pass_gradients_to_the_leaf():
         (v.view(-1)[3] * 2 + v.t()[1].sum() + v[0].unsqueeze(0).sum() + v.narrow(0, 1, 1).sum()
          ).backward()
     same(w.grad, tw.grad)
+
+
+def test_augmented_assignment_on_a_view_writes_the_base():
+    r, t = pair()
+    r, t = r.clone(), t.clone()
+    for x in (r, t):
+        row = x[1]
+        row += 1
+        row[2] = -7.0
+        x[0] += 2  # get, add, set: the base is written once in value
+        x[:, 3] *= 0
+    same(r, t)
+    assert rill.tensor([0.2, 0.9]).bernoulli().dtype is rill.float32
+    assert rill.tensor([[0.1, 0.9]]).multinomial(1).shape == (1, 1)

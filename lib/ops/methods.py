@@ -8,7 +8,7 @@ buffer; see tensor.py for why.
 from __future__ import annotations
 
 from .. import dtypes as dt
-from ..eager.context import current
+from ..eager.context import current, no_grad
 from ..errors import DTypeError, GradientError, ShapeError
 from ..tensor import Tensor
 from . import elementwise as E
@@ -99,6 +99,26 @@ def _repoint_outputs(node, old, new) -> None:
                          for o in node.outputs)
 
 
+def write(t: Tensor, fn, *args) -> Tensor:
+    """t takes the value fn(t, *args), in place; a view's base takes the change too."""
+    alias = t._alias
+    if alias is not None and alias[1] is None:
+        raise ShapeError("an in-place change of an expanded tensor would write one element "
+                         "many times; clone() it first", op="in-place")
+    update_in_place(t, fn, *args)
+    if alias is not None:
+        base, write_back, detached = alias
+        # A second handle on the new value: later in-place changes of t must not move the
+        # version of what the base's update recorded as its input.
+        new = t.detach() if detached else snapshot(t)
+        if detached:
+            with no_grad():
+                write(base, write_back, new)
+        else:
+            write(base, write_back, new)
+    return t
+
+
 def _take_second(old, value):
     return value
 
@@ -116,13 +136,13 @@ def assign(t: Tensor, value: Tensor) -> Tensor:
 
 def _inplace(fn):
     def method(self, other):
-        return update_in_place(self, fn, other)
+        return write(self, fn, other)
     method.__name__ = f"i{fn.__name__}"
     return method
 
 
 def _setitem(self, key, value):
-    update_in_place(self, lambda old, v: indexing.index_set(old, key, v), value)
+    write(self, lambda old, v: indexing.index_set(old, key, v), value)
 
 
 def _expand_dims_method(self, axis):

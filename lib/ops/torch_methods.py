@@ -21,11 +21,11 @@ from ..eager.context import is_grad_enabled, no_grad
 from ..tensor import Tensor
 from . import creation
 from . import elementwise as E
-from . import indexing, linalg, reduce, shape, sorting
+from . import indexing, linalg, random, reduce, shape, sorting
 from . import torch_functions as T
 from .activation import log_softmax, softmax
 from .arguments import as_int
-from .methods import snapshot, update_in_place
+from .methods import snapshot, update_in_place, write
 from .rules import normalize_axis
 
 # ---- views and writing through them ---------------------------------------------------------
@@ -50,26 +50,6 @@ def _source(base: Tensor) -> Tensor:
 
 def _take_new(old, new):
     return new
-
-
-def write(t: Tensor, fn, *args) -> Tensor:
-    """t takes the value fn(t, *args), in place; a view's base takes the change too."""
-    alias = t._alias
-    if alias is not None and alias[1] is None:
-        raise ShapeError("an in-place change of an expanded tensor would write one element "
-                         "many times; clone() it first", op="in-place")
-    update_in_place(t, fn, *args)
-    if alias is not None:
-        base, write_back, detached = alias
-        # A second handle on the new value: later in-place changes of t must not move the
-        # version of what the base's update recorded as its input.
-        new = t.detach() if detached else snapshot(t)
-        if detached:
-            with no_grad():
-                write(base, write_back, new)
-        else:
-            write(base, write_back, new)
-    return t
 
 
 def _basic_key(key) -> bool:
@@ -476,6 +456,7 @@ METHODS = {
     "type": _type, "type_as": lambda self, other: _to(self, other.dtype), "to": _to,
     "cpu": lambda self: creation.to_device(self, "cpu"), "cuda": _cuda,
     "get_device": _get_device,
+    "multinomial": random.multinomial, "bernoulli": random.bernoulli,
     "new_zeros": _new(creation.zeros), "new_ones": _new(creation.ones),
     "new_empty": _new(creation.empty), "new_full": _new_full, "new_tensor": _new_tensor,
 }
