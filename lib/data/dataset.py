@@ -143,7 +143,8 @@ class Dataset:
 
     # ---- transformations -------------------------------------------------------------------
 
-    def map(self, fn, num_workers: int = 0, timeout=timeouts.DEFAULT) -> "Dataset":
+    def map(self, fn, num_workers: int = 0, timeout=timeouts.DEFAULT, *,
+            in_flight: int | None = None) -> "Dataset":
         """fn applied to each element; a tuple element is unpacked into arguments.
 
         With `num_workers > 0`, fn runs on that many background threads, results still in
@@ -158,6 +159,10 @@ class Dataset:
         A timeout given with `num_workers=0` runs fn on one background thread, since a call
         in the loop's own thread could not be abandoned.
 
+        `in_flight`: how many elements a threaded map may have taken in ahead of the loop
+        (being computed or done and waiting), 2 * num_workers unless given; it bounds both
+        the memory held and how far the workers run ahead.
+
         >>> ds = rill.data.Dataset.from_arrays([1, 2], [3, 4]).map(lambda a, b: a + b)
         >>> [int(v) for v in ds]
         [4, 6]
@@ -167,14 +172,21 @@ class Dataset:
                                 op="data.map")
         num_workers = _count(num_workers, "num_workers", "data.map", 0)
         timeout, timeout_text = _timeout(timeout, "data.map")
+        if in_flight is not None:
+            in_flight = _count(in_flight, "in_flight", "data.map", 1)
+            if not num_workers:
+                raise ArgumentError("in_flight bounds a threaded map; it needs num_workers > 0",
+                                    op="data.map")
         if timeout is not timeouts.DEFAULT and timeout is not None and not num_workers:
             num_workers = 1
         if num_workers:
-            step = f"map({_name(fn)}, num_workers={num_workers}{timeout_text})"
+            in_flight_text = "" if in_flight is None else f", in_flight={in_flight}"
+            step = f"map({_name(fn)}, num_workers={num_workers}{in_flight_text}{timeout_text})"
             name = f"{self._name}.{step}"
             return self._then(
                 lambda: workers.parallel_map(self, fn, num_workers,
-                                             timeouts.Limit(timeout, "data.map"), name),
+                                             timeouts.Limit(timeout, "data.map"), name,
+                                             in_flight),
                 self._length, step, bounded=timeout is timeouts.DEFAULT)
         return self._then(lambda: stages.mapped(self, fn), self._length, f"map({_name(fn)})")
 

@@ -79,6 +79,12 @@ def tracked() -> bool:
     return getattr(_local, "tracked", False)
 
 
+def worker_id() -> int | None:
+    """Which of a threaded map's workers this thread is (0 to num_workers - 1), or None on
+    any other thread, so that a map function can do per-worker setup once."""
+    return getattr(_local, "worker_id", None)
+
+
 def watched(it, what: str):
     """`it`, recording '<what> for element i' around each next() on a pipeline thread."""
     return _watched(it, what) if tracked() else it
@@ -257,22 +263,24 @@ class _Slot:
         self.worker: threading.Thread | None = None  # the one computing it, once started
 
 
-def parallel_map(upstream, fn, num_workers: int, limit: timeouts.Limit, stage: str):
+def parallel_map(upstream, fn, num_workers: int, limit: timeouts.Limit, stage: str,
+                 window: int | None = None):
     """fn over `upstream` on `num_workers` threads, results in input order, each waited
     for until `limit`.
 
     A feeder thread reads `upstream` and queues one slot per element twice: in input order
     for the consumer, and as work for the workers, so order costs nothing but waiting for
-    the slowest element of a window of 2 * num_workers.
+    the slowest element of a window of `window` elements (default 2 * num_workers), which
+    is also how far the workers may run ahead of the consumer.
     """
-    window = 2 * num_workers
+    window = window or 2 * num_workers
     slots = Queue(window)
     work = Queue(window + 1)  # + the slot the consumer is waiting on
     stop = threading.Event()
     feeder = _start(_feed, upstream, slots, work, name="rill.data.map-feeder")
     name = function_name(fn)
     for i in range(num_workers):
-        _start(_work, fn, name, work, stop, name=f"rill.data.map-worker-{i}")
+        _start(_work, fn, name, work, stop, i, name=f"rill.data.map-worker-{i}")
     waiting_for: list = [None]  # the slot the consumer waits on, None while it waits for one
 
     def state() -> str:
@@ -329,7 +337,8 @@ def _feed(upstream, slots: Queue, work: Queue) -> None:
         work.close()
 
 
-def _work(fn, name: str, work: Queue, stop: threading.Event) -> None:
+def _work(fn, name: str, work: Queue, stop: threading.Event, worker: int) -> None:
+    _local.worker_id = worker
     where = f"map function {getattr(fn, '__qualname__', name)}"
     me = threading.current_thread()
     for slot, element in work:

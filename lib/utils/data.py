@@ -1,1 +1,0 @@
-"""rill.utils.data: Dataset, DataLoader and samplers spelled as torch.utils.data."""
