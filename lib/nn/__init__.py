@@ -20,7 +20,7 @@ from .pooling import (MaxPool1d, MaxPool2d, MaxPool3d, AvgPool1d, AvgPool2d, Avg
                       AdaptiveMaxPool1d, AdaptiveMaxPool2d)
 from .normalization import (BatchNorm1d, BatchNorm2d, LayerNorm, GroupNorm, InstanceNorm1d,
                             InstanceNorm2d, RMSNorm, LocalResponseNorm)
-from .recurrent import LSTMCell, GRUCell, LSTM, GRU
+from .recurrent import LSTMCell, GRUCell, LSTM, GRU, RNNCell, RNN
 from .attention import MultiheadAttention
 from .transformer import TransformerEncoderLayer
 from .losses import (CrossEntropyLoss, NLLLoss, MSELoss, L1Loss, HuberLoss, BCEWithLogitsLoss,

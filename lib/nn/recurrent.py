@@ -1,9 +1,9 @@
-"""Recurrent layers: LSTMCell and GRUCell (one step), LSTM and GRU (whole sequences,
-stacked layers, optionally bidirectional).
+"""Recurrent layers: RNNCell, LSTMCell and GRUCell (one step), RNN, LSTM and GRU (whole
+sequences, stacked layers, optionally bidirectional; LSTM with an optional projection).
 
 Parameter names, shapes, gate order and initialization are PyTorch's (weight_ih_l0,
-weight_hh_l0, bias_ih_l0, bias_hh_l0, ..._reverse; LSTM gates i, f, g, o; GRU gates r, z, n;
-all U(-1/sqrt(hidden_size), 1/sqrt(hidden_size))), so state dicts carry over.
+weight_hh_l0, bias_ih_l0, bias_hh_l0, weight_hr_l0, ..._reverse; LSTM gates i, f, g, o; GRU
+gates r, z, n; all U(-1/sqrt(hidden_size), 1/sqrt(hidden_size))), so state dicts carry over.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from ..eager.context import current
 from ..errors import ArgumentError, DTypeError, ShapeError
 from ..tensor import Tensor
 from ..ops.creation import empty, zeros
-from ..ops.elementwise import sigmoid, tanh
+from ..ops.elementwise import relu, sigmoid, tanh
 from ..ops.shape import concat, expand_dims, reshape, split, squeeze, stack, swapaxes
 from . import functional as F
 from . import init
@@ -22,12 +22,22 @@ from .module import Module
 from .parameter import Parameter
 
 
-def lstm_step(x_proj, h, c, w_hh, b_hh):
-    """One LSTM step from the input's projection x @ W_ih.T + b_ih; returns (h, c)."""
+_NONLINEARITIES = {"tanh": tanh, "relu": relu}
+
+
+def rnn_step(x_proj, h, w_hh, b_hh, nonlinearity: str):
+    """One Elman RNN step from the input's projection x @ W_ih.T + b_ih; returns h."""
+    return _NONLINEARITIES[nonlinearity](x_proj + F.linear(h, w_hh, b_hh))
+
+
+def lstm_step(x_proj, h, c, w_hh, b_hh, w_hr=None):
+    """One LSTM step from the input's projection x @ W_ih.T + b_ih; returns (h, c). With a
+    projection w_hr (proj_size, hidden_size), h is projected down after each step."""
     gates = x_proj + F.linear(h, w_hh, b_hh)
     i, f, g, o = split(gates, gates.shape[-1] // 4, axis=-1)
     c = sigmoid(f) * c + sigmoid(i) * tanh(g)
-    return sigmoid(o) * tanh(c), c
+    h = sigmoid(o) * tanh(c)
+    return (h if w_hr is None else F.linear(h, w_hr)), c
 
 
 def gru_step(x_proj, h, w_hh, b_hh):
@@ -65,15 +75,20 @@ class _Recurrent(Module):
 
     gates = 1
 
+    proj_size = 0  # an LSTM's projection of h (0: none)
+
     def _add_weights(self, suffix: str, input_size: int, bias: bool, dtype, device) -> None:
         rows = self.gates * self.hidden_size
         self.register_parameter(f"weight_ih{suffix}", Parameter(
             empty(rows, input_size, dtype=dtype, device=device)))
         self.register_parameter(f"weight_hh{suffix}", Parameter(
-            empty(rows, self.hidden_size, dtype=dtype, device=device)))
+            empty(rows, self.proj_size or self.hidden_size, dtype=dtype, device=device)))
         for name in (f"bias_ih{suffix}", f"bias_hh{suffix}"):
             self.register_parameter(name, Parameter(empty(rows, dtype=dtype, device=device))
                                     if bias else None)
+        if self.proj_size:
+            self.register_parameter(f"weight_hr{suffix}", Parameter(
+                empty(self.proj_size, self.hidden_size, dtype=dtype, device=device)))
 
     def reset_parameters(self) -> None:
         bound = 1 / math.sqrt(self.hidden_size) if self.hidden_size else 0.0
@@ -94,6 +109,42 @@ class _Cell(_Recurrent):
 
     def extra_repr(self) -> str:
         return f"{self.input_size}, {self.hidden_size}" + ("" if self.bias else ", bias=False")
+
+
+class RNNCell(_Cell):
+    """One Elman RNN step: (x, h) -> nonlinearity(x W_ih^T + b_ih + h W_hh^T + b_hh), with
+    nonlinearity 'tanh' or 'relu'; x is (N, input_size) or (input_size,), h defaults to
+    zeros.
+
+    >>> import rill
+    >>> cell = rill.nn.RNNCell(3, 5, nonlinearity="relu")
+    >>> cell(rill.ones(2, 3)).shape, cell.weight_hh.shape
+    ((2, 5), (5, 5))
+    """
+
+    gates = 1
+
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True,
+                 nonlinearity: str = "tanh", device=None, dtype=None):
+        super().__init__(input_size, hidden_size, bias, dtype=dtype, device=device)
+        self.nonlinearity = _check_nonlinearity(nonlinearity, "RNNCell")
+
+    def forward(self, input, hx=None):
+        h = self._zeros(input) if hx is None else hx
+        _check_cell_input(self, input, (h,), ("h",))
+        return rnn_step(F.linear(input, self.weight_ih, self.bias_ih), h, self.weight_hh,
+                        self.bias_hh, self.nonlinearity)
+
+    def extra_repr(self) -> str:
+        text = super().extra_repr()
+        return text + (f", nonlinearity={self.nonlinearity!r}"
+                       if self.nonlinearity != "tanh" else "")
+
+
+def _check_nonlinearity(value, op: str) -> str:
+    if value not in _NONLINEARITIES:
+        raise ArgumentError(f"nonlinearity must be 'tanh' or 'relu', got {value!r}", op=op)
+    return value
 
 
 class LSTMCell(_Cell):
@@ -142,8 +193,17 @@ class _Sequence(_Recurrent):
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1,
                  bias: bool = True, batch_first: bool = False, dropout: float = 0.0,
-                 bidirectional: bool = False, dtype=None, device=None):
+                 bidirectional: bool = False, dtype=None, device=None, proj_size: int = 0):
         super().__init__()
+        for value, what in ((input_size, "input_size"), (hidden_size, "hidden_size"),
+                            (num_layers, "num_layers"), (proj_size, "proj_size")):
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ArgumentError(f"{what} must be an int, got {value!r}",
+                                    op=type(self).__name__)
+        if not 0 <= proj_size < hidden_size or (proj_size and self.gates != 4):
+            raise ArgumentError(f"proj_size must be in [0, hidden_size) (LSTM only), got "
+                                f"{proj_size}", op=type(self).__name__)
+        self.proj_size = proj_size
         if num_layers < 1:
             raise ArgumentError(f"num_layers must be at least 1, got {num_layers}",
                                 op=type(self).__name__)
@@ -157,7 +217,8 @@ class _Sequence(_Recurrent):
         for layer in range(num_layers):
             for direction in range(self.directions):
                 self._add_weights(self._suffix(layer, direction),
-                                  input_size if layer == 0 else hidden_size * self.directions,
+                                  input_size if layer == 0 else
+                                  (proj_size or hidden_size) * self.directions,
                                   bias, dtype, device)
         self.reset_parameters()
 
@@ -166,14 +227,21 @@ class _Sequence(_Recurrent):
         return f"_l{layer}" + ("_reverse" if direction else "")
 
     def _weights(self, layer: int, direction: int):
+        """(W_ih, b_ih, the weights each step takes: W_hh, b_hh and an LSTM's W_hr)."""
         s = self._suffix(layer, direction)
-        return (getattr(self, f"weight_ih{s}"), getattr(self, f"bias_ih{s}"),
-                getattr(self, f"weight_hh{s}"), getattr(self, f"bias_hh{s}"))
+        step = (getattr(self, f"weight_hh{s}"), getattr(self, f"bias_hh{s}"))
+        if self.proj_size:
+            step += (getattr(self, f"weight_hr{s}"),)
+        return getattr(self, f"weight_ih{s}"), getattr(self, f"bias_ih{s}"), step
 
-    def _state_shape_check(self, state, batch, name: str):
+    def _state_sizes(self, n_states: int):
+        """The last axis of each state: h (projected, for an LSTM with proj_size), then c."""
+        return ((self.proj_size or self.hidden_size),) + (self.hidden_size,) * (n_states - 1)
+
+    def _state_shape_check(self, state, batch, name: str, size: int):
         """batch None: an unbatched input, whose states have no batch axis either."""
         expected = (self.num_layers * self.directions,) + ((batch,) if batch is not None else
-                                                           ()) + (self.hidden_size,)
+                                                           ()) + (size,)
         if tuple(state.shape) != expected:
             raise ShapeError(f"expects the initial {name} of shape "
                              f"{expected}, got {state.shape}", op=type(self).__name__)
@@ -186,14 +254,14 @@ class _Sequence(_Recurrent):
         for layer in range(self.num_layers):
             outputs = []
             for direction in range(self.directions):
-                w_ih, b_ih, w_hh, b_hh = self._weights(layer, direction)
+                w_ih, b_ih, step_weights = self._weights(layer, direction)
                 index = layer * self.directions + direction
                 state = tuple(getitem(s, index) for s in states)
                 # One matmul projects every time step's input; only h @ W_hh is sequential.
                 proj = F.linear(x, w_ih, b_ih)
                 # Captured: one scan node whatever the length (its gradient, a reversed scan).
                 loop = self._scan if current().interpreter.capturing else self._python_loop
-                state, hs = loop(proj, state, w_hh, b_hh, reverse=bool(direction))
+                state, hs = loop(proj, state, step_weights, reverse=bool(direction))
                 outputs.append(hs)
                 for final, s in zip(finals, state):
                     final.append(s)
@@ -202,18 +270,18 @@ class _Sequence(_Recurrent):
                 x = F.dropout(x, self.dropout, training=True)
         return x, tuple(stack(f, axis=0) for f in finals)
 
-    def _python_loop(self, proj, state, w_hh, b_hh, reverse: bool):
+    def _python_loop(self, proj, state, step_weights, reverse: bool):
         steps = proj.shape[0]
         proj = split(proj, 1, axis=0)
         hs = [None] * steps
         for t in (range(steps - 1, -1, -1) if reverse else range(steps)):
-            state = self._step(reshape(proj[t], proj[t].shape[1:]), state, w_hh, b_hh)
+            state = self._step(reshape(proj[t], proj[t].shape[1:]), state, *step_weights)
             hs[t] = state[0]
         return state, stack(hs, axis=0)
 
-    def _scan(self, proj, state, w_hh, b_hh, reverse: bool):
+    def _scan(self, proj, state, step_weights, reverse: bool):
         def step(state, x_t):
-            state = self._step(x_t, state, w_hh, b_hh)
+            state = self._step(x_t, state, *step_weights)
             return state, state[0]
         return scan(step, state, proj, reverse=reverse)
 
@@ -232,10 +300,10 @@ class _Sequence(_Recurrent):
         if x.shape[0] == 0:
             raise ShapeError(f"{name} got an empty sequence", op=name)
         batch = x.shape[1]
+        sizes = self._state_sizes(n_states)
         if hx is None:
-            shape = (self.num_layers * self.directions, batch, self.hidden_size)
-            states = tuple(zeros(*shape, dtype=x.dtype, device=x.device)
-                           for _ in range(n_states))
+            states = tuple(zeros(self.num_layers * self.directions, batch, size,
+                                 dtype=x.dtype, device=x.device) for size in sizes)
         else:
             states = hx if n_states > 1 else (hx,)
             if (n_states > 1 and not isinstance(hx, (tuple, list))) or len(states) != n_states \
@@ -243,9 +311,9 @@ class _Sequence(_Recurrent):
                 want = "a tuple (h_0, c_0)" if n_states > 1 else "one tensor h_0"
                 raise ArgumentError(f"expects as initial state {want}, got "
                                     f"{type(hx).__name__}", op=name)
-            for s, what in zip(states, ("h_0", "c_0")):
+            for s, what, size in zip(states, ("h_0", "c_0"), sizes):
                 # Checked as given (before an unbatched input gains its batch axis).
-                self._state_shape_check(s, batch if batched else None, what)
+                self._state_shape_check(s, batch if batched else None, what, size)
                 if s.dtype is not x.dtype or s.device is not x.device:
                     raise DTypeError(f"{what} is {s.dtype} on {s.device}, the input "
                                      f"{x.dtype} on {x.device}", op=name)
@@ -262,8 +330,11 @@ class _Sequence(_Recurrent):
         text = f"{self.input_size}, {self.hidden_size}"
         if self.num_layers != 1:
             text += f", num_layers={self.num_layers}"
-        for name, default in (("bias", True), ("batch_first", False), ("dropout", 0.0),
-                              ("bidirectional", False)):
+        for name, default in (("nonlinearity", "tanh"), ("bias", True),
+                              ("batch_first", False), ("dropout", 0.0),
+                              ("bidirectional", False), ("proj_size", 0)):
+            if not hasattr(self, name):
+                continue
             if getattr(self, name) != default:
                 text += f", {name}={getattr(self, name)}"
         return text
@@ -287,8 +358,14 @@ class LSTM(_Sequence):
 
     gates = 4
 
-    def _step(self, x_proj, state, w_hh, b_hh):
-        return lstm_step(x_proj, state[0], state[1], w_hh, b_hh)
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1,
+                 bias: bool = True, batch_first: bool = False, dropout: float = 0.0,
+                 bidirectional: bool = False, proj_size: int = 0, device=None, dtype=None):
+        super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout,
+                         bidirectional, dtype=dtype, device=device, proj_size=proj_size)
+
+    def _step(self, x_proj, state, w_hh, b_hh, w_hr=None):
+        return lstm_step(x_proj, state[0], state[1], w_hh, b_hh, w_hr)
 
     def forward(self, x, hx=None):
         output, (h, c) = self._sequence(x, hx, 2)
@@ -309,9 +386,46 @@ class GRU(_Sequence):
 
     gates = 3
 
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1,
+                 bias: bool = True, batch_first: bool = False, dropout: float = 0.0,
+                 bidirectional: bool = False, device=None, dtype=None):
+        super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout,
+                         bidirectional, dtype=dtype, device=device)
+
     def _step(self, x_proj, state, w_hh, b_hh):
         return (gru_step(x_proj, state[0], w_hh, b_hh),)
 
     def forward(self, x, hx=None):
         output, (h,) = self._sequence(x, hx, 1)
+        return output, h
+
+
+class RNN(_Sequence):
+    """A multi-layer Elman RNN, h_t = nonlinearity(x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh)
+    with nonlinearity 'tanh' or 'relu', as `torch.nn.RNN`.
+
+    Input and layout as LSTM's; `hx` is h_0 alone, (num_layers * directions, N, hidden_size).
+    Returns (output, h_n).
+
+    >>> import rill
+    >>> rnn = rill.nn.RNN(4, 8, num_layers=2, nonlinearity="relu", batch_first=True)
+    >>> out, h = rnn(rill.ones(3, 5, 4))
+    >>> out.shape, h.shape
+    ((3, 5, 8), (2, 3, 8))
+    """
+
+    gates = 1
+
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1,
+                 nonlinearity: str = "tanh", bias: bool = True, batch_first: bool = False,
+                 dropout: float = 0.0, bidirectional: bool = False, device=None, dtype=None):
+        super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout,
+                         bidirectional, dtype=dtype, device=device)
+        self.nonlinearity = _check_nonlinearity(nonlinearity, "RNN")
+
+    def _step(self, x_proj, state, w_hh, b_hh):
+        return (rnn_step(x_proj, state[0], w_hh, b_hh, self.nonlinearity),)
+
+    def forward(self, input, hx=None):
+        output, (h,) = self._sequence(input, hx, 1)
         return output, h
