@@ -421,7 +421,7 @@ def gather(input, dim: int, index, *, sparse_grad: bool = False):
     torch.gather: index has input's dimensions and may be smaller off `dim`; the result has
     index's shape. `sparse_grad` is accepted for PyTorch's signature and changes nothing.
 
-    >>> rill.gather(rill.tensor([[1, 2], [3, 4]]), 1, rill.tensor([[0, 0], [1, 0]]))
+    >>> gather(rill.tensor([[1, 2], [3, 4]]), 1, rill.tensor([[0, 0], [1, 0]]))
     tensor([[1, 1],
             [4, 3]])
     """
@@ -464,7 +464,7 @@ def scatter(input, dim: int, index, src=None, reduce: str | None = None, *, valu
     number as src) writes one number. With duplicate indices one of the writes lands (the
     last on the CPU). reduce='add'/'multiply' is scatter_reduce's 'sum'/'prod'.
 
-    >>> rill.scatter(rill.zeros(2, 3), 1, rill.tensor([[2], [0]]), 5.0)
+    >>> scatter(rill.zeros(2, 3), 1, rill.tensor([[2], [0]]), 5.0)
     tensor([[0., 0., 5.],
             [5., 0., 0.]])
     """
@@ -558,7 +558,7 @@ def scatter_reduce(input, dim: int, index, src, reduce: str, *, include_self: bo
     integers).
 
     >>> x = rill.tensor([1., 2., 3.])
-    >>> rill.scatter_reduce(x, 0, rill.tensor([0, 0, 2]), rill.tensor([5., 7., 1.]), "amax")
+    >>> scatter_reduce(x, 0, rill.tensor([0, 0, 2]), rill.tensor([5., 7., 1.]), "amax")
     tensor([7., 2., 3.])
     """
     from .arguments import as_bool, as_choice

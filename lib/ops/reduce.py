@@ -392,7 +392,7 @@ def cumulative_sum(x, /, *, axis: int | None = None, dtype=None, include_initial
     """Running sum along `axis` (Array API 2024.12): axis may be left out only for 1-d x;
     include_initial=True puts a 0 before the sums.
 
-    >>> rill.cumulative_sum(rill.tensor([1, 2, 3]), include_initial=True)
+    >>> cumulative_sum(rill.tensor([1, 2, 3]), include_initial=True)
     tensor([0, 1, 3, 6])
     """
     return _cumulative(cumsum, 0, x, axis, dtype, include_initial, "cumulative_sum")
@@ -451,7 +451,7 @@ def cummax(input, dim: int):
     """(values, indices): the running maximum along `dim` and where each was found (the latest
     of equal values; NaN propagates), as torch.cummax. The gradient flows to those entries.
 
-    >>> rill.cummax(rill.tensor([1, 3, 2, 3]), 0)
+    >>> cummax(rill.tensor([1, 3, 2, 3]), 0)
     (tensor([1, 3, 3, 3]), tensor([0, 1, 1, 3]))
     """
     return _running_extreme(input, dim, True, "cummax")
