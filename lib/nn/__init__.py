@@ -22,7 +22,8 @@ from .normalization import (BatchNorm1d, BatchNorm2d, LayerNorm, GroupNorm, Inst
                             InstanceNorm2d, RMSNorm, LocalResponseNorm)
 from .recurrent import LSTMCell, GRUCell, LSTM, GRU, RNNCell, RNN
 from .attention import MultiheadAttention
-from .transformer import TransformerEncoderLayer
+from .transformer import (TransformerEncoderLayer, TransformerDecoderLayer, TransformerEncoder,
+                          TransformerDecoder, Transformer)
 from .losses import (CrossEntropyLoss, NLLLoss, MSELoss, L1Loss, HuberLoss, BCEWithLogitsLoss,
                      BCELoss, SmoothL1Loss, KLDivLoss, CosineEmbeddingLoss, MarginRankingLoss,
                      TripletMarginLoss, SoftMarginLoss, GaussianNLLLoss, PoissonNLLLoss)

@@ -50,9 +50,15 @@ class MultiheadAttention(Module):
     """
 
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
+                 add_bias_kv: bool = False, add_zero_attn: bool = False,
                  kdim: int | None = None, vdim: int | None = None, batch_first: bool = False,
-                 dtype=None, device=None):
+                 device=None, dtype=None):
         super().__init__()
+        for flag, what in ((add_bias_kv, "add_bias_kv"), (add_zero_attn, "add_zero_attn")):
+            if flag:  # kept in the signature so that PyTorch's argument positions hold
+                raise ArgumentError(f"{what}=True is not supported; append the extra key and "
+                                    "value positions to key and value yourself",
+                                    op="MultiheadAttention")
         if num_heads <= 0 or embed_dim % num_heads:
             raise ArgumentError(f"embed_dim ({embed_dim}) must be divisible by num_heads "
                                 f"({num_heads})", op="MultiheadAttention")
