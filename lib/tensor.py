@@ -7,7 +7,9 @@ data structure alone.
 
 Tensors have value semantics: buffers are never written after a kernel returns them, and
 in-place forms (`x += 1`, `x[0] = 2`) give the tensor a new buffer. So `b = a[0]; a += 1`
-leaves `b` unchanged, exactly as a captured graph would compute it.
+leaves `b` unchanged, exactly as a captured graph would compute it. The other direction
+follows NumPy and PyTorch: an in-place change of a view (`b = a[0]; b += 1`, `a[:, 0].zero_()`)
+also changes its base (ops/torch_methods.py says how).
 """
 from __future__ import annotations
 

@@ -175,7 +175,7 @@ MORE_AXIS_CASES = [
     case(lambda: X.swapaxes(0, 2), "swapaxes", "axis 2", id="swapaxes"),
     case(lambda: X.moveaxis(0, 2), "moveaxis", "axis 2", id="moveaxis"),
     case(lambda: X.flatten(0, 2), "flatten", "axis 2", id="flatten"),
-    case(lambda: X.repeat(2, axis=2), "repeat", "axis 2", id="repeat"),
+    case(lambda: rill.repeat(X, 2, axis=2), "repeat", "axis 2", id="repeat"),
     case(lambda: rill.stack([X, X], axis=4), "stack", "axis 4", id="stack"),
 ]
 

@@ -1,4 +1,5 @@
-"""PyTorch's keyword spellings, accepted by every public function as aliases of rill's.
+"""PyTorch's keyword spellings, accepted by every public function as aliases of rill's (and
+the standard's `axis`/`keepdims` by functions that follow PyTorch and name them `dim`).
 
 rill's functions name their arguments as the Array API standard does (`axis`, `keepdims`,
 `correction`, `x`); PyTorch programs write `dim`, `keepdim`, `unbiased`, `input`. Rather than
@@ -28,6 +29,9 @@ ALIASES = {
     "unbiased": ("correction",),
     "exponent": ("y",),
     "p": ("ord",),
+    # ... and the standard's spellings for functions named as PyTorch's (x.sort(axis=0)):
+    "axis": ("dim",),
+    "keepdims": ("keepdim",),
     "input": (0,),    # the first positional parameter, whatever its name
     "other": ("y",),  # the second operand of a binary function
 }

@@ -25,6 +25,7 @@ from . import indexing, linalg, random, reduce, shape, sorting
 from . import torch_functions as T
 from .activation import log_softmax, softmax
 from .arguments import as_int
+from .keywords import accept_torch_keywords
 from .methods import snapshot, update_in_place, write
 from .rules import normalize_axis
 
@@ -413,9 +414,13 @@ def _new_tensor(self, data, *, dtype=None, device=None, requires_grad=False):
                            requires_grad=requires_grad)
 
 
-def _repeat(self, *sizes):
+def _repeat(self, *sizes, axis=None):
     """PyTorch's repeat: the whole tensor tiled `sizes` times (NumPy's tile); rill.repeat and
     x.repeat_interleave repeat each element."""
+    if axis is not None:
+        raise ArgumentError("x.repeat follows PyTorch and tiles the tensor; NumPy's "
+                            "x.repeat(n, axis=a) is x.repeat_interleave(n, dim=a) or "
+                            "rill.repeat(x, n, axis=a)", op="repeat")
     return shape.tile(self, _sizes(sizes))
 
 
@@ -472,6 +477,7 @@ PROPERTIES = {
 
 def install() -> None:
     for name, fn in METHODS.items():
-        setattr(Tensor, name, fn)
+        setattr(Tensor, name, accept_torch_keywords(fn) if name.isidentifier() and
+                not name.startswith("__") else fn)
     for name, prop in PROPERTIES.items():
         setattr(Tensor, name, prop)
