@@ -135,6 +135,8 @@ class ChainedScheduler(_Combined):
         name = "ChainedScheduler"
         if isinstance(schedulers, (list, tuple)) and schedulers and optimizer is None:
             optimizer = getattr(schedulers[0], "optimizer", None)
+        elif not isinstance(schedulers, (list, tuple)) or not schedulers:
+            _check_parts(schedulers, optimizer, name)  # says what is wrong with them
         if not isinstance(optimizer, Optimizer):
             raise ArgumentError(f"a scheduler needs a rill.optim optimizer, got "
                                 f"{type(optimizer).__name__}", op=name)

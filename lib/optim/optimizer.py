@@ -302,6 +302,9 @@ class Optimizer:
             if group.get(key) not in (None, True, False):
                 raise ArgumentError(f"{key} must be None, True or False, got {group[key]!r}",
                                     op=self._name)
+        if group.get("fused") and group.get("foreach"):
+            raise ArgumentError("fused=True and foreach=True cannot be given together (torch "
+                                "refuses the pair too); leave one at None", op=self._name)
         for key in ("capturable", "differentiable"):
             if group.get(key, False) not in (True, False):
                 raise ArgumentError(f"{key} must be True or False, got {group[key]!r}",
