@@ -41,14 +41,63 @@ def _values(g, ord):
     return g.coalesce().rows  # repeated indices add up first
 
 
+def get_total_norm(tensors, norm_type: float = 2.0, error_if_nonfinite: bool = False,
+                   foreach=None, *, _op: str = "get_total_norm") -> Tensor:
+    """The `norm_type`-norm of all `tensors` together (a tensor or an iterable of them;
+    SparseRows count as the dense gradients they stand for): the norm of their norms, for
+    inf the largest magnitude. A 0-d tensor; 0. for no tensors. With
+    `error_if_nonfinite`, a nan or inf norm raises GradientError. `foreach` is accepted
+    for torch's signature; rill computes the same either way.
+
+    >>> import rill
+    >>> rill.optim.clip.get_total_norm([rill.tensor([3.0]), rill.tensor([4.0])])
+    tensor(5.)
+    """
+    tensors = [tensors] if isinstance(tensors, (Tensor, SparseRows)) else list(tensors)
+    norm_type = float(norm_type)
+    if not tensors:
+        return tensor(0.0)
+    with no_grad():
+        norms = [norm(_values(g, norm_type), ord=norm_type) for g in tensors]
+        total = norm(stack(norms), ord=norm_type)
+    if error_if_nonfinite and not bool(isfinite(total)):
+        raise GradientError(f"the total {norm_type:g}-norm of the gradients is {float(total)}, "
+                            "so they cannot be clipped; pass error_if_nonfinite=False to "
+                            "scale them by it anyway", op=_op)
+    return total
+
+
+def clip_grads_with_norm_(parameters, max_norm: float, total_norm, foreach=None) -> None:
+    """Multiply every parameter's gradient by min(1, max_norm / (total_norm + 1e-6)): the
+    second half of `clip_grad_norm_`, for a `total_norm` computed by `get_total_norm`
+    (perhaps over more gradients than these). `foreach` as in get_total_norm.
+    """
+    params = _with_grads(parameters)
+    if not isinstance(max_norm, Tensor):
+        max_norm = float(max_norm)
+    if not params:
+        return
+    with no_grad():
+        total_norm = total_norm if isinstance(total_norm, Tensor) else tensor(total_norm)
+        scale = minimum(_threshold(max_norm, total_norm.dtype) / (total_norm + 1e-6), 1.0)
+        for p in params:
+            g = p.grad
+            if isinstance(g, SparseRows):
+                p.grad = SparseRows(g.indices, g.rows * scale, g.shape)
+            else:
+                p.grad = g * scale
+
+
 def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0,
-                    error_if_nonfinite: bool = False) -> Tensor:
+                    error_if_nonfinite: bool = False, foreach=None) -> Tensor:
     """Scale all gradients together so that their total `norm_type`-norm is at most
     `max_norm`; returns the total norm before clipping (a 0-d tensor).
 
-    The total norm is the norm of the per-gradient norms (for inf: the largest entry);
-    gradients are multiplied by min(1, max_norm / (total + 1e-6)). With
-    `error_if_nonfinite`, a nan or inf total raises GradientError instead.
+    The total norm is the norm of the per-gradient norms (for inf: the largest entry;
+    `norm_type` may also be the string 'inf'); gradients are multiplied by
+    min(1, max_norm / (total + 1e-6)). With `error_if_nonfinite`, a nan or inf total
+    raises GradientError instead. `foreach` is accepted for torch's signature and changes
+    nothing. The same function is `rill.nn.utils.clip_grad_norm_`.
 
     >>> import rill
     >>> w = rill.nn.Parameter(rill.zeros(2))
@@ -59,30 +108,15 @@ def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0,
     [0.6, 0.8]
     """
     params = _with_grads(parameters)
-    norm_type = float(norm_type)
-    if not isinstance(max_norm, Tensor):
-        max_norm = float(max_norm)
-    if not params:
-        return tensor(0.0)
-    with no_grad():
-        norms = [norm(_values(p.grad, norm_type), ord=norm_type) for p in params]
-        total = norm(stack(norms), ord=norm_type)
-        if error_if_nonfinite and not bool(isfinite(total)):
-            raise GradientError(f"the total {norm_type:g}-norm of the gradients is {float(total)}, "
-                                "so they cannot be clipped; pass error_if_nonfinite=False to "
-                                "scale them by it anyway", op="clip_grad_norm_")
-        scale = minimum(_threshold(max_norm, total.dtype) / (total + 1e-6), 1.0)
-        for p in params:
-            g = p.grad
-            if isinstance(g, SparseRows):
-                p.grad = SparseRows(g.indices, g.rows * scale, g.shape)
-            else:
-                p.grad = g * scale
+    total = get_total_norm([p.grad for p in params], norm_type, error_if_nonfinite,
+                           _op="clip_grad_norm_")
+    clip_grads_with_norm_(params, max_norm, total)
     return total
 
 
-def clip_grad_value_(parameters, clip_value: float) -> None:
-    """Clamp every gradient entry into [-clip_value, clip_value].
+def clip_grad_value_(parameters, clip_value: float, foreach=None) -> None:
+    """Clamp every gradient entry into [-clip_value, clip_value] (`foreach`: accepted for
+    torch's signature, changes nothing).
 
     >>> import rill
     >>> w = rill.nn.Parameter(rill.zeros(3))
