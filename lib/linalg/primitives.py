@@ -1,0 +1,297 @@
+"""The decompositions as primitives: cholesky, eigh, qr, svd, inv, solve, det, slogdet.
+
+Each is declared once here with its shape/dtype rule and its gradient rule (in rill ops, so
+higher orders, capture and the gradient of a captured function come free); the CPU kernels
+are kernels/numpy/decompositions.py. There is no gpu kernel yet: the public functions
+(lib/linalg/) say so by name before binding (`require_kernel`).
+
+All act on the last two axes and batch over the rest. Only real floating dtypes are accepted
+today; where the complex case needs a conjugate the rules call `adjoint`, which refuses
+complex tensors until complex dtypes (and their conjugate-Wirtinger gradients) arrive.
+"""
+from __future__ import annotations
+
+from ..errors import DeviceError, DTypeError, GradientError, ShapeError
+from ..eager.bind import bind
+from ..ops import attrs as A
+from ..ops import promotion
+from ..ops.primitive import primitive
+from ..ops.rules import broadcast_shapes, require
+
+# ---- shared pieces -------------------------------------------------------------------------
+
+
+def real_floating(x, what: str = "a real floating-point tensor") -> None:
+    """The decompositions take float16/bfloat16/float32/float64; complex is not handled yet."""
+    if x.dtype.kind == "c":  # reserved: the rules below would need conjugates
+        raise DTypeError(f"complex tensors are not supported by rill.linalg yet, got {x.dtype}")
+    if x.dtype.kind != "f":
+        raise DTypeError(f"expected {what}, got {x.dtype}; cast first, e.g. "
+                         f"x.astype(rill.float64)")
+
+
+def matrices(x, square: bool = False) -> None:
+    """x is a stack of matrices (..., M, N), square when asked."""
+    if x.ndim < 2:
+        raise ShapeError(f"expected a matrix or a stack of matrices (at least 2-d), got shape "
+                         f"{tuple(x.shape)}")
+    if square and x.shape[-1] != x.shape[-2]:
+        raise ShapeError(f"expected square matrices (..., n, n), got shape {tuple(x.shape)}")
+
+
+def require_kernel(prim, x, op: str) -> None:
+    """A DeviceError naming the function when x's device has no kernel for `prim` (the gpu:
+    there is no Triton decomposition), with the way round it."""
+    kind = x.device.kind
+    if kind not in prim.kernels:
+        raise DeviceError(f"rill.linalg.{op} has no {kind} kernel (decompositions run on the "
+                          f"CPU only); compute it there: rill.linalg.{op}(x.to('cpu')), then "
+                          f".to('{x.device}') the result", op=op)
+
+
+def mT(x):
+    from ..ops.shape import swapaxes
+    return swapaxes(x, -1, -2)
+
+
+def adjoint(x):
+    """The conjugate transpose; the transpose for the real dtypes rill has."""
+    real_floating(x)
+    return mT(x)
+
+
+def _diag_embed(v):
+    """(..., k) -> (..., k, k) with v on the diagonal."""
+    from ..ops.creation import eye
+    return v[..., None] * eye(v.shape[-1], dtype=v.dtype, device=v.device)
+
+
+def _safe_reciprocal_gaps(values):
+    """F[..., i, j] = 1 / (values[j] - values[i]), and 0 where the two are equal (i == j, and
+    ties: a repeated eigenvalue or singular value). Dropping the ties is exact for a loss that
+    does not depend on the basis chosen inside a repeated eigenspace (eigvalsh, svdvals, a
+    projector); otherwise the gradient there is undefined and this gives the finite part."""
+    from ..ops.elementwise import equal, where
+    gaps = values[..., None, :] - values[..., :, None]
+    tie = equal(gaps, 0)
+    return where(tie, 0.0, 1.0 / where(tie, 1.0, gaps))
+
+
+# ---- cholesky ------------------------------------------------------------------------------
+
+
+def _cholesky_infer(x):
+    real_floating(x)
+    matrices(x, square=True)
+    return x.shape, x.dtype
+
+
+def _phi(m):
+    """The lower triangle with the diagonal halved (Murray 2016's Phi)."""
+    from ..ops.creation import eye
+    from ..ops.shape import tril
+    return tril(m) - 0.5 * m * eye(m.shape[-1], dtype=m.dtype, device=m.device)
+
+
+def _cholesky_vjp(g, lower, x):
+    # dL = L Phi(L^-1 dA L^-H) gives <G, dL> = <L^-H Phi(L^H G) L^-1, dA>; dA is symmetric,
+    # so the gradient is that matrix's symmetric part (what PyTorch reports too).
+    p = _phi(adjoint(lower) @ g)
+    s = adjoint(solve_matrix(adjoint(lower), adjoint(solve_matrix(adjoint(lower), p))))
+    return (0.5 * (s + adjoint(s)),)
+
+
+cholesky_p = primitive("cholesky", _cholesky_infer, _cholesky_vjp, save_output=True, attrs={})
+
+# ---- eigh ----------------------------------------------------------------------------------
+
+
+def _eigh_infer(x):
+    real_floating(x)
+    matrices(x, square=True)
+    return [(x.shape[:-1], x.dtype), (x.shape, x.dtype)]
+
+
+def _eigh_vjp(gs, outs, x):
+    # dV = V (F o (V^H dA V)) with F[i, j] = 1 / (l[j] - l[i]); dl = diag(V^H dA V). The
+    # skew part of V^H gV is what a symmetric dA can reach, so the gradient is symmetric.
+    g_values, g_vectors = gs
+    values, vectors = outs
+    k = adjoint(vectors) @ g_vectors
+    inner = _safe_reciprocal_gaps(values) * (0.5 * (k - adjoint(k))) + _diag_embed(g_values)
+    return (vectors @ inner @ adjoint(vectors),)
+
+
+eigh_p = primitive("eigh", _eigh_infer, _eigh_vjp, multiple_results=True, save_output=True,
+                   attrs={})
+
+# ---- qr ------------------------------------------------------------------------------------
+
+
+def _qr_infer(x, *, mode):
+    real_floating(x)
+    matrices(x)
+    *batch, m, n = x.shape
+    k = min(m, n) if mode == "reduced" else m
+    return [(tuple(batch) + (m, k), x.dtype), (tuple(batch) + (k, n), x.dtype)]
+
+
+def _copy_lower_to_upper(m):
+    from ..ops.shape import tril
+    return tril(m) + adjoint(tril(m, -1))
+
+
+def _qr_vjp(gs, outs, x, mode):
+    g_q, g_r = gs
+    q, r = outs
+    m, n = x.shape[-2:]
+    if m < n or (mode == "complete" and m != n):
+        raise GradientError(f"the gradient of qr is implemented for matrices with rows >= "
+                            f"columns (mode='reduced', or square), got shape {tuple(x.shape)}",
+                            op="qr")
+    # A = QR, Q^H Q = I, R upper: gA = (gQ + Q copyltu(R gR^H - gQ^H Q)) R^-H.
+    m_ = r @ adjoint(g_r) - adjoint(g_q) @ q
+    b = g_q + q @ _copy_lower_to_upper(m_)
+    return (adjoint(solve_matrix(r, adjoint(b))),)
+
+
+qr_p = primitive("qr", _qr_infer, _qr_vjp, multiple_results=True, save_output=True,
+                 attrs=dict(mode=A.Choice("reduced", "complete")))
+
+# ---- svd -----------------------------------------------------------------------------------
+
+
+def _svd_infer(x, *, full_matrices):
+    real_floating(x)
+    matrices(x)
+    *batch, m, n = x.shape
+    k = min(m, n)
+    batch = tuple(batch)
+    u_cols, v_rows = (m, n) if full_matrices else (k, k)
+    return [(batch + (m, u_cols), x.dtype), (batch + (k,), x.dtype),
+            (batch + (v_rows, n), x.dtype)]
+
+
+def _svd_vjp(gs, outs, x, full_matrices):
+    from ..ops.creation import eye
+    g_u, g_s, g_vh = gs
+    u, s, vh = outs
+    m, n = x.shape[-2:]
+    if full_matrices and m != n:
+        raise GradientError("the gradient of svd with full_matrices=True is defined only for "
+                            f"square matrices, got shape {tuple(x.shape)}; use "
+                            "full_matrices=False", op="svd")
+    # Real case: U and V are fixed up to a sign per column, which a loss may not depend on
+    # (as PyTorch documents). Complex will add a phase per column and the check that the
+    # imaginary part of diag(U^H gU) vanishes.
+    v, g_v = adjoint(vh), adjoint(g_vh)
+    f = _safe_reciprocal_gaps(s * s)  # F[i, j] = 1 / (s[j]^2 - s[i]^2)
+    j = f * (adjoint(u) @ g_u)
+    kk = f * (adjoint(v) @ g_v)
+    inner = ((j + adjoint(j)) * s[..., None, :] + s[..., :, None] * (kk + adjoint(kk))
+             + _diag_embed(g_s))
+    g_a = u @ inner @ vh
+    k = s.shape[-1]
+    # The parts of gU, gV outside the spans of U, V (a tall or wide matrix).
+    if m > k:
+        g_a = g_a + ((eye(m, dtype=x.dtype, device=x.device) - u @ adjoint(u)) @ g_u
+                     / s[..., None, :]) @ vh
+    if n > k:
+        g_a = g_a + u @ (adjoint(g_v) @ (eye(n, dtype=x.dtype, device=x.device)
+                                          - v @ vh) / s[..., :, None])
+    return (g_a,)
+
+
+svd_p = primitive("svd", _svd_infer, _svd_vjp, multiple_results=True, save_output=True,
+                  attrs=dict(full_matrices=A.BOOL))
+
+# ---- inv, solve (LU) -----------------------------------------------------------------------
+
+
+def _inv_infer(x):
+    real_floating(x)
+    matrices(x, square=True)
+    return x.shape, x.dtype
+
+
+def _inv_vjp(g, out, x):
+    # d(A^-1) = -A^-1 dA A^-1.
+    return (-(adjoint(out) @ g @ adjoint(out)),)
+
+
+inv_p = primitive("inv", _inv_infer, _inv_vjp, save_output=True, attrs={})
+
+
+def _solve_infer(a, b):
+    real_floating(a)
+    real_floating(b)
+    matrices(a, square=True)
+    if b.ndim < 2:
+        raise ShapeError(f"expected b of shape (..., n, k), got {tuple(b.shape)}")
+    if b.shape[-2] != a.shape[-1]:
+        raise ShapeError(f"a is {tuple(a.shape)} but b has {b.shape[-2]} rows; expected "
+                         f"{a.shape[-1]}")
+    try:
+        batch = broadcast_shapes(tuple(a.shape[:-2]), tuple(b.shape[:-2]))
+    except ShapeError:
+        raise ShapeError(f"batch dimensions of {tuple(a.shape)} and {tuple(b.shape)} do not "
+                         "broadcast") from None
+    return batch + tuple(b.shape[-2:]), a.dtype
+
+
+def _solve_vjp(g, out, a, b):
+    from ..ops.elementwise import sum_to_shape
+    # X = A^-1 B: gB = A^-H g, gA = -gB X^H (summed over broadcast batch axes).
+    g_b = solve_matrix(adjoint(a), g)
+    g_a = -(g_b @ adjoint(out)) if a.requires_grad else None
+    return (None if g_a is None else sum_to_shape(g_a, a.shape),
+            sum_to_shape(g_b, b.shape) if b.requires_grad else None)
+
+
+solve_p = primitive("solve", _solve_infer, _solve_vjp, normalize=promotion.common,
+                    save_output=True, attrs={})
+
+
+def solve_matrix(a, b):
+    """A^-1 B for (..., n, n) and (..., n, k), batches broadcast (the gradients' solver)."""
+    return bind(solve_p, a, b)
+
+
+# ---- det, slogdet --------------------------------------------------------------------------
+
+
+def _det_infer(x):
+    real_floating(x)
+    matrices(x, square=True)
+    return x.shape[:-2], x.dtype
+
+
+def _det_vjp(g, out, x):
+    from ..ops.reduce import cumprod
+    # d det(A) = <adj(A)^H, dA>. The adjugate from the SVD A = U S V^H is
+    # det(U) det(V^H) U diag(prod of the other s) V^H: finite for singular A as well, where
+    # det(A) A^-H is not.
+    u, s, vh = bind(svd_p, x, full_matrices=False)
+    others = (cumprod(s, axis=-1, exclusive=True)
+              * cumprod(s, axis=-1, exclusive=True, reverse=True))
+    sign = bind(det_p, u) * bind(det_p, vh)
+    adj_h = (u * others[..., None, :]) @ vh
+    return ((g * sign)[..., None, None] * adj_h,)
+
+
+det_p = primitive("det", _det_infer, _det_vjp, attrs={})
+
+
+def _slogdet_infer(x):
+    real_floating(x)
+    matrices(x, square=True)
+    return [(x.shape[:-2], x.dtype), (x.shape[:-2], x.dtype)]
+
+
+def _slogdet_vjp(gs, outs, x):
+    # The sign is piecewise constant; d log|det A| = <A^-H, dA>.
+    return (gs[1][..., None, None] * adjoint(bind(inv_p, x)),)
+
+
+slogdet_p = primitive("slogdet", _slogdet_infer, _slogdet_vjp, multiple_results=True,
+                      attrs={})

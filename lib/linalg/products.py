@@ -1,0 +1,174 @@
+"""The linalg extension's products and views of matrices, all composites of rill ops (so they
+differentiate, capture and run on the gpu): matmul, matrix_transpose, vecdot, outer,
+tensordot, cross, diagonal, trace.
+
+`matrix_transpose`, `vecdot`, `tensordot` and `matmul` are also functions of the standard's
+main namespace, with these signatures.
+"""
+from __future__ import annotations
+
+from ..errors import ShapeError, reports_as
+from ..ops import linalg as _ops
+from ..ops.arguments import as_dtype, as_int, as_tensor
+from ..ops.rules import require
+
+
+def _stack_of_matrices(x, op: str):
+    if x.ndim < 2:
+        raise ShapeError(f"expected a matrix or a stack of matrices (at least 2-d), got shape "
+                         f"{tuple(x.shape)}", op=op)
+
+
+def _trailing_axis(axis, x1, x2, op: str) -> int:
+    """The standard counts the vector axis from the end (the leading axes broadcast), so it
+    must lie in [-N, -1] with N the smaller ndim; a non-negative axis means the same thing
+    only when both have the same ndim."""
+    axis = as_int(axis, "axis", op)
+    n = min(x1.ndim, x2.ndim)
+    if axis >= 0 and x1.ndim == x2.ndim:
+        axis -= x1.ndim
+    if not -n <= axis <= -1:
+        raise ShapeError(f"axis={axis} must be in [-{n}, -1] (counted from the last axis) for "
+                         f"shapes {tuple(x1.shape)} and {tuple(x2.shape)}", op=op)
+    return axis
+
+
+@reports_as("matmul")
+def matmul(x1, x2, /):
+    """Matrix product: batches broadcast; a 1-d operand is a vector (the standard's matmul).
+
+    >>> rill.linalg.matmul(rill.ones(2, 3), rill.ones(3)).shape
+    (2,)
+    """
+    return _ops.matmul(as_tensor(x1, "x1", "matmul"), as_tensor(x2, "x2", "matmul"))
+
+
+@reports_as("matrix_transpose")
+def matrix_transpose(x, /):
+    """The last two axes swapped: (..., M, N) -> (..., N, M).
+
+    >>> rill.matrix_transpose(rill.ones(5, 2, 3)).shape
+    (5, 3, 2)
+    """
+    from ..ops.shape import swapaxes
+    x = as_tensor(x, "x", "matrix_transpose")
+    _stack_of_matrices(x, "matrix_transpose")
+    return swapaxes(x, -1, -2)
+
+
+@reports_as("vecdot")
+def vecdot(x1, x2, /, *, axis: int = -1):
+    """Dot products of the vectors along `axis` (counted from the end), the other axes
+    broadcast: sum(x1 * x2, axis) in the promoted dtype (x1 conjugated once complex exists).
+
+    >>> rill.vecdot(rill.tensor([[1., 2.], [3., 4.]]), rill.tensor([1., 1.]))
+    tensor([3., 7.])
+    """
+    from ..ops.elementwise import cast
+    from ..ops.reduce import sum as sum_
+    x1, x2 = as_tensor(x1, "x1", "vecdot"), as_tensor(x2, "x2", "vecdot")
+    for x in (x1, x2):
+        require(x, "iuf", "numeric tensors")
+        if x.ndim == 0:
+            raise ShapeError("expected tensors of at least 1 dimension, got a 0-d tensor",
+                             op="vecdot")
+    axis = _trailing_axis(axis, x1, x2, "vecdot")
+    if x1.shape[axis] != x2.shape[axis]:
+        raise ShapeError(f"the vectors differ in length along axis {axis}: "
+                         f"{tuple(x1.shape)} and {tuple(x2.shape)}", op="vecdot")
+    product = x1 * x2
+    out = sum_(product, axis=axis)
+    return out if out.dtype is product.dtype else cast(out, product.dtype)  # ints: not int64
+
+
+@reports_as("outer")
+def outer(x1, x2, /):
+    """x1[i] * x2[j] for two vectors (the standard takes 1-d inputs only).
+
+    >>> rill.linalg.outer(rill.ones(2), rill.ones(3)).shape
+    (2, 3)
+    """
+    x1, x2 = as_tensor(x1, "x1", "outer"), as_tensor(x2, "x2", "outer")
+    if x1.ndim != 1 or x2.ndim != 1:
+        raise ShapeError(f"expected two 1-d tensors, got shapes {tuple(x1.shape)} and "
+                         f"{tuple(x2.shape)}", op="outer")
+    return _ops.outer(x1, x2)
+
+
+@reports_as("tensordot")
+def tensordot(x1, x2, /, *, axes=2):
+    """Sum over the last `axes` axes of x1 and the first `axes` of x2, or over two explicit
+    sequences of axes (the standard's tensordot).
+
+    >>> rill.linalg.tensordot(rill.ones(2, 3, 4), rill.ones(3, 4, 5)).shape
+    (2, 5)
+    """
+    return _ops.tensordot(as_tensor(x1, "x1", "tensordot"), as_tensor(x2, "x2", "tensordot"),
+                          axes)
+
+
+@reports_as("cross")
+def cross(x1, x2, /, *, axis: int = -1):
+    """Cross products of 3-vectors along `axis` (counted from the end), the other axes
+    broadcast.
+
+    >>> rill.linalg.cross(rill.tensor([1., 0., 0.]), rill.tensor([0., 1., 0.]))
+    tensor([0., 0., 1.])
+    """
+    from ..ops.shape import moveaxis, stack
+    x1, x2 = as_tensor(x1, "x1", "cross"), as_tensor(x2, "x2", "cross")
+    for x in (x1, x2):
+        require(x, "iuf", "numeric tensors")
+        if x.ndim == 0:
+            raise ShapeError("expected tensors of at least 1 dimension, got a 0-d tensor",
+                             op="cross")
+    axis = _trailing_axis(axis, x1, x2, "cross")
+    if x1.shape[axis] != 3 or x2.shape[axis] != 3:
+        raise ShapeError(f"axis {axis} must have length 3 in both, got shapes "
+                         f"{tuple(x1.shape)} and {tuple(x2.shape)}", op="cross")
+    a, b = moveaxis(x1, axis, -1), moveaxis(x2, axis, -1)
+    a0, a1, a2 = a[..., 0], a[..., 1], a[..., 2]
+    b0, b1, b2 = b[..., 0], b[..., 1], b[..., 2]
+    c = stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], axis=-1)
+    return moveaxis(c, -1, axis)
+
+
+@reports_as("diagonal")
+def diagonal(x, /, *, offset: int = 0):
+    """The diagonal of each matrix in the last two axes: (..., M, N) -> (..., K); offset > 0
+    is above the main diagonal, < 0 below (an empty result when it lies outside).
+
+    >>> rill.linalg.diagonal(rill.tensor([[1., 2.], [3., 4.]]), offset=1)
+    tensor([2.])
+    """
+    from ..ops.shape import reshape
+    x = as_tensor(x, "x", "diagonal")
+    offset = as_int(offset, "offset", "diagonal")
+    _stack_of_matrices(x, "diagonal")
+    *batch, n, m = x.shape
+    length = max(0, min(n, m - offset) if offset >= 0 else min(n + offset, m))
+    start = offset if offset >= 0 else -offset * m
+    # Row-major, element (i, i + offset) of the flattened matrix is m + 1 after (i-1, ...):
+    # one strided slice, whose gradient the slice op already scatters back.
+    flat = reshape(x, tuple(batch) + (n * m,))
+    if length == 0:
+        return flat[..., 0:0]
+    return flat[..., start:start + (length - 1) * (m + 1) + 1:m + 1]
+
+
+@reports_as("trace")
+def trace(x, /, *, offset: int = 0, dtype=None):
+    """Sum of each matrix's diagonal (see `diagonal`), in `dtype` if given; integer and bool
+    tensors sum to int64 (the default integer), floating ones keep their dtype.
+
+    >>> rill.linalg.trace(rill.tensor([[1., 2.], [3., 4.]]))
+    tensor(5.)
+    """
+    from ..ops.elementwise import cast
+    from ..ops.reduce import sum as sum_
+    d = diagonal(x, offset=offset)
+    dtype = None if dtype is None else as_dtype(dtype, "trace")
+    if dtype is not None and dtype is not d.dtype:
+        d = cast(d, dtype)
+    out = sum_(d, axis=-1)
+    return out if dtype is None or out.dtype is dtype else cast(out, dtype)
