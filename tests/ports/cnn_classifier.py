@@ -1,0 +1,119 @@
+"""A small CNN image classifier, written as a PyTorch program.
+
+Synthetic 12x12 one-channel images of four classes (a bright bar in one of four places, plus
+noise), fed through a DataLoader, trained with SGD + momentum and a StepLR schedule, then
+scored in eval mode. tests/ports/test_ports.py runs this file once as written and once with
+only the import block swapped for rill's.
+"""
+# --- imports: the only lines that change between PyTorch and rill ---
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torch.optim as optim
+from torch.optim.lr_scheduler import StepLR
+from torch.utils.data import DataLoader, TensorDataset
+# --- end of imports ---
+
+NUM_CLASSES = 4
+SIZE = 12
+
+
+def make_data(seed=0, n=192):
+    """Images (n, 1, 12, 12) float32 and labels (n,) int64: the class says where the bar is."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, NUM_CLASSES, size=n)
+    images = rng.normal(0.0, 0.3, size=(n, 1, SIZE, SIZE))
+    for i, c in enumerate(labels):
+        if c == 0:
+            images[i, 0, 2:4, :] += 1.0       # top bar
+        elif c == 1:
+            images[i, 0, 8:10, :] += 1.0      # bottom bar
+        elif c == 2:
+            images[i, 0, :, 2:4] += 1.0       # left bar
+        else:
+            images[i, 0, :, 8:10] += 1.0      # right bar
+    return images.astype(np.float32), labels.astype(np.int64)
+
+
+class Net(nn.Module):
+    def __init__(self, dropout=0.0):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 8, kernel_size=3, padding=1)
+        self.bn1 = nn.BatchNorm2d(8)
+        self.conv2 = nn.Conv2d(8, 16, kernel_size=3, padding=1)
+        self.bn2 = nn.BatchNorm2d(16)
+        self.pool = nn.MaxPool2d(2, 2)
+        self.relu = nn.ReLU()
+        self.dropout = nn.Dropout(p=dropout)
+        self.fc1 = nn.Linear(16 * 3 * 3, 32)
+        self.fc2 = nn.Linear(32, NUM_CLASSES)
+
+    def forward(self, x):
+        x = self.pool(self.relu(self.bn1(self.conv1(x))))
+        x = self.pool(F.relu(self.bn2(self.conv2(x))))
+        x = x.view(x.size(0), -1)
+        x = self.dropout(F.relu(self.fc1(x)))
+        return self.fc2(x)
+
+
+def build_model(seed=0, dropout=0.0):
+    torch.manual_seed(seed)
+    return Net(dropout=dropout)
+
+
+def make_loader(images, labels, batch_size=32):
+    dataset = TensorDataset(torch.from_numpy(images), torch.from_numpy(labels))
+    return DataLoader(dataset, batch_size=batch_size, shuffle=False)
+
+
+def train(model, data, epochs=2, lr=0.05):
+    """Returns the loss of every step and the running training accuracy of every epoch."""
+    loader = make_loader(*data)
+    criterion = nn.CrossEntropyLoss()
+    optimizer = optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    scheduler = StepLR(optimizer, step_size=1, gamma=0.5)
+    losses, accuracies = [], []
+    for epoch in range(epochs):
+        model.train()
+        correct, seen = 0, 0
+        for inputs, targets in loader:
+            optimizer.zero_grad()
+            outputs = model(inputs)
+            loss = criterion(outputs, targets)
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+            _, predicted = outputs.max(1)
+            seen += targets.size(0)
+            correct += predicted.eq(targets).sum().item()
+        accuracies.append(correct / seen)
+        scheduler.step()
+    return losses, accuracies
+
+
+def evaluate(model, data):
+    """Returns (mean loss, accuracy) over the data, in eval mode and without gradients."""
+    loader = make_loader(*data, batch_size=64)
+    model.eval()
+    total_loss, correct, total = 0.0, 0, 0
+    with torch.no_grad():
+        for inputs, targets in loader:
+            outputs = model(inputs)
+            total_loss += F.cross_entropy(outputs, targets, reduction="sum").item()
+            _, predicted = torch.max(outputs.data, 1)
+            total += targets.size(0)
+            correct += (predicted == targets).sum().item()
+    return total_loss / total, correct / total
+
+
+def main():
+    model = build_model(dropout=0.25)
+    losses, accuracies = train(model, make_data(seed=0))
+    test_loss, test_accuracy = evaluate(model, make_data(seed=1, n=128))
+    print(f"train accuracy per epoch {accuracies}, test loss {test_loss:.4f}, "
+          f"test accuracy {test_accuracy:.3f}")
+
+
+if __name__ == "__main__":
+    main()
