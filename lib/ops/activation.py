@@ -191,8 +191,8 @@ def hardswish(x):
     """x * hardsigmoid(x): 0 below -3, x above 3, x (x + 3) / 6 between (MobileNetV3)."""
     from .elementwise import where
     x = _float_tensor(x, "hardswish")
-    # The middle branch owns both bounds, where PyTorch's gradient takes its value.
-    return where(x < -3.0, 0.0, where(x <= 3.0, x * (x + 3.0) / 6.0, x))
+    # The outer branches own the bounds, so the gradient there is 0 and 1, as PyTorch's.
+    return where(x <= -3.0, 0.0, where(x < 3.0, x * (x + 3.0) / 6.0, x))
 
 
 def mish(x):
@@ -232,7 +232,7 @@ def threshold(x, threshold: float, value: float):  # noqa: F811 - PyTorch's argu
 
 def prelu(x, weight):
     """x where x > 0, weight * x elsewhere; weight holds one slope, or one per channel
-    (axis 1 of x, or axis 0 of a 1-d x)."""
+    (axis 1 of x; an input with fewer than 2 axes has one channel, as PyTorch)."""
     from ..errors import ShapeError
     from .arguments import as_tensor
     from .elementwise import where
@@ -244,11 +244,10 @@ def prelu(x, weight):
                          f"{weight.shape}", op="prelu")
     n = weight.size
     if n != 1:
-        axis = 1 if x.ndim >= 2 else 0
-        if x.ndim == 0 or x.shape[axis] != n:
-            raise ShapeError(f"{n} slopes need {n} channels on axis {axis} of the input, got "
+        if x.ndim < 2 or x.shape[1] != n:
+            raise ShapeError(f"{n} slopes need {n} channels on axis 1 of the input, got "
                              f"shape {x.shape}", op="prelu")
-        weight = reshape(weight, (n,) + (1,) * (x.ndim - axis - 1))
+        weight = reshape(weight, (n,) + (1,) * (x.ndim - 2))
     elif weight.ndim:
         weight = reshape(weight, ())
     return where(x > 0, x, weight * x)
