@@ -153,7 +153,8 @@ def conv_weight_grad(x, g, kernel_size, stride, padding, dilation, groups):
     return gw.reshape((o, x.shape[1] // groups) + tuple(kernel_size)).astype(x.dtype, copy=False)
 
 
-# One kernel per role serves every spatial rank.
+# One kernel per role serves every spatial rank (the 2-d names stay for callers).
+conv2d, conv_transpose2d, conv2d_weight_grad = conv, conv_transpose, conv_weight_grad
 register_kernels("cpu", {"conv2d": conv, "conv_transpose2d": conv_transpose,
                          "conv2d_weight_grad": conv_weight_grad,
                          "conv3d": conv, "conv_transpose3d": conv_transpose,

@@ -416,7 +416,7 @@ def adaptive_avg_pool1d(input, output_size):
     """Average pooling of (N, C, L) to a fixed length (windows as PyTorch chooses them).
 
     >>> rill.nn.functional.adaptive_avg_pool1d(rill.arange(5.0).reshape(1, 1, 5), 2)
-    tensor([[[1. , 3. ]]])
+    tensor([[[1., 3.]]])
     """
     return _adaptive_avg(input, output_size, 1, "adaptive_avg_pool1d")
 
