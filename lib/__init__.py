@@ -33,11 +33,14 @@ from .ops.elementwise import (
     equal, not_equal, less, less_equal, greater, greater_equal, logical_and, logical_or,
     logical_xor, bitwise_and, bitwise_or, bitwise_xor, where, clip, cast, scaled_add)
 from .ops.reduce import (sum, mean, prod, max, min, argmax, argmin, var, std, logsumexp, all,
-                         any, cumsum, cumprod, norm)
+                         any, cumsum, cumprod, norm, cumulative_sum, cumulative_prod, cummax,
+                         cummin, logcumsumexp)
 from .ops.shape import (reshape, transpose, permute_dims, swapaxes, moveaxis, squeeze,
                         expand_dims, broadcast_to, concat, stack, split, flatten, pad, flip,
                         roll, tile, repeat, tril, triu)
-from .ops.indexing import take, take_along_axis, scatter_add, index_add, index_set, one_hot
+from .ops.indexing import (take, take_along_axis, scatter_add, index_add, index_set, one_hot,
+                           gather, scatter, scatter_reduce, index_select, masked_fill,
+                           masked_select)
 from .ops.sorting import sort, argsort, topk
 from .ops.linalg import matmul, dot, outer, tensordot, einsum
 
@@ -57,6 +60,8 @@ from .eager.grad import grad, value_and_grad
 from .eager.custom_vjp import custom_vjp
 
 from . import nn, optim, data, train, distributions, utils, linalg
+from .ops import keywords as _keywords
+_keywords.install(nn.functional)  # F.softmax(x, dim=1), F.normalize(input=x), ...
 from . import gpu, cuda, accelerator
 from .serialization import save, load
 from .capture.function import capture, CaptureWarning

@@ -243,13 +243,6 @@ def _uniform(self, a=0.0, b=1.0, *, generator=None):
     return uniform(a, b, self.shape, dtype=self.dtype, device=self.device, generator=generator)
 
 
-def masked_fill(self, mask, value):
-    """The tensor with `value` where `mask` is true (mask broadcasts to the tensor)."""
-    value = value if isinstance(value, Tensor) else creation.tensor(value, dtype=self.dtype,
-                                                                    device=self.device)
-    return E.where(mask, E.cast(value, self.dtype), self)
-
-
 def _addcmul(self, tensor1, tensor2, *, value=1):
     return E.add(self, E.multiply(E.multiply(tensor1, tensor2), value))
 
@@ -276,7 +269,7 @@ OUT_OF_PLACE = {
     "true_divide": E.divide, "floor_divide": E.floor_divide, "remainder": E.remainder,
     "pow": E.power, "eq": E.equal, "ne": E.not_equal, "lt": E.less, "le": E.less_equal,
     "gt": E.greater, "ge": E.greater_equal, "greater": E.greater, "less": E.less,
-    "clamp": E.clip, "clamp_min": _clamp_min, "clamp_max": _clamp_max, "masked_fill": masked_fill,
+    "clamp": E.clip, "clamp_min": _clamp_min, "clamp_max": _clamp_max, "masked_fill": indexing.masked_fill,
     "addcmul": _addcmul, "addcdiv": _addcdiv, "lerp": _lerp, "atan2": E.arctan2,
 }
 
@@ -289,6 +282,8 @@ IN_PLACE_OF = {
         "clip")},
     "fill": _fill, "zero": lambda self: creation.zeros_like(self), "copy": _copy,
     "normal": _normal, "uniform": _uniform,
+    **{name: getattr(indexing, name) for name in ("scatter", "scatter_reduce")},
+    "scatter_add": lambda self, dim, index, src: indexing.scatter_add(self, index, src, dim),
 }
 IN_PLACE_OF.pop("eq"), IN_PLACE_OF.pop("ne")
 
@@ -462,6 +457,12 @@ METHODS = {
     "cpu": lambda self: creation.to_device(self, "cpu"), "cuda": _cuda,
     "get_device": _get_device,
     "multinomial": random.multinomial, "bernoulli": random.bernoulli,
+    **{name: getattr(indexing, name) for name in (
+        "gather", "scatter", "scatter_reduce", "index_select", "masked_select")},
+    "cummax": lambda self, dim: T.values_indices(*reduce.cummax(self, dim)),
+    "cummin": lambda self, dim: T.values_indices(*reduce.cummin(self, dim)),
+    "logcumsumexp": reduce.logcumsumexp,
+    "scatter_add": lambda self, dim, index, src: indexing.scatter_add(self, index, src, dim),
     "new_zeros": _new(creation.zeros), "new_ones": _new(creation.ones),
     "new_empty": _new(creation.empty), "new_full": _new_full, "new_tensor": _new_tensor,
 }
