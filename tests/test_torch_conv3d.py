@@ -164,3 +164,22 @@ def test_conv3d_training_step_captured_equals_eager():
 def test_bad_arguments_raise_rill_errors(call, match):
     with pytest.raises(rill.Error, match=match):
         call()
+
+
+@pytest.mark.skipif(not rill.gpu.is_available(), reason="no gpu device (nor Triton's interpreter)")
+def test_gpu_conv3d_and_max_pool3d_equal_the_cpu():
+    """The gpu runs 3-d ops as the 2-d kernels once per depth tap: same values and gradients."""
+    x, w, b = randn(2, 4, 5, 4, 3), randn(4, 2, 3, 2, 2), randn(4)
+    results = []
+    for device in ("cpu", "gpu"):
+        rx, rw, rb = (rill.tensor(a, device=device, requires_grad=True) for a in (x, w, b))
+        y = F.conv3d(rx, rw, rb, stride=(2, 1, 1), padding=(1, 0, 1), dilation=(1, 1, 2),
+                     groups=2)
+        up = F.conv_transpose3d(y, rw[:, :2], stride=(2, 1, 2), padding=(1, 0, 0),
+                                output_padding=(1, 0, 1))
+        pooled, indices = F.max_pool3d(up, 3, stride=(2, 1, 2), padding=1, ceil_mode=True,
+                                       return_indices=True)
+        (pooled ** 2).sum().backward()
+        results.append([v.numpy() for v in (pooled, indices, rx.grad, rw.grad, rb.grad)])
+    for cpu, gpu in zip(*results):
+        np.testing.assert_allclose(gpu, cpu, rtol=1e-10, atol=1e-10)
