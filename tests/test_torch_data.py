@@ -210,7 +210,8 @@ def test_default_collate_leaves_match_torch(samples):
 
 
 def test_default_collate_stacks_rill_tensors_and_converts():
-    batch = rud.default_collate([rill.ones(2, dtype=rill.float64), rill.zeros(2, dtype=rill.float64)])
+    batch = rud.default_collate([rill.ones(2, dtype=rill.float64),
+                                 rill.zeros(2, dtype=rill.float64)])
     assert batch.shape == (2, 2) and batch.dtype == rill.float64
     sample = {"a": np.arange(2), "b": (np.ones(1), 3), "c": "s"}
     assert_same_batch(rud.default_convert(sample), tud.default_convert(sample))

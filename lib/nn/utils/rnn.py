@@ -7,7 +7,7 @@ tensor([[1, 2, 3],
 """
 from __future__ import annotations
 
-from ...errors import ArgumentError, ShapeError
+from ...errors import ShapeError
 from ...ops.arguments import as_bool, as_choice, as_tensors
 from ...ops.shape import pad, stack
 from ...tensor import Tensor
@@ -27,9 +27,7 @@ def pad_sequence(sequences, batch_first: bool = False, padding_value: float = 0.
     padding_side = as_choice(padding_side, "padding_side", op, ("right", "left"))
     if isinstance(sequences, Tensor):
         sequences = [sequences[i] for i in range(sequences.shape[0])] if sequences.ndim else []
-    sequences = as_tensors(list(sequences), "sequences", op)
-    if not sequences:
-        raise ArgumentError("received an empty list of sequences", op=op)
+    sequences = as_tensors(list(sequences), "sequences", op)  # refuses an empty list
     trailing = {s.shape[1:] for s in sequences if s.ndim}
     if any(s.ndim == 0 for s in sequences) or len(trailing) > 1:
         shapes = ", ".join(str(s.shape) for s in sequences)
