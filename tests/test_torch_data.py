@@ -450,3 +450,38 @@ def test_import_spellings():
     import rill.utils.data as module
     from rill.utils.data import DataLoader
     assert module.DataLoader is DataLoader is rill.utils.data.DataLoader
+
+
+def test_prefetch_factor_bounds_how_far_workers_run_ahead():
+    def loaded_ahead(prefetch_factor):
+        calls = []
+
+        class Counted(rud.Dataset):
+            def __len__(self):
+                return 40
+
+            def __getitem__(self, i):
+                calls.append(i)
+                return i
+
+        it = iter(rud.DataLoader(Counted(), batch_size=1, num_workers=2,
+                                 prefetch_factor=prefetch_factor))
+        next(it)
+        time.sleep(0.2)  # the workers fill what the window allows, then wait
+        ahead = len(calls)
+        it.close()
+        return ahead
+
+    small, large = loaded_ahead(1), loaded_ahead(6)
+    assert small <= 1 + 2 + 2  # the batch taken, the window, one being handed over per worker
+    assert large >= 12
+
+
+def test_data_map_in_flight_needs_workers():
+    ds = rill.data.Dataset.from_arrays(np.arange(6))
+    assert [int(x) for x in ds.map(lambda x: x + 1, num_workers=2, in_flight=1)] == \
+        list(range(1, 7))
+    with pytest.raises(rill.ArgumentError, match="in_flight .*num_workers > 0"):
+        ds.map(lambda x: x, in_flight=2)
+    with pytest.raises(rill.ArgumentError, match="in_flight must be an int >= 1"):
+        ds.map(lambda x: x, num_workers=1, in_flight=0)
