@@ -71,6 +71,7 @@ from .control import cond, switch, while_loop, fori_loop, scan
 
 bool = bool_  # noqa: A001 - rill.bool, as torch.bool and jnp.bool
 __version__ = "0.1.0"
+__array_api_version__ = "2024.12"
 
 install_traceback_filter()
 

@@ -109,6 +109,45 @@ class Tensor:
             return np.array(self.numpy(), dtype=dtype, copy=True)
         return self.numpy()
 
+    # ---- the Array API standard's protocol -------------------------------------------------
+
+    def __array_namespace__(self, *, api_version: str | None = None):
+        """The namespace of functions for this tensor: `rill` (which conforms to the Array API
+        standard, version 2024.12)."""
+        import rill
+        if api_version not in (None, "2021.12", "2022.12", "2023.12", "2024.12"):
+            from .errors import ArgumentError
+            raise ArgumentError(f"rill implements the Array API standard 2024.12 (and the "
+                                f"versions before it), not {api_version!r}",
+                                op="__array_namespace__")
+        return rill
+
+    def to_device(self, device, /, *, stream=None) -> "Tensor":
+        """The tensor on `device` (the standard's spelling of `x.to(device)`)."""
+        from .ops.creation import to_device
+        return to_device(self, device)
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """Export through DLPack: the CPU buffer through NumPy, the gpu buffer through CuPy.
+        Consumers get a read-only view (rill never writes a buffer) unless they copy."""
+        if self.dtype is _dt.bfloat16:
+            raise DTypeError("bfloat16 tensors are held as float32 on the CPU and cannot be "
+                             "exported as bfloat16; convert with .to(rill.float32)",
+                             op="__dlpack__")
+        buffer = self._data
+        if self.device.kind == "cpu":
+            buffer = self._host("__dlpack__()")
+        kwargs = {} if max_version is None else {"max_version": max_version}
+        if dl_device is not None:
+            kwargs["dl_device"] = dl_device
+        if copy is not None:
+            kwargs["copy"] = copy
+        return buffer.__dlpack__(stream=stream, **kwargs)
+
+    def __dlpack_device__(self):
+        buffer = self._data if self.device.kind != "cpu" else self._host("__dlpack_device__()")
+        return buffer.__dlpack_device__()
+
     def item(self):
         """The single value as a Python scalar."""
         return self._scalar("item()")
