@@ -60,6 +60,16 @@ def adjoint(x):
     return mT(x)
 
 
+def _saved(outs, prim, x, **attrs):
+    """The outputs a rule reads. The tape holds a multiple-result primitive's outputs weakly
+    (they point back at it), so one the caller dropped (eigvalsh drops the eigenvectors) is
+    gone by the time of backward: compute them again (LAPACK is deterministic, so they are
+    the same factors)."""
+    if outs is None or any(o is None for o in outs):
+        return bind(prim, x, **attrs)
+    return outs
+
+
 def _diag_embed(v):
     """(..., k) -> (..., k, k) with v on the diagonal."""
     from ..ops.creation import eye
@@ -116,7 +126,7 @@ def _eigh_vjp(gs, outs, x):
     # dV = V (F o (V^H dA V)) with F[i, j] = 1 / (l[j] - l[i]); dl = diag(V^H dA V). The
     # skew part of V^H gV is what a symmetric dA can reach, so the gradient is symmetric.
     g_values, g_vectors = gs
-    values, vectors = outs
+    values, vectors = _saved(outs, eigh_p, x)
     k = adjoint(vectors) @ g_vectors
     inner = _safe_reciprocal_gaps(values) * (0.5 * (k - adjoint(k))) + _diag_embed(g_values)
     return (vectors @ inner @ adjoint(vectors),)
@@ -143,7 +153,7 @@ def _copy_lower_to_upper(m):
 
 def _qr_vjp(gs, outs, x, mode):
     g_q, g_r = gs
-    q, r = outs
+    q, r = _saved(outs, qr_p, x, mode=mode)
     m, n = x.shape[-2:]
     if m < n or (mode == "complete" and m != n):
         raise GradientError(f"the gradient of qr is implemented for matrices with rows >= "
@@ -175,7 +185,7 @@ def _svd_infer(x, *, full_matrices):
 def _svd_vjp(gs, outs, x, full_matrices):
     from ..ops.creation import eye
     g_u, g_s, g_vh = gs
-    u, s, vh = outs
+    u, s, vh = _saved(outs, svd_p, x, full_matrices=full_matrices)
     m, n = x.shape[-2:]
     if full_matrices and m != n:
         raise GradientError("the gradient of svd with full_matrices=True is defined only for "

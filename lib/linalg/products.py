@@ -166,7 +166,7 @@ def trace(x, /, *, offset: int = 0, dtype=None):
     """
     from ..ops.elementwise import cast
     from ..ops.reduce import sum as sum_
-    d = diagonal(x, offset=offset)
+    d = diagonal(x, offset=as_int(offset, "offset", "trace"))
     dtype = None if dtype is None else as_dtype(dtype, "trace")
     if dtype is not None and dtype is not d.dtype:
         d = cast(d, dtype)
