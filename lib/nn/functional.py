@@ -427,7 +427,7 @@ def rms_norm(input, normalized_shape, weight=None, eps: float | None = None):
     PyTorch).
 
     >>> rill.nn.functional.rms_norm(rill.tensor([[3.0, 4.0]]), (2,), eps=0.0)
-    tensor([[0.8485281, 1.1313709]])
+    tensor([[0.84852815, 1.1313709 ]])
     """
     op = "rms_norm"
     x = arg.as_tensor(input, "input", op)
