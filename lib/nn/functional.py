@@ -462,11 +462,11 @@ def local_response_norm(input, size: int, alpha: float = 1e-4, beta: float = 0.7
     if x.ndim < 3:
         raise ShapeError(f"expects (N, C, ...) with at least one spatial axis, got {x.shape}",
                          op=op)
-    from ..ops.shape import pad, slice_axis
+    from ..ops.shape import pad as pad_widths, slice_axis  # NumPy-style widths, not F.pad's
     c = x.shape[1]
     widths = [(0, 0)] * x.ndim
     widths[1] = (size // 2, (size - 1) // 2)
-    sq = pad(square(x), widths)
+    sq = pad_widths(square(x), widths)
     window = slice_axis(sq, 1, 0, c)
     for i in range(1, size):
         window = window + slice_axis(sq, 1, i, i + c)
