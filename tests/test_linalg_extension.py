@@ -318,6 +318,23 @@ def test_gradients_match_torch_and_finite_differences(name, loss, arrays):
         close(g, fd, tol=1e-5)
 
 
+@pytest.mark.parametrize("name", ["eigh", "cholesky"])
+def test_gradients_of_symmetric_inputs_are_symmetric_as_torchs(name):
+    """Without the symmetrizing wrapper: the rule itself reports the symmetric gradient
+    (PyTorch's convention), not one supported on the triangle LAPACK reads."""
+    x = spd(RG, 2, 3, 3)
+
+    def loss(lib, x):
+        out = getattr(L if lib is rill else TL, name)(x)
+        return wsum(out[1] * out[1], 2, lib) + wsum(out[0], 1, lib) if name == "eigh" else \
+            wsum(out, 1, lib)
+    got = rill.grad(lambda x: loss(rill, x))(rill.tensor(x)).numpy()
+    t = torch.tensor(x, requires_grad=True)
+    loss(torch, t).backward()
+    close(got, t.grad.numpy(), tol=1e-8)
+    close(got, np.swapaxes(got, -1, -2))
+
+
 def test_second_order_gradient_of_inv_and_slogdet_through_the_rules():
     def f(x):
         return L.slogdet(x).logabsdet.sum() + L.inv(x).sum()

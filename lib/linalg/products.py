@@ -47,7 +47,7 @@ def matmul(x1, x2, /):
 def matrix_transpose(x, /):
     """The last two axes swapped: (..., M, N) -> (..., N, M).
 
-    >>> rill.matrix_transpose(rill.ones(5, 2, 3)).shape
+    >>> rill.linalg.matrix_transpose(rill.ones(5, 2, 3)).shape
     (5, 3, 2)
     """
     from ..ops.shape import swapaxes
@@ -61,7 +61,7 @@ def vecdot(x1, x2, /, *, axis: int = -1):
     """Dot products of the vectors along `axis` (counted from the end), the other axes
     broadcast: sum(x1 * x2, axis) in the promoted dtype (x1 conjugated once complex exists).
 
-    >>> rill.vecdot(rill.tensor([[1., 2.], [3., 4.]]), rill.tensor([1., 1.]))
+    >>> rill.linalg.vecdot(rill.tensor([[1., 2.], [3., 4.]]), rill.tensor([1., 1.]))
     tensor([3., 7.])
     """
     from ..ops.elementwise import cast
