@@ -67,17 +67,25 @@ def make_loader(images, labels, batch_size=32):
     return DataLoader(dataset, batch_size=batch_size, shuffle=False)
 
 
-def train(model, data, epochs=2, lr=0.05):
-    """Returns the loss of every step and the running training accuracy of every epoch."""
+def get_device():
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def train(model, data, device, epochs=2, lr=0.05):
+    """Returns the loss of every step, the running training accuracy and the learning rate of
+    every epoch."""
+    model.to(device)
     loader = make_loader(*data)
     criterion = nn.CrossEntropyLoss()
-    optimizer = optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    optimizer = optim.SGD(model.parameters(), lr=lr, momentum=0.9, weight_decay=5e-4)
     scheduler = StepLR(optimizer, step_size=1, gamma=0.5)
-    losses, accuracies = [], []
+    losses, accuracies, lrs = [], [], []
     for epoch in range(epochs):
         model.train()
         correct, seen = 0, 0
-        for inputs, targets in loader:
+        lrs.append(scheduler.get_last_lr()[0])
+        for batch_idx, (inputs, targets) in enumerate(loader):
+            inputs, targets = inputs.to(device), targets.to(device)
             optimizer.zero_grad()
             outputs = model(inputs)
             loss = criterion(outputs, targets)
@@ -87,30 +95,46 @@ def train(model, data, epochs=2, lr=0.05):
             _, predicted = outputs.max(1)
             seen += targets.size(0)
             correct += predicted.eq(targets).sum().item()
+        assert batch_idx == len(loader) - 1
         accuracies.append(correct / seen)
         scheduler.step()
-    return losses, accuracies
+    assert optimizer.param_groups[0]["lr"] == lr * 0.5 ** epochs
+    return losses, accuracies, lrs
 
 
-def evaluate(model, data):
+def evaluate(model, data, device):
     """Returns (mean loss, accuracy) over the data, in eval mode and without gradients."""
     loader = make_loader(*data, batch_size=64)
     model.eval()
-    total_loss, correct, total = 0.0, 0, 0
+    total_loss, correct = 0.0, 0
     with torch.no_grad():
         for inputs, targets in loader:
+            inputs, targets = inputs.to(device), targets.to(device)
             outputs = model(inputs)
             total_loss += F.cross_entropy(outputs, targets, reduction="sum").item()
             _, predicted = torch.max(outputs.data, 1)
-            total += targets.size(0)
             correct += (predicted == targets).sum().item()
-    return total_loss / total, correct / total
+    return total_loss / len(loader.dataset), correct / len(loader.dataset)
+
+
+def count_parameters(model):
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def save_and_reload(model, path, device, dropout=0.0):
+    """Saves the state_dict to a file and loads it into a fresh model, as a checkpoint would."""
+    torch.save(model.state_dict(), path)
+    restored = Net(dropout=dropout).to(device)
+    restored.load_state_dict(torch.load(path, map_location=device))
+    return restored
 
 
 def main():
+    device = get_device()
     model = build_model(dropout=0.25)
-    losses, accuracies = train(model, make_data(seed=0))
-    test_loss, test_accuracy = evaluate(model, make_data(seed=1, n=128))
+    print(f"{count_parameters(model)} parameters, on {device}")
+    losses, accuracies, _ = train(model, make_data(seed=0), device)
+    test_loss, test_accuracy = evaluate(model, make_data(seed=1, n=128), device)
     print(f"train accuracy per epoch {accuracies}, test loss {test_loss:.4f}, "
           f"test accuracy {test_accuracy:.3f}")
 
