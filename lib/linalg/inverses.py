@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..dtypes import finfo
-from ..errors import ArgumentError, ShapeError, reports_as
+from ..errors import ArgumentError, reports_as
 from ..eager.bind import bind
 from ..ops.arguments import as_int, as_number, as_tensor, describe
 from ..tensor import Tensor

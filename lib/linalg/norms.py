@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ..errors import ArgumentError, reports_as
 from ..ops.arguments import as_axes, as_bool, as_tensor, describe
 from .primitives import matrices, real_floating
 
 def _number_ord(ord, op: str):
-    if isinstance(ord, bool) or not isinstance(ord, (int, float)):
+    if isinstance(ord, (bool, np.bool_)) or not isinstance(ord, (int, float, np.number)) or \
+            isinstance(ord, np.complexfloating):
         raise ArgumentError(f"ord must be a number, inf or -inf, got {describe(ord)}", op=op)
-    return ord
+    return float(ord) if isinstance(ord, np.floating) else int(ord) if isinstance(
+        ord, np.integer) else ord
 
 
 @reports_as("vector_norm")

@@ -16,7 +16,7 @@ from ..eager.bind import bind
 from ..ops import attrs as A
 from ..ops import promotion
 from ..ops.primitive import primitive
-from ..ops.rules import broadcast_shapes, require
+from ..ops.rules import broadcast_shapes
 
 # ---- shared pieces -------------------------------------------------------------------------
 
