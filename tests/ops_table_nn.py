@@ -335,6 +335,84 @@ def np_sdpa(q, k, v, attn_mask=None, is_causal=False, scale=None):
     return out
 
 
+# ---- naive N-d references (conv3d, conv_transpose3d, max_pool3d) ----------------------------
+
+def _ntuple(v, n):
+    return (v,) * n if isinstance(v, int) else tuple(v)
+
+
+def np_conv_nd(x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
+    """Direct convolution over any number of spatial axes, one output element at a time."""
+    rank = w.ndim - 2
+    st, dil = _ntuple(stride, rank), _ntuple(dilation, rank)
+    o, cg, *kernel = w.shape
+    xp = _zero_pad(x, _conv_pads(padding, kernel, dil))
+    size = [(xp.shape[2 + d] - dil[d] * (kernel[d] - 1) - 1) // st[d] + 1 for d in range(rank)]
+    og = o // groups
+    out = np.zeros((x.shape[0], o, *size))
+    for s, oc, *pos in np.ndindex(x.shape[0], o, *size):
+        first = (oc // og) * cg
+        acc = 0.0
+        for ci, *tap in np.ndindex(cg, *kernel):
+            where = tuple(p * st[d] + t * dil[d] for d, (p, t) in enumerate(zip(pos, tap)))
+            acc += xp[(s, first + ci) + where] * w[(oc, ci, *tap)]
+        out[(s, oc, *pos)] = acc + (0.0 if b is None else b[oc])
+    return out
+
+
+def np_conv_transpose_nd(x, w, b=None, stride=1, padding=0, output_padding=0, groups=1,
+                         dilation=1):
+    """Each input element scatters its kernel-weighted copy into the output; then crop."""
+    rank = w.ndim - 2
+    st, pad, opad, dil = (_ntuple(v, rank) for v in (stride, padding, output_padding, dilation))
+    n, c, *size = x.shape
+    _, og, *kernel = w.shape
+    cg = c // groups
+    full = np.zeros((n, og * groups, *[(size[d] - 1) * st[d] + dil[d] * (kernel[d] - 1) + 1
+                                       + opad[d] for d in range(rank)]))
+    for s, ci, *pos in np.ndindex(n, c, *size):
+        for oc, *tap in np.ndindex(og, *kernel):
+            where = tuple(p * st[d] + t * dil[d] for d, (p, t) in enumerate(zip(pos, tap)))
+            full[(s, (ci // cg) * og + oc) + where] += x[(s, ci, *pos)] * w[(ci, oc, *tap)]
+    crop = tuple(slice(pad[d], full.shape[2 + d] - pad[d]) for d in range(rank))
+    out = full[(slice(None), slice(None)) + crop]
+    return out if b is None else out + b.reshape((-1,) + (1,) * rank)
+
+
+def _pool_size(length, k, s, p, d, ceil_mode):
+    """PyTorch's documented output length; with ceil_mode a last window that would start in
+    the right padding is dropped."""
+    span = length + 2 * p - d * (k - 1) - 1
+    out = (-(-span // s) if ceil_mode else span // s) + 1
+    if ceil_mode and (out - 1) * s >= length + p:
+        out -= 1
+    return out
+
+
+def np_max_pool_nd(x, rank, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
+    """(maxima, flat index into the spatial axes of each window's first maximum); the input
+    is (N, C, *spatial) or (C, *spatial)."""
+    if x.ndim == rank + 1:
+        out, idx = np_max_pool_nd(x[None], rank, kernel_size, stride, padding, dilation,
+                                  ceil_mode)
+        return out[0], idx[0]
+    k = _ntuple(kernel_size, rank)
+    st = k if stride is None else _ntuple(stride, rank)
+    pad, dil = _ntuple(padding, rank), _ntuple(dilation, rank)
+    spatial = x.shape[2:]
+    size = [_pool_size(spatial[d], k[d], st[d], pad[d], dil[d], ceil_mode) for d in range(rank)]
+    out = np.zeros(x.shape[:2] + tuple(size))
+    idx = np.zeros(out.shape, dtype=np.int64)
+    for s, ch, *pos in np.ndindex(*out.shape):
+        best, where = -np.inf, -1
+        for tap in np.ndindex(*k):
+            at = [p * st[d] - pad[d] + t * dil[d] for d, (p, t) in enumerate(zip(pos, tap))]
+            if all(0 <= a < spatial[d] for d, a in enumerate(at)) and x[(s, ch, *at)] > best:
+                best, where = x[(s, ch, *at)], int(np.ravel_multi_index(at, spatial))
+        out[(s, ch, *pos)], idx[(s, ch, *pos)] = best, where
+    return out, idx
+
+
 # ---- input makers --------------------------------------------------------------------------
 
 def fixed(values, dtype=np.int64):
@@ -382,6 +460,24 @@ def conv_t_row(name, shapes, **kw):
     return Op(name, lambda x, w, b=None: RF.conv_transpose2d(x, w, b, **kw),
               lambda x, w, b=None: np_conv_transpose2d(x, w, b, **kw),
               lambda x, w, b=None: TF.conv_transpose2d(x, w, b, **kw), shapes)
+
+
+def conv3d_row(name, shapes, **kw):
+    return Op(name, lambda x, w, b=None: RF.conv3d(x, w, b, **kw),
+              lambda x, w, b=None: np_conv_nd(x, w, b, **kw),
+              lambda x, w, b=None: TF.conv3d(x, w, b, **kw), shapes)
+
+
+def conv_t3d_row(name, shapes, **kw):
+    return Op(name, lambda x, w, b=None: RF.conv_transpose3d(x, w, b, **kw),
+              lambda x, w, b=None: np_conv_transpose_nd(x, w, b, **kw),
+              lambda x, w, b=None: TF.conv_transpose3d(x, w, b, **kw), shapes)
+
+
+def max_pool3d_row(name, shapes, **kw):
+    return Op(name, lambda x: RF.max_pool3d(x, **kw), lambda x: np_max_pool_nd(x, 3, **kw)[0],
+              lambda x: TF.max_pool3d(x, **kw), [(distinct(s),) for s in shapes])
+
 
 
 def max_pool_row(name, shapes, **kw):
@@ -697,6 +793,30 @@ NN_OPS = [
     *[Op(f"adam_update{'_decoupled' if d else ''}", *_adam(d), None,
          [((3, 4), (3, 4), (3, 4), _positive((3, 4))), ((), (), (), _positive(()))],
          grad=False, rtol=1e-9) for d in (False, True)],
+    # ---- 3-d convolution and pooling -----------------------------------------------------
+    # conv3d_weight_grad and max_pool3d_grad are gradient-only primitives: the gradient checks
+    # of these rows run them (as conv2d's rows run conv2d_weight_grad).
+    conv3d_row("conv3d", [((2, 2, 3, 4, 3), (3, 2, 2, 2, 2), (3,)),
+                          ((1, 1, 3, 3, 3), (2, 1, 3, 3, 3))]),
+    conv3d_row("conv3d_stride_pad_dilation", [((1, 2, 5, 6, 5), (2, 2, 2, 3, 2), (2,))],
+               stride=(2, 1, 2), padding=(1, 0, 1), dilation=(1, 2, 1)),
+    conv3d_row("conv3d_groups_same_even_kernel", [((1, 4, 3, 4, 3), (4, 2, 2, 3, 2), (4,))],
+               groups=2, padding="same"),
+    conv_t3d_row("conv_transpose3d", [((1, 2, 2, 3, 2), (2, 3, 2, 2, 2), (3,)),
+                                      ((2, 1, 2, 2, 2), (1, 2, 3, 2, 2))]),
+    conv_t3d_row("conv_transpose3d_stride_pad_outpad", [((1, 2, 2, 3, 2), (2, 2, 3, 3, 2), (2,))],
+                 stride=(2, 2, 1), padding=(1, 1, 0), output_padding=(1, 0, 0)),
+    conv_t3d_row("conv_transpose3d_groups_dilation", [((1, 4, 2, 2, 3), (4, 1, 2, 2, 2), (2,))],
+                 groups=2, dilation=(2, 1, 2), padding=1),
+    max_pool3d_row("max_pool3d", [(2, 2, 4, 4, 4), (2, 3, 4, 5)], kernel_size=2),
+    max_pool3d_row("max_pool3d_stride_pad_dilation", [(1, 2, 5, 4, 5)], kernel_size=(3, 2, 2),
+                   stride=(2, 1, 2), padding=(1, 0, 1), dilation=(1, 2, 1)),
+    max_pool3d_row("max_pool3d_ceil_mode", [(1, 2, 5, 5, 4)], kernel_size=2, stride=2,
+                   ceil_mode=True),
+    Op("max_pool3d_indices", lambda x: RF.max_pool3d(x, 3, 2, 1, return_indices=True),
+       lambda x: np_max_pool_nd(x, 3, 3, 2, 1),
+       lambda x: TF.max_pool3d(x, 3, 2, 1, return_indices=True),
+       [(distinct((1, 2, 4, 5, 4)),), (distinct((2, 3, 4, 3)),)]),
 ]
 
 
