@@ -8,7 +8,8 @@
 tensor([2., 4.])
 """
 from .dtypes import (DType, bfloat16, bool_, float16, float32, float64, int8, int16, int32,
-                     int64, uint8, promote_types, finfo)
+                     int64, uint8, uint16, uint32, uint64, complex64, complex128,
+                     promote_types, finfo)
 from .devices import Device, device
 from .errors import (Error, ArgumentError, DeviceError, DTypeError, GradientError,
                      IndexingError, KernelError, ShapeError, CheckpointError, DataError, CaptureError,
@@ -43,6 +44,7 @@ from .ops.indexing import (take, take_along_axis, scatter_add, index_add, index_
                            masked_select)
 from .ops.sorting import sort, argsort, topk
 from .ops.linalg import matmul, dot, outer, tensordot, einsum
+from .linalg import matrix_transpose, vecdot
 
 from .ops.torch_functions import (  # noqa: A004 - PyTorch's meanings; see the module
     max, min, sort, std, var, cat, concatenate, clamp, unsqueeze, chunk, unbind, narrow, numel,

@@ -111,7 +111,11 @@ def _cholesky_vjp(g, lower, x):
     return (0.5 * (s + adjoint(s)),)
 
 
-cholesky_p = primitive("cholesky", _cholesky_infer, _cholesky_vjp, save_output=True, attrs={})
+# LAPACK's factorizations have no Triton counterpart here; the public functions say so.
+_LAPACK = "a LAPACK factorization; rill runs it on the CPU"
+
+cholesky_p = primitive("cholesky", _cholesky_infer, _cholesky_vjp, save_output=True,
+                       cpu_only=_LAPACK, attrs={})
 
 # ---- eigh ----------------------------------------------------------------------------------
 
@@ -133,7 +137,7 @@ def _eigh_vjp(gs, outs, x):
 
 
 eigh_p = primitive("eigh", _eigh_infer, _eigh_vjp, multiple_results=True, save_output=True,
-                   attrs={})
+                   cpu_only=_LAPACK, attrs={})
 
 # ---- qr ------------------------------------------------------------------------------------
 
@@ -166,7 +170,7 @@ def _qr_vjp(gs, outs, x, mode):
 
 
 qr_p = primitive("qr", _qr_infer, _qr_vjp, multiple_results=True, save_output=True,
-                 attrs=dict(mode=A.Choice("reduced", "complete")))
+                 cpu_only=_LAPACK, attrs=dict(mode=A.Choice("reduced", "complete")))
 
 # ---- svd -----------------------------------------------------------------------------------
 
@@ -213,7 +217,7 @@ def _svd_vjp(gs, outs, x, full_matrices):
 
 
 svd_p = primitive("svd", _svd_infer, _svd_vjp, multiple_results=True, save_output=True,
-                  attrs=dict(full_matrices=A.BOOL))
+                  cpu_only=_LAPACK, attrs=dict(full_matrices=A.BOOL))
 
 # ---- inv, solve (LU) -----------------------------------------------------------------------
 
@@ -229,7 +233,7 @@ def _inv_vjp(g, out, x):
     return (-(adjoint(out) @ g @ adjoint(out)),)
 
 
-inv_p = primitive("inv", _inv_infer, _inv_vjp, save_output=True, attrs={})
+inv_p = primitive("inv", _inv_infer, _inv_vjp, save_output=True, cpu_only=_LAPACK, attrs={})
 
 
 def _solve_infer(a, b):
@@ -259,7 +263,7 @@ def _solve_vjp(g, out, a, b):
 
 
 solve_p = primitive("solve", _solve_infer, _solve_vjp, normalize=promotion.common,
-                    save_output=True, attrs={})
+                    save_output=True, cpu_only=_LAPACK, attrs={})
 
 
 def solve_matrix(a, b):
@@ -289,7 +293,7 @@ def _det_vjp(g, out, x):
     return ((g * sign)[..., None, None] * adj_h,)
 
 
-det_p = primitive("det", _det_infer, _det_vjp, attrs={})
+det_p = primitive("det", _det_infer, _det_vjp, cpu_only=_LAPACK, attrs={})
 
 
 def _slogdet_infer(x):
@@ -304,4 +308,4 @@ def _slogdet_vjp(gs, outs, x):
 
 
 slogdet_p = primitive("slogdet", _slogdet_infer, _slogdet_vjp, multiple_results=True,
-                      attrs={})
+                      cpu_only=_LAPACK, attrs={})

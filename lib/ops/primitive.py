@@ -27,17 +27,20 @@ class Primitive:
         per-iteration stacks): not differentiable, held by the tape until backward.
     attrs: {name: attribute type} (ops/attrs.py), the keyword-only parameters of `infer`;
         bind checks every call against it, loaders every saved node. None: not declared.
+    cpu_only: why the op has no gpu kernel, for a primitive that is CPU-only by design (the
+        LAPACK decompositions, fft); None for every op that must have one.
     required_attrs: the names in `attrs` whose infer parameter has no default.
     """
 
     __slots__ = ("name", "infer", "vjp", "normalize", "multiple_results", "save_output",
                  "device_attr", "effect", "residuals", "kernels", "attrs", "required_attrs",
-                 "attr_checks", "__weakref__")
+                 "attr_checks", "cpu_only", "__weakref__")
 
     def __init__(self, name: str, infer: Callable, vjp: Callable | None = None, *,
                  normalize: Callable | None = None, multiple_results: bool = False,
                  save_output: bool = False, device_attr: bool = False, effect: str | None = None,
-                 residuals: Callable | None = None, attrs: dict | None = None):
+                 residuals: Callable | None = None, attrs: dict | None = None,
+                 cpu_only: str | None = None):
         self.name = name
         self.infer = infer
         self.vjp = vjp
@@ -48,6 +51,7 @@ class Primitive:
         self.effect = effect
         self.residuals = residuals
         self.kernels: dict[str, Callable] = {}
+        self.cpu_only = cpu_only
         self.attrs = None if attrs is None else dict(attrs)
         defaults = getattr(infer, "__kwdefaults__", None) or {}
         self.required_attrs = frozenset(k for k in self.attrs or () if k not in defaults)
