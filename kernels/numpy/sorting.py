@@ -1,4 +1,5 @@
-"""Sorting CPU kernels (stable)."""
+"""Sorting CPU kernels (stable in both directions; NaN after every number ascending, before
+every number descending)."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,9 +8,14 @@ from rill.ops.primitive import register_kernels
 
 
 def _sort(x, axis, descending):
-    idx = np.argsort(x, axis=axis, kind="stable")
     if descending:
-        idx = np.flip(idx, axis=axis)
+        # Stable descending: equal values keep their order (lower index first, as ONNX and
+        # PyTorch). Sorting the reversed row ascending and reversing the result gives that.
+        n = x.shape[axis]
+        idx = (n - 1) - np.flip(np.argsort(np.flip(x, axis=axis), axis=axis, kind="stable"),
+                                axis=axis)
+    else:
+        idx = np.argsort(x, axis=axis, kind="stable")
     return np.take_along_axis(x, idx, axis), idx.astype(np.int64, copy=False)
 
 

@@ -3,11 +3,11 @@
 The sorted axis is moved last (a contiguous copy when it is not) and each row padded to
 P = a power of two. Elements are compared as (value, index) pairs, so every key is distinct
 and the network's result is the stable order; NaN sorts after every number (NumPy), padding
-after everything, and descending is the exact reverse of the stable ascending order (as the
-CPU kernel's flip). Rows of up to CHUNK elements are sorted by one program each: every
-compare-exchange stage reads and writes the program's own chunk of a scratch buffer (cache
-resident) with a barrier between stages. Longer rows add, per merge size, the stages whose
-partners lie in different chunks as whole-buffer launches.
+after everything, and descending is stable too: equal values keep the lower index first (as
+the CPU kernel, ONNX and PyTorch), NaN before every number. Rows of up to CHUNK elements are
+sorted by one program each: every compare-exchange stage reads and writes the program's own
+chunk of a scratch buffer (cache resident) with a barrier between stages. Longer rows add,
+per merge size, the stages whose partners lie in different chunks as whole-buffer launches.
 
 Per call: ~log2(P)^2 / 2 compare-exchange stages over M*P (value, int32 index) pairs; reads
 the input once and writes values and int64 indices once.
@@ -37,7 +37,7 @@ def _after(va, ia, vb, ib, R, DESC: tl.constexpr):
     b_gt = (b_nan & ~a_nan) | (vb > va)
     tie = (va == vb) | (a_nan & b_nan)
     if DESC:
-        key = b_gt | (tie & (ia < ib))
+        key = b_gt | (tie & (ia > ib))
     else:
         key = a_gt | (tie & (ia > ib))
     a_pad = ia >= R

@@ -321,8 +321,10 @@ take_along_axis_p = primitive("take_along_axis", _take_along_infer, _take_along_
                               attrs={"axis": A.AXIS})
 
 
-def take_along_axis(x, indices, axis: int):
-    """out[..., i, ...] = x[..., indices[..., i, ...], ...] along `axis` (NumPy's)."""
+def take_along_axis(x, indices, axis: int = -1):
+    """out[..., i, ...] = x[..., indices[..., i, ...], ...] along `axis` (the last by
+    default, as the Array API); x and indices broadcast off that axis; negative indices
+    count from the end."""
     return bind(take_along_axis_p, x, indices, axis=as_axis(axis, "take_along_axis"))
 
 

@@ -1,13 +1,14 @@
 """Shape primitives and the composites built on them: reshape, transpose, broadcast_to,
 concat, split, pad, flip, roll, tril/triu; squeeze, expand_dims, stack, flatten, swapaxes,
-moveaxis, tile, repeat.
+moveaxis, tile, repeat; the Array API's broadcast_shapes, broadcast_arrays, meshgrid,
+unstack and diff.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from .. import dtypes as dt
-from ..errors import ArgumentError, ShapeError
+from ..errors import ArgumentError, IndexingError, ShapeError
 from ..errors import reports_as
 from ..eager.bind import bind
 from . import attrs as A
@@ -15,6 +16,7 @@ from .arguments import as_axes, as_axis, as_choice, as_int, as_ints, as_shape, a
     as_tensors, describe
 from . import promotion
 from .primitive import primitive
+from .rules import broadcast_shapes as broadcast_shapes_of
 from .rules import normalize_axes, normalize_axis, size_of
 from ..tensor import Tensor
 
@@ -51,17 +53,28 @@ reshape_p = primitive("reshape", _reshape_infer,
                       attrs={"shape": A.TupleOf(A.Int(-1))})
 
 
-def reshape(x, *shape):
-    """The same values in a new shape; one entry may be -1.
+def reshape(x, shape=None, *more, copy=None):
+    """The same values in a new shape; one entry may be -1. The shape is one sequence (the
+    Array API's `reshape(x, shape)`) or several ints (`reshape(x, 2, -1)`). Tensors are
+    values, so a reshape never needs a copy; copy=True gives a new tensor even when the shape
+    is unchanged.
 
     >>> rill.arange(6).reshape(2, -1).shape
     (2, 3)
     """
-    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
-        shape = shape[0]
+    if shape is None:
+        raise ArgumentError("reshape needs a shape", op="reshape")
+    if more:
+        shape = (shape,) + more
     x = _tensor(x, "reshape")
     shape = as_ints(shape, "shape", "reshape")
+    if copy is not None and copy is not True and copy is not False:
+        raise ArgumentError(f"copy must be True, False or None, got {describe(copy)}",
+                            op="reshape")
     if shape == x.shape:
+        if copy:
+            from .data_types import fresh
+            return fresh(x)
         return x
     return bind(reshape_p, x, shape=shape)
 
@@ -161,11 +174,18 @@ def squeeze(x, axis=None):
 
 
 @reports_as("expand_dims")
-def expand_dims(x, axis):
-    """Insert axes of length one at the given positions of the result."""
+def expand_dims(x, axis=0):
+    """Insert axes of length one at the given positions of the result: an axis in
+    [-N-1, N] for an N-d x (-1 appends one, -N-1 prepends one), or a tuple of them.
+    An axis outside that range is an IndexingError (an IndexError), as the standard asks."""
     x = _tensor(x, "expand_dims")
     axes = as_ints(axis, "axis", "expand_dims")
     ndim = x.ndim + len(axes)
+    for a in axes:
+        if not -ndim <= a < ndim:
+            raise IndexingError(f"axis {a} is out of range for inserting into a tensor with "
+                                f"{x.ndim} dimensions: expected one in [{-ndim}, {ndim - 1}]",
+                                op="expand_dims")
     axes = normalize_axes(axes, ndim)
     dims = iter(x.shape)
     return reshape(x, tuple(1 if i in axes else next(dims) for i in range(ndim)))
@@ -239,10 +259,14 @@ concat_p = primitive("concat", _concat_infer, _concat_vjp, normalize=promotion.c
                      attrs={"axis": A.AXIS})
 
 
-def concat(tensors, axis: int = 0):
-    """Join tensors along an existing axis (dtypes promote)."""
-    return bind(concat_p, *as_tensors(tensors, "tensors", "concat"),
-                axis=as_axis(axis, "concat"))
+def concat(tensors, axis: int | None = 0):
+    """Join tensors along an existing axis (dtypes promote); axis=None joins them
+    flattened, as the Array API's concat."""
+    tensors = as_tensors(tensors, "tensors", "concat")
+    if axis is None:
+        tensors = [reshape(t, (-1,)) for t in tensors]
+        axis = 0
+    return bind(concat_p, *tensors, axis=as_axis(axis, "concat"))
 
 
 @reports_as("stack")
@@ -449,6 +473,8 @@ def repeat(x, repeats, axis: int | None = None):
     if isinstance(repeats, (tuple, list)):
         counts = np.array(as_ints(repeats, "repeats", "repeat", low=0, error=ShapeError),
                           dtype=np.int64)
+        if len(counts) == 1:  # one count for every element, as the standard broadcasts (1,)
+            counts = counts[0]
     else:
         counts = np.int64(as_int(repeats, "repeats", "repeat", low=0, error=ShapeError))
     if (counts < 0).any() or counts.ndim > 1 or (counts.ndim == 1 and len(counts) != x.shape[a]):
@@ -489,3 +515,127 @@ def slice_axis(x, axis: int, start: int, stop: int):
     """x[..., start:stop, ...] along one axis."""
     from .indexing import getitem
     return getitem(x, (slice(None),) * axis + (slice(start, stop),))
+
+
+# ---- the Array API's broadcasting, grids, unstack and diff ---------------------------------
+
+
+def broadcast_shapes(*shapes) -> tuple:
+    """The shape that arrays of these shapes broadcast to (a ShapeError if they do not).
+
+    >>> rill.broadcast_shapes((3, 1), (4,), ())
+    (3, 4)
+    """
+    checked = [as_shape(s, "broadcast_shapes", f"shapes[{i}]") for i, s in enumerate(shapes)]
+    if not checked:
+        return ()
+    try:
+        return broadcast_shapes_of(*checked)
+    except ShapeError as e:
+        e.op = "broadcast_shapes"
+        raise
+
+
+@reports_as("broadcast_arrays")
+def broadcast_arrays(*arrays) -> list:
+    """Each tensor broadcast to the shape they share (a list, as the 2024.12 standard has it;
+    each keeps its dtype). Gradients sum back over the broadcast axes."""
+    tensors = [as_tensor(a, f"arrays[{i}]", "broadcast_arrays") for i, a in enumerate(arrays)]
+    if not tensors:
+        return []
+    shape = broadcast_shapes_of(*(t.shape for t in tensors))
+    return [broadcast_to(t, shape) for t in tensors]
+
+
+_INDEXING = ("xy", "ij")
+
+
+@reports_as("meshgrid")
+def meshgrid(*arrays, indexing: str = "xy") -> list:
+    """Coordinate grids from 1-d coordinate tensors: for lengths N1, N2, N3, ... each result
+    has shape (N1, N2, N3, ...) with indexing='ij', and (N2, N1, N3, ...) with the default
+    'xy' (Cartesian: the first two axes swapped). Returns a list, as the 2024.12 standard
+    (note: the default is 'xy' where torch.meshgrid's is 'ij').
+
+    >>> gx, gy = rill.meshgrid(rill.arange(3), rill.arange(2))
+    >>> gx.shape, gy.shape
+    ((2, 3), (2, 3))
+    """
+    indexing = as_choice(indexing, "indexing", "meshgrid", _INDEXING)
+    tensors = [as_tensor(a, f"arrays[{i}]", "meshgrid") for i, a in enumerate(arrays)]
+    for i, t in enumerate(tensors):
+        if t.ndim != 1:
+            raise ShapeError(f"arrays[{i}] must be 1-d, got shape {t.shape}", op="meshgrid")
+    n = len(tensors)
+    # Where each input's values run in the result: axis i, but the first two swap for 'xy'.
+    where = list(range(n))
+    if indexing == "xy" and n >= 2:
+        where[0], where[1] = 1, 0
+    shape = [0] * n
+    for t, axis in zip(tensors, where):
+        shape[axis] = t.shape[0]
+    out = []
+    for t, axis in zip(tensors, where):
+        lined_up = reshape(t, tuple(-1 if a == axis else 1 for a in range(n)))
+        out.append(broadcast_to(lined_up, tuple(shape)))
+    return out
+
+
+def unstack(x, /, *, axis: int = 0) -> tuple:
+    """The slices of x along `axis`, as a tuple of tensors with that axis removed.
+
+    >>> [t.tolist() for t in rill.unstack(rill.tensor([[1, 2], [3, 4]]), axis=1)]
+    [[1, 3], [2, 4]]
+    """
+    x = _tensor(x, "unstack")
+    try:
+        a = normalize_axis(as_axis(axis, "unstack"), x.ndim)
+    except ShapeError as e:
+        e.op = "unstack"
+        raise
+    n = x.shape[a]
+    if n == 0:
+        return ()
+    rest = x.shape[:a] + x.shape[a + 1:]
+    return tuple(reshape(piece, rest) for piece in split(x, [1] * n, axis=a))
+
+
+def _edge(values, x, axis, what):
+    """prepend/append for diff: a tensor, or a number repeated along a length-1 axis."""
+    t = as_tensor(values, what, "diff")
+    if t.ndim == 0:
+        t = broadcast_to(t, tuple(1 if i == axis else s for i, s in enumerate(x.shape)))
+    return t
+
+
+@reports_as("diff")
+def diff(x, /, *, axis: int = -1, n: int = 1, prepend=None, append=None):
+    """The n-th forward difference along `axis`: out[i] = x[i+1] - x[i], n times, after
+    joining `prepend` and `append` to x along the axis (they must match x's shape off it;
+    a number stands for a length-1 slice). The axis shrinks by n (to no less than 0). Bool
+    tensors give x[i+1] != x[i], as NumPy.
+
+    >>> rill.diff(rill.tensor([1, 4, 9, 16]), n=2)
+    tensor([2, 2])
+    """
+    from .elementwise import not_equal, subtract
+    x = _tensor(x, "diff")
+    if x.ndim == 0:
+        raise ShapeError("diff needs a tensor with at least one axis, got a 0-d tensor",
+                         op="diff")
+    a = normalize_axis(as_axis(axis, "diff"), x.ndim)
+    n = as_int(n, "n", "diff", low=0)
+    pieces = [x]
+    if prepend is not None:
+        pieces.insert(0, _edge(prepend, x, a, "prepend"))
+    if append is not None:
+        pieces.append(_edge(append, x, a, "append"))
+    if len(pieces) > 1:
+        x = concat(pieces, axis=a)
+    step = not_equal if x.dtype is dt.bool_ else subtract
+    for _ in range(n):
+        length = x.shape[a]
+        if length == 0:
+            break
+        x = step(slice_axis(x, a, 1, length), slice_axis(x, a, 0, length - 1))
+    return x

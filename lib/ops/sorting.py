@@ -1,4 +1,5 @@
-"""sort, argsort, topk: values and the indices they came from, along one axis."""
+"""sort, argsort, topk: values and the indices they came from, along one axis. Stable in
+both directions (equal values keep the lower index first, descending too)."""
 from __future__ import annotations
 
 from .. import dtypes as dt
@@ -51,22 +52,32 @@ def _axis(x, axis, op):
 
 
 @reports_as("sort")
-def sort(x, axis: int = -1, descending: bool = False):
-    """Values sorted along `axis` (stable; descending reverses the stable order)."""
+def sort(x, axis: int = -1, descending: bool = False, *, stable: bool = True):
+    """Values sorted along `axis`. Always stable, in both directions: equal values keep
+    their order (the lower index first, descending too). `stable` is the Array API's
+    keyword; False only allows any order, and the stable one is such an order. NaN sorts
+    after every number ascending and before every number descending."""
+    as_bool(stable, "stable", "sort")
     return bind(sort_p, x, axis=_axis(x, axis, "sort"),
                 descending=as_bool(descending, "descending", "sort"))[0]
 
 
 @reports_as("argsort")
-def argsort(x, axis: int = -1, descending: bool = False):
-    """Indices that sort x along `axis`."""
+def argsort(x, axis: int = -1, descending: bool = False, *, stable: bool = True):
+    """Indices that sort x along `axis` (stable in both directions, as `sort`).
+
+    >>> rill.argsort(rill.tensor([2, 1, 2, 1]), descending=True)
+    tensor([0, 2, 1, 3])
+    """
+    as_bool(stable, "stable", "argsort")
     return bind(sort_p, x, axis=_axis(x, axis, "argsort"),
                 descending=as_bool(descending, "descending", "argsort"))[1]
 
 
 @reports_as("topk")
 def topk(x, k: int, axis: int = -1, largest: bool = True):
-    """(values, indices) of the k largest (or smallest) entries along `axis`, in order."""
+    """(values, indices) of the k largest (or smallest) entries along `axis`, in order;
+    among equal values the lower index comes first."""
     values, indices = bind(topk_p, x, k=as_int(k, "k", "topk"), axis=_axis(x, axis, "topk"),
                            largest=as_bool(largest, "largest", "topk"))
     return values, indices
