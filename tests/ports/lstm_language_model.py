@@ -7,6 +7,8 @@ generates greedily. tests/ports/test_ports.py runs this file once as written and
 only the import block swapped for rill's.
 """
 # --- imports: the only lines that change between PyTorch and rill ---
+import math
+
 import numpy as np
 import torch
 import torch.nn as nn
@@ -38,12 +40,26 @@ def batchify(stream, batch_size):
 
 
 class LSTMLanguageModel(nn.Module):
-    def __init__(self, vocab_size=VOCAB, embed_dim=16, hidden_size=32, num_layers=2):
+    def __init__(self, vocab_size=VOCAB, embed_dim=16, hidden_size=32, num_layers=2, dropout=0.0):
         super().__init__()
         self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
+        self.num_layers = num_layers
         self.embedding = nn.Embedding(vocab_size, embed_dim)
-        self.lstm = nn.LSTM(embed_dim, hidden_size, num_layers=num_layers, batch_first=True)
+        self.lstm = nn.LSTM(embed_dim, hidden_size, num_layers, dropout=dropout, batch_first=True)
         self.decoder = nn.Linear(hidden_size, vocab_size)
+        self.init_weights()
+
+    def init_weights(self):
+        initrange = 0.1
+        self.embedding.weight.data.uniform_(-initrange, initrange)
+        self.decoder.bias.data.zero_()
+        self.decoder.weight.data.uniform_(-initrange, initrange)
+
+    def init_hidden(self, batch_size):
+        weight = next(self.parameters())
+        return (weight.new_zeros(self.num_layers, batch_size, self.hidden_size),
+                weight.new_zeros(self.num_layers, batch_size, self.hidden_size))
 
     def forward(self, tokens, hidden=None):
         embedded = self.embedding(tokens)
@@ -72,7 +88,7 @@ def train(model, stream, steps=8, batch_size=8, seq_len=12, lr=3e-3, clip=0.5):
     for step in range(steps):
         start = (step % windows) * seq_len
         if start == 0:
-            hidden = None             # a new pass over the data starts from a zero state
+            hidden = model.init_hidden(batch_size)    # a new pass starts from a zero state
         inputs = data[:, start:start + seq_len]
         targets = data[:, start + 1:start + 1 + seq_len]
         if hidden is not None:
@@ -102,10 +118,28 @@ def generate(model, prompt, length=10):
     return tokens
 
 
+def perplexity(model, stream, batch_size=4, seq_len=20):
+    data = batchify(stream, batch_size)
+    model.eval()
+    criterion = nn.CrossEntropyLoss()
+    total, count = 0.0, 0
+    with torch.no_grad():
+        hidden = model.init_hidden(batch_size)
+        for start in range(0, data.size(1) - 1 - seq_len, seq_len):
+            inputs = data[:, start:start + seq_len]
+            targets = data[:, start + 1:start + 1 + seq_len]
+            logits, hidden = model(inputs, hidden)
+            total += criterion(logits.view(-1, model.vocab_size), targets.reshape(-1)).item()
+            count += 1
+    return math.exp(total / count)
+
+
 def main():
     model = build_model()
     losses, _ = train(model, make_stream(), steps=60)
-    print(f"loss {losses[0]:.3f} -> {losses[-1]:.3f}; generated {generate(model, [0, 1])}")
+    print(f"loss {losses[0]:.3f} -> {losses[-1]:.3f}, "
+          f"held-out perplexity {perplexity(model, make_stream(seed=1, length=400)):.2f}; "
+          f"generated {generate(model, [0, 1])}")
 
 
 if __name__ == "__main__":

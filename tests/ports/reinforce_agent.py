@@ -6,6 +6,7 @@ discounted returns are normalized and weight the log-probabilities. tests/ports/
 runs this file once as written and once with only the import block swapped for rill's.
 """
 # --- imports: the only lines that change between PyTorch and rill ---
+import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -13,7 +14,7 @@ import torch.optim as optim
 from torch.distributions import Categorical
 # --- end of imports ---
 
-EPS = 1e-8
+EPS = np.finfo(np.float32).eps.item()
 
 
 class Corridor:
@@ -47,6 +48,8 @@ class Policy(nn.Module):
         super().__init__()
         self.affine1 = nn.Linear(n_states, hidden)
         self.affine2 = nn.Linear(hidden, n_actions)
+        self.saved_log_probs = []
+        self.rewards = []
 
     def forward(self, x):
         return self.affine2(F.relu(self.affine1(x)))
@@ -58,44 +61,48 @@ def build_model(seed=0):
 
 
 def select_action(policy, state, forced_action=None):
-    """Samples an action (or takes forced_action, to replay a recorded episode)."""
+    """Samples an action (or takes forced_action, to replay a recorded episode) and saves its
+    log-probability on the policy."""
     logits = policy(torch.tensor(state).unsqueeze(0))
     m = Categorical(logits=logits)
     action = m.sample() if forced_action is None else torch.tensor([forced_action])
-    return action.item(), m.log_prob(action)
+    policy.saved_log_probs.append(m.log_prob(action))
+    return action.item()
 
 
 def run_episode(env, policy, actions=None):
-    """Returns (rewards, log_probs, actions); replays `actions` when given."""
+    """Plays one episode, saving rewards on the policy; replays `actions` when given. Returns the
+    actions taken."""
     state = env.reset()
-    rewards, log_probs, taken = [], [], []
+    taken = []
     done = False
     while not done:
         forced = None if actions is None else actions[len(taken)]
-        action, log_prob = select_action(policy, state, forced)
+        action = select_action(policy, state, forced)
         state, reward, done = env.step(action)
-        rewards.append(reward)
-        log_probs.append(log_prob)
+        policy.rewards.append(reward)
         taken.append(action)
-    return rewards, log_probs, taken
+    return taken
 
 
-def finish_episode(optimizer, rewards, log_probs, gamma=0.99):
-    """One REINFORCE update; returns the policy loss."""
+def finish_episode(policy, optimizer, gamma=0.99):
+    """One REINFORCE update from what the policy saved; returns the policy loss."""
     R = 0.0
     returns = []
-    for r in rewards[::-1]:
+    for r in policy.rewards[::-1]:
         R = r + gamma * R
         returns.insert(0, R)
     returns = torch.tensor(returns)
     returns = (returns - returns.mean()) / (returns.std() + EPS)
     policy_loss = []
-    for log_prob, R in zip(log_probs, returns):
+    for log_prob, R in zip(policy.saved_log_probs, returns):
         policy_loss.append(-log_prob * R)
     optimizer.zero_grad()
     loss = torch.stack(policy_loss).sum()
     loss.backward()
     optimizer.step()
+    del policy.rewards[:]
+    del policy.saved_log_probs[:]
     return loss.item()
 
 
@@ -109,10 +116,13 @@ def train(policy, episodes=60, seed=0):
     env = Corridor()
     optimizer = make_optimizer(policy)
     episode_returns = []
-    for _ in range(episodes):
-        rewards, log_probs, _ = run_episode(env, policy)
-        finish_episode(optimizer, rewards, log_probs)
-        episode_returns.append(sum(rewards))
+    running_reward = 0.0
+    for i_episode in range(episodes):
+        run_episode(env, policy)
+        ep_reward = sum(policy.rewards)
+        running_reward = 0.05 * ep_reward + (1 - 0.05) * running_reward
+        finish_episode(policy, optimizer)
+        episode_returns.append(ep_reward)
     return episode_returns
 
 

@@ -74,14 +74,23 @@ class GPT(nn.Module):
                  dropout=0.0):
         super().__init__()
         self.block_size = block_size
-        self.wte = nn.Embedding(vocab_size, n_embd)
-        self.wpe = nn.Embedding(block_size, n_embd)
-        self.drop = nn.Dropout(dropout)
-        self.h = nn.ModuleList([Block(n_embd, n_head, block_size) for _ in range(n_layer)])
-        self.ln_f = nn.LayerNorm(n_embd)
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(vocab_size, n_embd),
+            wpe=nn.Embedding(block_size, n_embd),
+            drop=nn.Dropout(dropout),
+            h=nn.ModuleList([Block(n_embd, n_head, block_size) for _ in range(n_layer)]),
+            ln_f=nn.LayerNorm(n_embd),
+        ))
         self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)
-        self.lm_head.weight = self.wte.weight      # weight tying
+        self.transformer.wte.weight = self.lm_head.weight      # weight tying
         self.apply(self._init_weights)
+        # residual projections start smaller, scaled by the depth
+        for name, p in self.named_parameters():
+            if name.endswith("c_proj.weight"):
+                torch.nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * n_layer))
+
+    def get_num_params(self):
+        return sum(p.numel() for p in self.parameters())
 
     def _init_weights(self, module):
         if isinstance(module, nn.Linear):
@@ -94,14 +103,18 @@ class GPT(nn.Module):
     def forward(self, idx, targets=None):
         b, t = idx.size()
         assert t <= self.block_size, f"sequence of {t} longer than block size {self.block_size}"
-        pos = torch.arange(0, t, dtype=torch.long)
-        x = self.drop(self.wte(idx) + self.wpe(pos))
-        for block in self.h:
+        pos = torch.arange(0, t, dtype=torch.long, device=idx.device)
+        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
+        for block in self.transformer.h:
             x = block(x)
-        logits = self.lm_head(self.ln_f(x))
-        loss = None
+        x = self.transformer.ln_f(x)
         if targets is not None:
-            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+            logits = self.lm_head(x)
+            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1),
+                                   ignore_index=-1)
+        else:
+            logits = self.lm_head(x[:, [-1], :])      # only the last position is needed
+            loss = None
         return logits, loss
 
     def configure_optimizers(self, weight_decay, learning_rate, betas):
@@ -174,6 +187,7 @@ def sample(model, prompt, max_new_tokens=8, temperature=1.0, top_k=None, seed=13
 
 def main():
     model = build_model()
+    print(f"{model.get_num_params()} parameters")
     losses = train(model, make_corpus(), steps=100)
     out = sample(model, [3, 5], max_new_tokens=12, top_k=4)
     print(f"loss {losses[0]:.3f} -> {losses[-1]:.3f}; sample {out[0].tolist()}")

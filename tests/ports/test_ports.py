@@ -221,6 +221,9 @@ def test_lstm_language_model_matches_pytorch(programs):
     assert rill_losses[-1] < rill_losses[0]
     assert_same_state(rill_model, torch_model)
 
+    held_out = on_torch.make_stream(seed=1, length=200)
+    np.testing.assert_allclose(on_rill.perplexity(rill_model, held_out),
+                               on_torch.perplexity(torch_model, held_out), rtol=1e-4)
     prompt = [0, 1, 4]
     assert on_rill.generate(rill_model, prompt) == on_torch.generate(torch_model, prompt)
 
@@ -235,6 +238,7 @@ def test_small_gpt_matches_pytorch(programs):
     # the tied weight is one parameter, listed once, under the same name
     assert [n for n, _ in rill_model.named_parameters()] == \
         [n for n, _ in torch_model.named_parameters()]
+    assert rill_model.get_num_params() == torch_model.get_num_params()
     copy_weights(torch_model, rill_model)
 
     torch_losses = on_torch.train(torch_model, corpus)
@@ -243,7 +247,7 @@ def test_small_gpt_matches_pytorch(programs):
     assert rill_losses[-1] < rill_losses[0]
     assert_same_state(rill_model, torch_model)
     np.testing.assert_array_equal(np.asarray(rill_model.lm_head.weight),
-                                  np.asarray(rill_model.wte.weight))   # still tied
+                                  np.asarray(rill_model.transformer.wte.weight))   # still tied
 
 
 def test_small_gpt_sampling(programs):
@@ -274,6 +278,7 @@ def test_small_gpt_sampling(programs):
 def greedy_candidates(on_torch, torch_model, prompt, k):
     with torch.no_grad():
         logits, _ = torch_model(torch.tensor([prompt]))
+    assert logits.shape == (1, 1, on_torch.VOCAB)
     return torch.topk(logits[0, -1], k).indices.tolist()
 
 
@@ -285,22 +290,20 @@ def test_reinforce_update_matches_pytorch_on_a_replayed_episode(programs):
     torch_policy, rill_policy = on_torch.build_model(), on_rill.build_model()
     copy_weights(torch_policy, rill_policy)
     torch.manual_seed(5)
-    _, _, actions = on_torch.run_episode(on_torch.Corridor(), torch_policy)
+    actions = on_torch.run_episode(on_torch.Corridor(), torch_policy)
     assert len(actions) > 3
+    del torch_policy.rewards[:], torch_policy.saved_log_probs[:]
 
     # the same actions through both: same log-probabilities, same loss, same update
-    torch_rewards, torch_log_probs, _ = on_torch.run_episode(on_torch.Corridor(), torch_policy,
-                                                            actions)
-    rill_rewards, rill_log_probs, taken = on_rill.run_episode(on_rill.Corridor(), rill_policy,
-                                                             actions)
-    assert taken == actions and rill_rewards == torch_rewards
-    np.testing.assert_allclose([float(lp.item()) for lp in rill_log_probs],
-                               [float(lp.item()) for lp in torch_log_probs], **F32)
-    torch_loss = on_torch.finish_episode(on_torch.make_optimizer(torch_policy), torch_rewards,
-                                         torch_log_probs)
-    rill_loss = on_rill.finish_episode(on_rill.make_optimizer(rill_policy), rill_rewards,
-                                       rill_log_probs)
+    assert on_torch.run_episode(on_torch.Corridor(), torch_policy, actions) == actions
+    assert on_rill.run_episode(on_rill.Corridor(), rill_policy, actions) == actions
+    assert rill_policy.rewards == torch_policy.rewards
+    np.testing.assert_allclose([lp.item() for lp in rill_policy.saved_log_probs],
+                               [lp.item() for lp in torch_policy.saved_log_probs], **F32)
+    torch_loss = on_torch.finish_episode(torch_policy, on_torch.make_optimizer(torch_policy))
+    rill_loss = on_rill.finish_episode(rill_policy, on_rill.make_optimizer(rill_policy))
     np.testing.assert_allclose(rill_loss, torch_loss, **F32)
+    assert rill_policy.rewards == [] and rill_policy.saved_log_probs == []
     assert_same_state(rill_policy, torch_policy)
 
 
@@ -311,7 +314,8 @@ def test_reinforce_agent_learns_on_both(programs):
     for module in (on_torch, on_rill):
         policy = module.build_model()
         module.torch.manual_seed(0)
-        action, log_prob = module.select_action(policy, module.Corridor().reset())
+        action = module.select_action(policy, module.Corridor().reset())
+        log_prob = policy.saved_log_probs.pop()
         assert action in (0, 1) and tuple(log_prob.shape) == (1,) and log_prob.item() < 0
         returns = module.train(policy, episodes=60)
         first, last = np.mean(returns[:15]), np.mean(returns[-15:])
