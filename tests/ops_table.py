@@ -59,6 +59,22 @@ def distinct(shape):
     return lambda rng: rng.permutation(int(np.prod(shape))).reshape(shape) * 0.1 - 1.0
 
 
+def unique_ints(shape, n, axis):
+    """Indices in [0, n), distinct along `axis` (a scatter with no two writes to one place)."""
+    def make(rng):
+        moved = np.moveaxis(np.empty(shape, dtype=np.int64), axis, -1)
+        for idx in np.ndindex(moved.shape[:-1]):
+            moved[idx] = rng.permutation(n)[:moved.shape[-1]]
+        return np.moveaxis(moved, -1, axis).copy()
+    return make
+
+
+def distinct_offset(shape, offset):
+    """Like `distinct`, shifted by `offset` (0 < offset < 0.1): no value equals one of
+    distinct()'s, so amax/amin over the two together have no ties."""
+    return lambda rng: distinct(shape)(rng) + offset
+
+
 def _sigmoid(x):
     return 1 / (1 + np.exp(-x))
 
@@ -422,6 +438,57 @@ OPS = [
        lambda p, x, y: x * y if bool(p) else torch.sin(x) - y,
        [(lambda r: np.array(True), (3, 4), (3, 4)), (lambda r: np.array(False), (3, 4), (4,))],
        dtypes=(), rtol=1e-12),
+    # ---- scatter, scatter_reduce ----------------------------------------------------------
+    # Distinct indices along dim: with duplicates scatter keeps one write, which finite
+    # differences and PyTorch's gradient (every write gets its cotangent) would disagree on.
+    Op("scatter", lambda x, i, s: rill.scatter(x, 1, i, s),
+       lambda x, i, s: _np_scatter_reduce(x, i, s, 1, "assign"),
+       lambda x, i, s: torch.scatter(x, 1, i, s),
+       [((3, 5), unique_ints((2, 3), 5, 1), (2, 3)),  # index smaller than input
+        ((4, 2, 3), unique_ints((4, 2, 3), 2, 1), (4, 2, 3))]),
+    # src larger than index (only its leading block is read): PyTorch's backward refuses
+    # that shape, so these are checked against NumPy and finite differences only.
+    Op("scatter_src_larger", lambda x, i, s: rill.scatter(x, 1, i, s),
+       lambda x, i, s: _np_scatter_reduce(x, i, s, 1, "assign"), None,
+       [((3, 5), unique_ints((2, 3), 5, 1), (3, 4))]),
+    Op("scatter_reduce_src_larger", lambda x, i, s: rill.scatter_reduce(x, 1, i, s, "amax"),
+       lambda x, i, s: _np_scatter_reduce(x, i, s, 1, "amax"), None,
+       [(distinct((2, 5, 2)), ints((2, 6, 2), 0, 5), distinct_offset((2, 7, 2), 0.05))]),
+    Op("scatter_dim0", lambda x, i, s: rill.scatter(x, 0, i, s),
+       lambda x, i, s: _np_scatter_reduce(x, i, s, 0, "assign"),
+       lambda x, i, s: torch.scatter(x, 0, i, s),
+       [((4, 2, 3), unique_ints((2, 2, 3), 4, 0), (2, 2, 3))]),
+    Op("scatter_value", lambda x, i: rill.scatter(x, -1, i, value=2.5),
+       lambda x, i: _np_scatter_reduce(x, i, np.full(i.shape, 2.5), -1, "assign"),
+       lambda x, i: torch.scatter(x, -1, i, value=2.5),
+       [((3, 5), unique_ints((3, 2), 5, 1))]),
+    # Duplicate indices (ints), some positions never hit; input and src never tie.
+    *[Op(f"scatter_reduce_{red}{'' if inc else '_exclude_self'}",
+         (lambda r, c: lambda x, i, s: rill.scatter_reduce(x, 1, i, s, r, include_self=c))(
+             red, inc),
+         (lambda r, c: lambda x, i, s: _np_scatter_reduce(x, i, s, 1, r, c))(red, inc),
+         (lambda r, c: lambda x, i, s: torch.scatter_reduce(x, 1, i, s, r, include_self=c))(
+             red, inc),
+         [(distinct((3, 4)), ints((3, 5), 0, 4), distinct_offset((3, 5), 0.05)),
+          (distinct((2, 5, 2)), ints((2, 6, 2), 0, 5), distinct_offset((2, 6, 2), 0.05))],
+         dtypes=("float32",))
+      for red in ("prod", "amax", "amin", "sum", "mean") for inc in (True, False)],
+    # Exact zeros among the contributors: prod's gradient is the product of the others.
+    *[Op(f"scatter_reduce_prod_zeros{'' if inc else '_exclude_self'}",
+         (lambda c: lambda x, i, s: rill.scatter_reduce(
+             x, 0, i, s * rill.tensor(_ZERO_MASK, dtype=s.dtype, device=s.device), "prod",
+             include_self=c))(inc),
+         (lambda c: lambda x, i, s: _np_scatter_reduce(x, i, s * _ZERO_MASK, 0, "prod", c))(inc),
+         (lambda c: lambda x, i, s: torch.scatter_reduce(
+             x, 0, i, s * torch.tensor(_ZERO_MASK, dtype=s.dtype), "prod", include_self=c))(inc),
+         [((3, 2), lambda r: np.array([[0, 1], [0, 0], [2, 1], [0, 1]]), (4, 2))],
+         dtypes=())
+      for inc in (True, False)],
+    Op("scatter_reduce_int", lambda x, i, s: rill.scatter_reduce(x, 0, i, s, "mean"),
+       lambda x, i, s: _np_scatter_reduce(x, i, s, 0, "mean_floor"),
+       lambda x, i, s: torch.scatter_reduce(x, 0, i, s, "mean"),
+       [(ints((3, 2), -9, 10), ints((4, 2), 0, 3), ints((4, 2), -9, 10))], grad=False,
+       dtypes=()),
 ]
 
 
@@ -466,3 +533,27 @@ def _torch_getitem_mixed(x, i):
     return torch.flip(x[1:, i, None, :], (-1,))
 
 
+
+
+_ZERO_MASK = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.0, 0.0]])
+
+
+def _np_scatter_reduce(x, i, s, axis, reduce, include_self=True):
+    """Element by element: collect what lands on each position, then combine it (with
+    input's own value when include_self). 'assign' keeps the (single) write."""
+    out = x.copy()
+    landed = {}
+    for idx in np.ndindex(i.shape):
+        target = list(idx)
+        target[axis] = i[idx]
+        landed.setdefault(tuple(target), []).append(s[idx])
+    for target, values in landed.items():
+        pool = ([x[target]] if include_self else []) + values
+        if reduce == "assign":
+            out[target] = values[-1]
+        elif reduce == "mean_floor":  # integers: floor of the mean, as PyTorch
+            out[target] = sum(pool) // len(pool)
+        else:
+            out[target] = {"sum": sum, "prod": math.prod, "amax": max, "amin": min,
+                           "mean": lambda v: sum(v) / len(v)}[reduce](pool)
+    return out
