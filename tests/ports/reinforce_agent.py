@@ -126,6 +126,12 @@ def train(policy, episodes=60, seed=0):
     return episode_returns
 
 
+def right_probabilities(policy, n_states=6):
+    """The probability of stepping right in every state, as a list."""
+    with torch.no_grad():
+        return F.softmax(policy(torch.eye(n_states)), dim=1)[:, 1].tolist()
+
+
 def main():
     returns = train(build_model(), episodes=200)
     print(f"mean return: first 20 episodes {sum(returns[:20]) / 20:.3f}, "

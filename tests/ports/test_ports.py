@@ -311,12 +311,18 @@ def test_reinforce_agent_learns_on_both(programs):
     """The exploration differs between the libraries (different random streams), so each run
     is checked on its own: sampled actions are valid and the return improves."""
     on_torch, on_rill = programs["reinforce_agent"]
-    for module in (on_torch, on_rill):
-        policy = module.build_model()
+    torch_policy, rill_policy = on_torch.build_model(), on_rill.build_model()
+    copy_weights(torch_policy, rill_policy)
+    untrained = on_torch.right_probabilities(torch_policy)
+    assert all(0.3 < p < 0.7 for p in untrained)
+    np.testing.assert_allclose(on_rill.right_probabilities(rill_policy), untrained, **F32)
+    for module, policy in ((on_torch, torch_policy), (on_rill, rill_policy)):
         module.torch.manual_seed(0)
         action = module.select_action(policy, module.Corridor().reset())
         log_prob = policy.saved_log_probs.pop()
         assert action in (0, 1) and tuple(log_prob.shape) == (1,) and log_prob.item() < 0
         returns = module.train(policy, episodes=60)
-        first, last = np.mean(returns[:15]), np.mean(returns[-15:])
-        assert last > first + 0.1 and last > 0.5, (module.__name__, first, last)
+        # the optimum is 0.8 (five steps right); a random walk rarely gets there in 20 steps
+        assert np.mean(returns[-15:]) > 0.7, (module.__name__, returns)
+        learned = module.right_probabilities(policy)
+        assert np.mean(learned[:-1]) > 0.8, (module.__name__, learned)   # mostly steps right
