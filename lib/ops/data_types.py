@@ -114,14 +114,6 @@ def can_cast(from_, to, /) -> bool:
     return _promote(a, b) is b
 
 
-def _scalar_kind(value, op: str):
-    kind = dt.scalar_kind(value)
-    if kind is None and type(value) is complex:
-        raise DTypeError("complex Python scalars need a complex dtype, which this build of rill "
-                         "does not have", op=op)
-    return kind
-
-
 def result_type(*arrays_and_dtypes) -> dt.DType:
     """The dtype an op on these operands gives: tensors and dtypes promote by the table;
     Python scalars (bool, int, float, complex) are weak, as in every op (an int8 tensor and
@@ -133,7 +125,7 @@ def result_type(*arrays_and_dtypes) -> dt.DType:
     """
     strong, kinds = [], []
     for i, v in enumerate(arrays_and_dtypes):
-        kind = None if isinstance(v, (Tensor, dt.DType)) else _scalar_kind(v, "result_type")
+        kind = None if isinstance(v, (Tensor, dt.DType)) else dt.scalar_kind(v)
         if kind is not None:
             kinds.append(kind)
         else:
@@ -141,13 +133,11 @@ def result_type(*arrays_and_dtypes) -> dt.DType:
     if not strong:
         raise ArgumentError("needs at least one tensor or dtype (Python scalars alone have no "
                             "dtype to join)", op="result_type")
-    result = strong[0]
-    for d in strong[1:]:
-        promoted = _promote(result, d)
-        if promoted is None:
-            raise DTypeError(f"{result} and {d} have no common dtype", op="result_type")
-        result = promoted
-    return dt.result_type((result,), kinds)
+    try:
+        return dt.result_type(strong, kinds)
+    except Error as e:  # a pair the table refuses (uint64 with a signed type)
+        e.op = "result_type"
+        raise
 
 
 # ---- astype --------------------------------------------------------------------------------
