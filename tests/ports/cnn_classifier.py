@@ -62,20 +62,20 @@ def build_model(seed=0, dropout=0.0):
     return Net(dropout=dropout)
 
 
-def make_loader(images, labels, batch_size=32):
+def make_loader(images, labels, batch_size=32, shuffle=False):
     dataset = TensorDataset(torch.from_numpy(images), torch.from_numpy(labels))
-    return DataLoader(dataset, batch_size=batch_size, shuffle=False)
+    return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle)
 
 
 def get_device():
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def train(model, data, device, epochs=2, lr=0.05):
+def train(model, data, device, epochs=2, lr=0.05, shuffle=False):
     """Returns the loss of every step, the running training accuracy and the learning rate of
     every epoch."""
     model.to(device)
-    loader = make_loader(*data)
+    loader = make_loader(*data, shuffle=shuffle)
     criterion = nn.CrossEntropyLoss()
     optimizer = optim.SGD(model.parameters(), lr=lr, momentum=0.9, weight_decay=5e-4)
     scheduler = StepLR(optimizer, step_size=1, gamma=0.5)

@@ -187,6 +187,27 @@ def test_cnn_classifier_checkpoint(programs, tmp_path):
         on_rill.evaluate(rill_model, data, cpu(on_rill))
 
 
+def test_cnn_classifier_shuffled_loader(programs):
+    """shuffle=True: each epoch is a permutation of the data, in batches of the asked size."""
+    on_torch, on_rill = programs["cnn_classifier"]
+    images, labels = on_torch.make_data(seed=5, n=40)
+    on_rill.torch.manual_seed(0)
+    loader = on_rill.make_loader(images, labels, batch_size=16, shuffle=True)
+    assert len(loader) == 3 and len(loader.dataset) == 40
+    epochs = []
+    for _ in range(2):
+        batches = list(loader)
+        assert [tuple(x.shape) for x, _ in batches] == [(16, 1, 12, 12)] * 2 + [(8, 1, 12, 12)]
+        assert all(str(y.dtype).endswith("int64") for _, y in batches)
+        seen = np.concatenate([np.asarray(x)[:, 0, 0, 0] for x, _ in batches])
+        order = [int(np.flatnonzero(images[:, 0, 0, 0] == v)[0]) for v in seen]
+        assert sorted(order) == list(range(40))
+        np.testing.assert_array_equal(np.concatenate([np.asarray(y) for _, y in batches]),
+                                      labels[order])
+        epochs.append(order)
+    assert epochs[0] != epochs[1] != list(range(40)), "a new order every epoch"
+
+
 def test_cnn_classifier_with_dropout(programs):
     """Dropout draws differ between the libraries, so the models are compared in eval mode
     (where dropout is the identity) and training is checked to work on rill alone."""
@@ -196,7 +217,8 @@ def test_cnn_classifier_with_dropout(programs):
     copy_weights(torch_model, rill_model)
     np.testing.assert_allclose(on_rill.evaluate(rill_model, data, cpu(on_rill)),
                                on_torch.evaluate(torch_model, data, cpu(on_torch)), rtol=1e-4)
-    losses, _, _ = on_rill.train(rill_model, data, cpu(on_rill), epochs=2)
+    on_rill.torch.manual_seed(0)
+    losses, _, _ = on_rill.train(rill_model, data, cpu(on_rill), epochs=2, shuffle=True)
     assert np.all(np.isfinite(losses)) and losses[-1] < losses[0]
     assert rill_model.training                                  # train() left it in train mode
     before = on_rill.evaluate(rill_model, data, cpu(on_rill))
