@@ -75,6 +75,35 @@ def distinct_offset(shape, offset):
     return lambda rng: distinct(shape)(rng) + offset
 
 
+def _orthogonal(rng, n):
+    q, r = np.linalg.qr(rng.normal(size=(n, n)))
+    return q * np.sign(np.diag(r))
+
+
+def with_spectrum(shape, values):
+    """(..., M, N) matrices U diag(values) V^T, U and V random orthogonal: the singular values
+    are exactly `values` (distinct ones keep svd differentiable; a zero makes x singular)."""
+    def make(rng):
+        *batch, m, n = shape
+        k = min(m, n)
+        out = np.empty(shape)
+        for i in np.ndindex(*batch):
+            out[i] = (_orthogonal(rng, m)[:, :k] * values) @ _orthogonal(rng, n)[:, :k].T
+        return out
+    return make
+
+
+def symmetric_with(shape, values):
+    """Symmetric (..., N, N) matrices Q diag(values) Q^T: the eigenvalues are `values`."""
+    def make(rng):
+        out = np.empty(shape)
+        for i in np.ndindex(*shape[:-2]):
+            q = _orthogonal(rng, shape[-1])
+            out[i] = (q * values) @ q.T
+        return out
+    return make
+
+
 def _sigmoid(x):
     return 1 / (1 + np.exp(-x))
 
@@ -106,6 +135,10 @@ def unary(name, ref, tref, domain=(-2.0, 2.0), **kw):
 
 def binary(name, ref, tref, domain=(-2.0, 2.0), **kw):
     return Op(name, getattr(rill, name), ref, tref, list(BINARY_SHAPES), domain, **kw)
+
+
+LA = rill.linalg
+TL = torch.linalg
 
 
 # ---- control flow rows ---------------------------------------------------------------------
@@ -489,6 +522,77 @@ OPS = [
        lambda x, i, s: torch.scatter_reduce(x, 0, i, s, "mean"),
        [(ints((3, 2), -9, 10), ints((4, 2), 0, 3), ints((4, 2), -9, 10))], grad=False,
        dtypes=()),
+    # ---- decompositions (rill.linalg) -----------------------------------------------------
+    # Factors fixed only up to a sign per column are compared after the same normalization in
+    # every library (_signed: the first row of each column made positive; the sign is locally
+    # constant, so gradients pass through unchanged). Inputs are built with known, distinct
+    # spectra. cholesky and eigh read one triangle, so the rows feed them sym(x), whose
+    # finite differences are then well defined.
+    Op("cholesky", lambda x: LA.cholesky(_sym(rill, x)), lambda x: np_cholesky(_sym(np, x)),
+       lambda x: TL.cholesky(_sym(torch, x)),
+       [(symmetric_with((3, 3), [0.5, 1.4, 2.5]),), (symmetric_with((2, 4, 4), [0.4, 1, 2, 3]),),
+        (lambda r: np.array([[4.0]]),)], dtypes=("float32",)),
+    Op("cholesky_upper", lambda x: LA.cholesky(_sym(rill, x), upper=True),
+       lambda x: np.swapaxes(np_cholesky(_sym(np, x)), -1, -2),
+       lambda x: TL.cholesky(_sym(torch, x), upper=True),
+       [(symmetric_with((3, 3), [0.5, 1.4, 2.5]),)], dtypes=("float32",)),
+    Op("eigh", lambda x: _eigh_signed(rill, LA.eigh, x), lambda x: _eigh_signed(np, np_eigh, x),
+       lambda x: _eigh_signed(torch, TL.eigh, x),
+       [(symmetric_with((3, 3), [-1.5, 0.4, 2.0]),),
+        (symmetric_with((2, 4, 4), [-2.0, -0.5, 1.0, 2.5]),)], dtypes=("float32",)),
+    Op("eigvalsh", lambda x: LA.eigvalsh(_sym(rill, x)), lambda x: np_eigh(_sym(np, x))[0],
+       lambda x: TL.eigvalsh(_sym(torch, x)),
+       [(symmetric_with((3, 3), [-1.5, 0.4, 2.0]),), (lambda r: np.array([[-0.7]]),)],
+       dtypes=("float32",)),
+    Op("qr", lambda x: _signed(rill, *LA.qr(x)), lambda x: _signed(np, *np_qr(x)),
+       lambda x: _signed(torch, *TL.qr(x)),
+       [(with_spectrum((4, 3), [2.5, 1.5, 0.7]),), (with_spectrum((3, 3), [2.0, 1.0, 0.5]),),
+        (with_spectrum((2, 5, 2), [1.8, 0.6]),)], dtypes=("float32",)),
+    # Wide, and complete on a tall matrix: no gradient (rill refuses it, as PyTorch does);
+    # the complement of Q's leading columns is compared as its projector.
+    Op("qr_wide", lambda x: _signed(rill, *LA.qr(x)), lambda x: _signed(np, *np_qr(x)),
+       lambda x: _signed(torch, *TL.qr(x)), [(with_spectrum((2, 4), [1.5, 0.6]),)],
+       grad=False, dtypes=("float32",)),
+    Op("qr_complete", lambda x: _qr_complete(rill, *LA.qr(x, mode="complete")),
+       lambda x: _np_qr_complete(x), lambda x: _qr_complete(torch, *TL.qr(x, mode="complete")),
+       [(with_spectrum((4, 2), [1.5, 0.6]),), (with_spectrum((2, 3, 3), [2.0, 1.0, 0.5]),)],
+       grad=False, dtypes=("float32",)),
+    Op("svd", lambda x: _svd_signed(rill, *LA.svd(x, full_matrices=False)),
+       lambda x: _svd_signed(np, *np_svd(x)),
+       lambda x: _svd_signed(torch, *TL.svd(x, full_matrices=False)),
+       [(with_spectrum((4, 3), [2.5, 1.5, 0.7]),), (with_spectrum((3, 4), [2.2, 1.1, 0.4]),),
+        (with_spectrum((3, 3), [2.0, 1.0, 0.5]),), (with_spectrum((2, 3, 2), [1.6, 0.5]),)],
+       dtypes=("float32",)),
+    Op("svd_full_square", lambda x: _svd_signed(rill, *LA.svd(x)),
+       lambda x: _svd_signed(np, *np_svd(x)), lambda x: _svd_signed(torch, *TL.svd(x)),
+       [(with_spectrum((3, 3), [2.0, 1.0, 0.5]),)], dtypes=("float32",)),
+    Op("svd_full_rect", lambda x: _svd_full(rill, *LA.svd(x)), lambda x: _np_svd_full(x),
+       lambda x: _svd_full(torch, *TL.svd(x)),
+       [(with_spectrum((4, 2), [1.5, 0.6]),), (with_spectrum((2, 2, 3), [1.2, 0.3]),)],
+       grad=False, dtypes=("float32",)),
+    Op("svdvals", LA.svdvals, lambda x: np_svd(x)[1], TL.svdvals,
+       [(with_spectrum((4, 3), [2.5, 1.5, 0.7]),), (with_spectrum((2, 2, 3), [1.2, 0.3]),)],
+       dtypes=("float32",)),
+    Op("inv", LA.inv, lambda x: np_inv(x), TL.inv,
+       [(with_spectrum((3, 3), [2.5, 1.2, 0.6]),), (with_spectrum((2, 4, 4), [2, 1.5, 1, .5]),),
+        (lambda r: np.array([[-0.8]]),)], dtypes=("float32",)),
+    Op("solve", LA.solve, lambda a, b: _np_solve_any(a, b), TL.solve,
+       [(with_spectrum((3, 3), [2.5, 1.2, 0.6]), (3, 2)),
+        (with_spectrum((2, 3, 3), [2.0, 1.0, 0.5]), (3, 2)),  # b's batch broadcast
+        (with_spectrum((1, 3, 3), [2.0, 1.0, 0.5]), (2, 3, 1)),  # a's batch broadcast
+        (with_spectrum((3, 3), [2.5, 1.2, 0.6]), (3,))], dtypes=("float32",)),  # b a vector
+    # A singular matrix too: det's gradient (the adjugate) is finite there.
+    Op("det", LA.det, lambda x: np_det(x), TL.det,
+       [(with_spectrum((3, 3), [2.0, 1.0, 0.5]),), (with_spectrum((2, 4, 4), [2, 1.5, 1, .5]),),
+        (with_spectrum((3, 3), [2.0, 1.0, 0.0]),), ((1, 1),)], dtypes=("float32",)),
+    Op("det_empty", LA.det, lambda x: np_det(x), TL.det, [((0, 0),), ((2, 0, 0),)], dtypes=()),
+    Op("slogdet", lambda x: tuple(LA.slogdet(x)), lambda x: _np_slogdet(x), lambda x: tuple(TL.slogdet(x)),
+       [(with_spectrum((3, 3), [2.0, 1.0, 0.5]),), (with_spectrum((2, 4, 4), [2, 1.5, 1, .5]),),
+        (with_spectrum((2, 2), [0.05, 0.01]),)], dtypes=("float32",)),
+    Op("slogdet_singular", lambda x: tuple(LA.slogdet(x)), lambda x: _np_slogdet(x),
+       lambda x: tuple(TL.slogdet(x)),
+       [(lambda r: np.array([[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [1.0, 0.0, 1.0]]),)],
+       grad=False, dtypes=()),
 ]
 
 
@@ -557,3 +661,200 @@ def _np_scatter_reduce(x, i, s, axis, reduce, include_self=True):
             out[target] = {"sum": sum, "prod": math.prod, "amax": max, "amin": min,
                            "mean": lambda v: sum(v) / len(v)}[reduce](pool)
     return out
+
+
+# ---- naive NumPy references for the decompositions -----------------------------------------
+# Textbook algorithms one matrix at a time (Cholesky-Banachiewicz, Gauss-Jordan with partial
+# pivoting, cofactor expansion, cyclic Jacobi, one-sided Jacobi, modified Gram-Schmidt),
+# sharing nothing with the LAPACK routines behind rill's kernels.
+
+def _per_matrix(fn):
+    """Apply fn to each matrix of a batch (batches of several inputs broadcast); stack."""
+    def run(*xs):
+        batch = np.broadcast_shapes(*(x.shape[:-2] for x in xs))
+        if not batch:
+            return fn(*xs)
+        xs = [np.broadcast_to(x, batch + x.shape[-2:]) for x in xs]
+        outs = [fn(*(x[i] for x in xs)) for i in np.ndindex(batch)]
+        if isinstance(outs[0], tuple):
+            return tuple(np.stack([o[k] for o in outs]).reshape(batch + np.shape(outs[0][k]))
+                         for k in range(len(outs[0])))
+        return np.stack(outs).reshape(batch + np.shape(outs[0]))
+    return run
+
+
+def _np_sym(x):
+    return (x + np.swapaxes(x, -1, -2)) / 2
+
+
+def _np_cholesky1(a):
+    n = len(a)
+    low = np.zeros_like(a)
+    for i in range(n):
+        for j in range(i + 1):
+            s = a[i, j] - low[i, :j] @ low[j, :j]
+            low[i, j] = math.sqrt(s) if i == j else s / low[j, j]
+    return low
+
+
+def _np_gauss_jordan(a, b):
+    """A^-1 B by Gauss-Jordan elimination with partial pivoting."""
+    a, b = a.astype(np.float64).copy(), b.astype(np.float64).copy()
+    n = len(a)
+    for c in range(n):
+        p = c + int(np.argmax(np.abs(a[c:, c])))
+        a[[c, p]], b[[c, p]] = a[[p, c]], b[[p, c]]
+        b[c] /= a[c, c]
+        a[c] /= a[c, c]
+        for r in range(n):
+            if r != c:
+                b[r] -= a[r, c] * b[c]
+                a[r] -= a[r, c] * a[c]
+    return b
+
+
+def _np_det1(a):
+    """Cofactor expansion along the first row (exact zero for a singular integer pattern)."""
+    n = len(a)
+    if n == 0:
+        return 1.0
+    if n == 1:
+        return a[0, 0]
+    return sum((-1) ** j * a[0, j] * _np_det1(np.delete(a[1:], j, axis=1)) for j in range(n))
+
+
+def _np_jacobi_eigh1(a, sweeps=60):
+    """Cyclic Jacobi rotations: (ascending eigenvalues, eigenvectors as columns)."""
+    a = a.astype(np.float64).copy()
+    n = len(a)
+    v = np.eye(n)
+    for _ in range(sweeps):
+        if np.sum(np.tril(a, -1) ** 2) < 1e-32 * np.sum(a ** 2):
+            break
+        for p in range(n - 1):
+            for q in range(p + 1, n):
+                if a[p, q] == 0:
+                    continue
+                theta = (a[q, q] - a[p, p]) / (2 * a[p, q])
+                t = (1.0 if theta >= 0 else -1.0) / (abs(theta) + math.sqrt(theta ** 2 + 1))
+                c = 1 / math.sqrt(t * t + 1)
+                rot = np.eye(n)
+                rot[p, p] = rot[q, q] = c
+                rot[p, q], rot[q, p] = t * c, -t * c
+                a = rot.T @ a @ rot
+                v = v @ rot
+    order = np.argsort(np.diag(a))
+    return np.diag(a)[order], v[:, order]
+
+
+def _np_jacobi_svd1(a, sweeps=60):
+    """One-sided (Hestenes) Jacobi: rotate column pairs until orthogonal; (U, S, Vh) reduced,
+    S descending."""
+    if a.shape[0] < a.shape[1]:
+        u, s, vh = _np_jacobi_svd1(a.T, sweeps)
+        return vh.T, s, u.T
+    u, n = a.astype(np.float64).copy(), a.shape[1]
+    v = np.eye(n)
+    for _ in range(sweeps):
+        rotated = False
+        for p in range(n - 1):
+            for q in range(p + 1, n):
+                alpha, beta, gamma = u[:, p] @ u[:, p], u[:, q] @ u[:, q], u[:, p] @ u[:, q]
+                if abs(gamma) <= 1e-17 * math.sqrt(alpha * beta):
+                    continue
+                rotated = True
+                zeta = (beta - alpha) / (2 * gamma)
+                t = (1.0 if zeta >= 0 else -1.0) / (abs(zeta) + math.sqrt(1 + zeta ** 2))
+                c = 1 / math.sqrt(1 + t * t)
+                for m in (u, v):
+                    mp, mq = m[:, p].copy(), m[:, q].copy()
+                    m[:, p], m[:, q] = c * mp - c * t * mq, c * t * mp + c * mq
+        if not rotated:
+            break
+    s = np.sqrt(np.sum(u * u, axis=0))
+    order = np.argsort(-s)
+    return (u / s)[:, order], s[order], v[:, order].T
+
+
+def _np_mgs_qr1(a):
+    """Modified Gram-Schmidt on the first min(M, N) columns (R with a positive diagonal);
+    R = Q^T A."""
+    k = min(a.shape)
+    q = a[:, :k].astype(np.float64).copy()
+    for j in range(k):
+        for i in range(j):
+            q[:, j] -= (q[:, i] @ q[:, j]) * q[:, i]
+        q[:, j] /= math.sqrt(q[:, j] @ q[:, j])
+    return q, np.triu(q.T @ a)
+
+
+np_cholesky = _per_matrix(_np_cholesky1)
+np_inv = _per_matrix(lambda a: _np_gauss_jordan(a, np.eye(len(a))))
+np_solve = _per_matrix(_np_gauss_jordan)
+np_det = _per_matrix(lambda a: np.array(_np_det1(a)))
+np_eigh = _per_matrix(_np_jacobi_eigh1)
+np_svd = _per_matrix(_np_jacobi_svd1)
+np_qr = _per_matrix(_np_mgs_qr1)
+
+
+def _np_solve_any(a, b):
+    return np_solve(a, b[:, None])[..., 0] if b.ndim == 1 else np_solve(a, b)
+
+
+def _np_slogdet(x):
+    d = np_det(x)
+    with np.errstate(divide="ignore"):
+        return np.sign(d), np.log(np.abs(d))
+
+
+# ---- sign normalization (the same code for rill, NumPy and torch: `lib` is the module) -----
+
+def _sym(lib, x):
+    return (x + lib.swapaxes(x, -1, -2)) / 2
+
+
+def _signed(lib, a, b):
+    """a's columns times the sign of their first entry, b's rows likewise (Q, R; U, Vh)."""
+    d = lib.sign(a[..., :1, :])
+    return a * d, b * lib.swapaxes(d, -1, -2)
+
+
+def _eigh_signed(lib, eigh, x):
+    w, v = eigh(_sym(lib, x))
+    return w, v * lib.sign(v[..., :1, :])
+
+
+def _svd_signed(lib, u, s, vh):
+    u, vh = _signed(lib, u, vh)
+    return u, s, vh
+
+
+def _qr_complete(lib, q, r):
+    """Leading k columns of Q and rows of R (signed), R's zero rows, and the projector onto
+    the rest of Q (any orthonormal basis of the complement is valid)."""
+    k = min(r.shape[-2:])
+    q1, r1 = _signed(lib, q[..., :k], r[..., :k, :])
+    q2 = q[..., k:]
+    return q1, r1, r[..., k:, :], q2 @ lib.swapaxes(q2, -1, -2)
+
+
+def _np_qr_complete(x):
+    q1, r1 = _signed(np, *np_qr(x))
+    m, n = x.shape[-2:]
+    rest = np.eye(m) - q1 @ np.swapaxes(q1, -1, -2)
+    return q1, r1, np.zeros(x.shape[:-2] + (m - min(m, n), n)), rest
+
+
+def _svd_full(lib, u, s, vh):
+    """U's and Vh's leading k singular vectors (signed), S, and the projectors onto the rest."""
+    k = s.shape[-1]
+    u1, vh1 = _signed(lib, u[..., :k], vh[..., :k, :])
+    u2, vh2 = u[..., k:], vh[..., k:, :]
+    return u1, s, vh1, u2 @ lib.swapaxes(u2, -1, -2), lib.swapaxes(vh2, -1, -2) @ vh2
+
+
+def _np_svd_full(x):
+    u1, s, vh1 = _svd_signed(np, *np_svd(x))
+    m, n = x.shape[-2:]
+    return (u1, s, vh1, np.eye(m) - u1 @ np.swapaxes(u1, -1, -2),
+            np.eye(n) - np.swapaxes(vh1, -1, -2) @ vh1)
