@@ -77,7 +77,7 @@ class Info:
 def __array_namespace_info__() -> Info:
     """The Array API's inspection namespace for rill.
 
-    >>> info = rill.__array_namespace_info__()
+    >>> info = __array_namespace_info__()
     >>> info.default_dtypes()["integral"]
     rill.int64
     """

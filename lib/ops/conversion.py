@@ -64,9 +64,9 @@ def asarray(obj, /, *, dtype=None, device=None, copy=None) -> Tensor:
     copy=None shares the memory of a tensor or NumPy array when dtype and device allow;
     copy=True always gives a new tensor; copy=False raises where a copy would be needed.
 
-    >>> rill.asarray([[1, 2], [3, 4]], dtype=rill.float64)
+    >>> asarray([[1, 2], [3, 4]], dtype=rill.float64)
     tensor([[1., 2.],
-            [3., 4.]], dtype=rill.float64)
+            [3., 4.]], dtype=float64)
     """
     op = "asarray"
     copy = _copy_flag(copy, op)
@@ -154,8 +154,8 @@ def from_dlpack(x, /, *, device=None, copy=None) -> Tensor:
     copy=False raises where sharing is impossible (another device was asked for).
 
     >>> import numpy as np
-    >>> rill.from_dlpack(np.arange(3.0))
-    tensor([0., 1., 2.], dtype=rill.float64)
+    >>> from_dlpack(np.arange(3.0))
+    tensor([0., 1., 2.], dtype=float64)
     """
     op = "from_dlpack"
     copy = _copy_flag(copy, op)

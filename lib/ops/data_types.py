@@ -66,7 +66,7 @@ def isdtype(dtype, kind) -> bool:
     integer', 'unsigned integer', 'integral', 'real floating', 'complex floating',
     'numeric') or a tuple of these (any of them). float16 and bfloat16 are 'real floating'.
 
-    >>> rill.isdtype(rill.int8, ("integral", rill.float32))
+    >>> isdtype(rill.int8, ("integral", rill.float32))
     True
     """
     if not isinstance(dtype, dt.DType):
@@ -120,7 +120,7 @@ def result_type(*arrays_and_dtypes) -> dt.DType:
     the scalar 1 give int8; an int tensor and 0.5 give the default float). At least one
     tensor or dtype must be given.
 
-    >>> rill.result_type(rill.int8, rill.uint8, 1)
+    >>> result_type(rill.int8, rill.uint8, 1)
     rill.int16
     """
     strong, kinds = [], []
@@ -159,8 +159,8 @@ def astype(x, dtype, /, *, copy: bool = True, device=None) -> Tensor:
     rules say (floats to ints truncate toward zero). With copy=False and nothing to change,
     x itself is returned; otherwise a new tensor.
 
-    >>> rill.astype(rill.tensor([1.7, -1.7]), rill.int32)
-    tensor([ 1, -1], dtype=rill.int32)
+    >>> astype(rill.tensor([1.7, -1.7]), rill.int32)
+    tensor([ 1, -1], dtype=int32)
     """
     from .arguments import as_dtype, as_tensor
     from .creation import to_device
@@ -230,7 +230,7 @@ def _component(d: dt.DType) -> dt.DType:
 def iinfo(type, /) -> iinfo_object:  # noqa: A002 - the standard's name
     """bits, min, max of an integer dtype (or of a tensor's dtype).
 
-    >>> rill.iinfo(rill.int8).max
+    >>> iinfo(rill.int8).max
     127
     """
     d = _dtype_of(type, "iinfo", "type")
@@ -244,7 +244,7 @@ def finfo(type, /) -> finfo_object:  # noqa: A002 - the standard's name
     """bits, eps, max, min, smallest_normal of a floating dtype, or of a complex dtype's
     real and imaginary parts (its `.dtype` is then the real dtype).
 
-    >>> rill.finfo(rill.float32).eps == 2.0 ** -23
+    >>> finfo(rill.float32).eps == 2.0 ** -23
     True
     """
     d = _dtype_of(type, "finfo", "type")

@@ -34,7 +34,7 @@ def nonzero(x, /) -> tuple:
     """The indices of x's non-zero (True) entries: one int64 tensor per axis, in row-major
     order. A 0-d x is refused, as the standard says (index it with x[None] first).
 
-    >>> rill.nonzero(rill.tensor([[0, 3], [4, 0]]))
+    >>> nonzero(rill.tensor([[0, 3], [4, 0]]))
     (tensor([0, 1]), tensor([1, 0]))
     """
     import numpy as np
@@ -69,7 +69,7 @@ def count_nonzero(x, /, *, axis=None, keepdims: bool = False):
     """How many entries of x are non-zero (True for bool), over `axis` (all axes by
     default; an int or a tuple); an int64 tensor.
 
-    >>> rill.count_nonzero(rill.tensor([[0, 1], [2, 3]]), axis=1)
+    >>> count_nonzero(rill.tensor([[0, 1], [2, 3]]), axis=1)
     tensor([1, 2])
     """
     from .elementwise import not_equal
@@ -98,7 +98,7 @@ def searchsorted(x1, x2, /, *, side: str = "left", sorter=None):
     x1[i-1] <= v < x1[i]). `sorter` holds the indices that sort x1 when x1 is not sorted
     itself. NaN counts as larger than every number, as in sort. int64, x2's shape.
 
-    >>> rill.searchsorted(rill.tensor([1, 2, 2, 3]), rill.tensor([2, 5]), side="right")
+    >>> searchsorted(rill.tensor([1, 2, 2, 3]), rill.tensor([2, 5]), side="right")
     tensor([3, 4])
     """
     from .creation import full, zeros

@@ -49,7 +49,7 @@ def unique_all(x, /) -> UniqueAllResult:
     values, where each first occurs, which value each entry of x is (x's shape), and how
     often each occurs. Each NaN is its own value.
 
-    >>> rill.unique_all(rill.tensor([3, 1, 3]))
+    >>> unique_all(rill.tensor([3, 1, 3]))
     UniqueAllResult(values=tensor([1, 3]), indices=tensor([1, 0]), inverse_indices=tensor([1, 0, 1]), counts=tensor([1, 2]))
     """
     return UniqueAllResult(*_unique(x, "unique_all", inverse=True, counts=True))
@@ -75,7 +75,7 @@ def unique_inverse(x, /) -> UniqueInverseResult:
 def unique_values(x, /):
     """The sorted unique values of the flattened x (each NaN kept: NaN != NaN).
 
-    >>> rill.unique_values(rill.tensor([[2, 1], [2, 5]]))
+    >>> unique_values(rill.tensor([[2, 1], [2, 5]]))
     tensor([1, 2, 5])
     """
     return _unique(x, "unique_values")[0]
@@ -86,7 +86,7 @@ def isin(x1, x2, /, *, invert: bool = False):
     """For each entry of x1, whether it equals some entry of x2 (NaN equals nothing); with
     invert=True, whether it equals none. A bool tensor of x1's shape.
 
-    >>> rill.isin(rill.tensor([1, 2, 3]), rill.tensor([3, 1]))
+    >>> isin(rill.tensor([1, 2, 3]), rill.tensor([3, 1]))
     tensor([ True, False,  True])
     """
     from .elementwise import clip, equal, logical_not

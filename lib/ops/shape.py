@@ -523,7 +523,7 @@ def slice_axis(x, axis: int, start: int, stop: int):
 def broadcast_shapes(*shapes) -> tuple:
     """The shape that arrays of these shapes broadcast to (a ShapeError if they do not).
 
-    >>> rill.broadcast_shapes((3, 1), (4,), ())
+    >>> broadcast_shapes((3, 1), (4,), ())
     (3, 4)
     """
     checked = [as_shape(s, "broadcast_shapes", f"shapes[{i}]") for i, s in enumerate(shapes)]
@@ -557,7 +557,7 @@ def meshgrid(*arrays, indexing: str = "xy") -> list:
     'xy' (Cartesian: the first two axes swapped). Returns a list, as the 2024.12 standard
     (note: the default is 'xy' where torch.meshgrid's is 'ij').
 
-    >>> gx, gy = rill.meshgrid(rill.arange(3), rill.arange(2))
+    >>> gx, gy = meshgrid(rill.arange(3), rill.arange(2))
     >>> gx.shape, gy.shape
     ((2, 3), (2, 3))
     """
@@ -584,7 +584,7 @@ def meshgrid(*arrays, indexing: str = "xy") -> list:
 def unstack(x, /, *, axis: int = 0) -> tuple:
     """The slices of x along `axis`, as a tuple of tensors with that axis removed.
 
-    >>> [t.tolist() for t in rill.unstack(rill.tensor([[1, 2], [3, 4]]), axis=1)]
+    >>> [t.tolist() for t in unstack(rill.tensor([[1, 2], [3, 4]]), axis=1)]
     [[1, 3], [2, 4]]
     """
     x = _tensor(x, "unstack")
@@ -615,7 +615,7 @@ def diff(x, /, *, axis: int = -1, n: int = 1, prepend=None, append=None):
     a number stands for a length-1 slice). The axis shrinks by n (to no less than 0). Bool
     tensors give x[i+1] != x[i], as NumPy.
 
-    >>> rill.diff(rill.tensor([1, 4, 9, 16]), n=2)
+    >>> diff(rill.tensor([1, 4, 9, 16]), n=2)
     tensor([2, 2])
     """
     from .elementwise import not_equal, subtract

@@ -66,7 +66,7 @@ def sort(x, axis: int = -1, descending: bool = False, *, stable: bool = True):
 def argsort(x, axis: int = -1, descending: bool = False, *, stable: bool = True):
     """Indices that sort x along `axis` (stable in both directions, as `sort`).
 
-    >>> rill.argsort(rill.tensor([2, 1, 2, 1]), descending=True)
+    >>> argsort(rill.tensor([2, 1, 2, 1]), descending=True)
     tensor([0, 2, 1, 3])
     """
     as_bool(stable, "stable", "argsort")
