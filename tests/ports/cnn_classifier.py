@@ -135,7 +135,8 @@ def main():
     print(f"{count_parameters(model)} parameters, on {device}")
     losses, accuracies, _ = train(model, make_data(seed=0), device)
     test_loss, test_accuracy = evaluate(model, make_data(seed=1, n=128), device)
-    print(f"train accuracy per epoch {accuracies}, test loss {test_loss:.4f}, "
+    print(f"train loss {losses[0]:.3f} -> {losses[-1]:.3f}, accuracy per epoch {accuracies}, "
+          f"test loss {test_loss:.4f}, "
           f"test accuracy {test_accuracy:.3f}")
 
 

@@ -136,7 +136,7 @@ def perplexity(model, stream, batch_size=4, seq_len=20):
 
 def main():
     model = build_model()
-    losses, _ = train(model, make_stream(), steps=60)
+    losses, _ = train(model, make_stream(), steps=200, lr=1e-2)
     print(f"loss {losses[0]:.3f} -> {losses[-1]:.3f}, "
           f"held-out perplexity {perplexity(model, make_stream(seed=1, length=400)):.2f}; "
           f"generated {generate(model, [0, 1])}")
