@@ -137,6 +137,40 @@ def binary(name, ref, tref, domain=(-2.0, 2.0), **kw):
     return Op(name, getattr(rill, name), ref, tref, list(BINARY_SHAPES), domain, **kw)
 
 
+def _ew(name):
+    """rill.ops.elementwise.<name>, looked up at call time."""
+    def call(*xs):
+        from rill.ops import elementwise
+        return getattr(elementwise, name)(*xs)
+    return call
+
+
+def _cplx(a, b):
+    return a + b * 1j
+
+
+def _parts(z):
+    return _ew("real")(z), _ew("imag")(z)
+
+
+def _np_parts(z):
+    return np.real(z), np.imag(z)
+
+
+def _torch_parts(z):
+    return z.real, z.imag
+
+
+def _np_shift(x, y, left):
+    """Python integers: no width, so wrap x << y to int64 (0 past the width); x >> y is
+    arithmetic (past the width: -1 for negatives, 0 otherwise)."""
+    def one(a, s):
+        v = (int(a) << int(s)) if left else (int(a) >> int(s))
+        return (v + 2 ** 63) % 2 ** 64 - 2 ** 63
+    return np.vectorize(one, otypes=[np.int64])(x, y).reshape(np.broadcast_shapes(x.shape,
+                                                                                   y.shape))
+
+
 LA = rill.linalg
 TL = torch.linalg
 
@@ -593,6 +627,60 @@ OPS = [
        lambda x: tuple(TL.slogdet(x)),
        [(lambda r: np.array([[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [1.0, 0.0, 1.0]]),)],
        grad=False, dtypes=()),
+    # ---- elementwise functions added with the Array API ----------------------------------
+    # (looked up on rill.ops.elementwise when called: the table does not depend on where the
+    # public names are exported)
+    Op("arcsinh", _ew("arcsinh"), np.arcsinh, torch.asinh, [(s,) for s in UNARY_SHAPES]),
+    Op("arccosh", _ew("arccosh"), np.arccosh, torch.acosh, [(s,) for s in UNARY_SHAPES],
+       (1.2, 3.0)),
+    Op("arctanh", _ew("arctanh"), np.arctanh, torch.atanh, [(s,) for s in UNARY_SHAPES],
+       (-0.9, 0.9)),
+    Op("log10", _ew("log10"), np.log10, torch.log10, [(s,) for s in UNARY_SHAPES], POS),
+    Op("signbit", _ew("signbit"), np.signbit, torch.signbit,
+       [(lambda r: np.array([-0.0, 0.0, -1.5, 2.0, -np.inf, np.inf, np.nan, -np.nan]),),
+        ((3, 4),), ((),)], grad=False),
+    Op("bitwise_invert", _ew("bitwise_invert"), np.invert, torch.bitwise_not,
+       [(ints((3, 4), -20, 20),), (bools((2, 3)),),
+        (lambda r: r.integers(0, 256, size=(5,)).astype(np.uint8),)], grad=False, dtypes=()),
+    *[Op(name, _ew(name), (lambda left: lambda x, y: _np_shift(x, y, left))(left), tfn,
+         [(ints((3, 4), -50, 50), ints((3, 4), 0, 10)), (ints((3, 1), -50, 50), ints((4,), 0, 8)),
+          (ints((2, 3), -5, 5), ints((2, 3), 60, 70))],  # past the width (int64)
+         grad=False, dtypes=())
+      for name, left, tfn in (("bitwise_left_shift", True, torch.bitwise_left_shift),
+                              ("bitwise_right_shift", False, torch.bitwise_right_shift))],
+    Op("logaddexp", _ew("logaddexp"), np.logaddexp, torch.logaddexp, list(BINARY_SHAPES)),
+    Op("logaddexp_large", _ew("logaddexp"), np.logaddexp, torch.logaddexp,
+       [(lambda r: r.uniform(999, 1001, (3, 4)), lambda r: r.uniform(-1001, 1001, (3, 4)))],
+       dtypes=("float32",)),
+    Op("hypot", _ew("hypot"), np.hypot, torch.hypot, list(BINARY_SHAPES)),
+    Op("copysign", _ew("copysign"), np.copysign, torch.copysign, list(BINARY_SHAPES)),
+    # nextafter moves by one unit in the last place: forward only (its gradient is declared
+    # zero; PyTorch has none). The float32 row checks the exact neighbour in that precision.
+    Op("nextafter", _ew("nextafter"), np.nextafter, torch.nextafter, list(BINARY_SHAPES),
+       grad=False, dtypes=("float32", "float16")),
+    Op("nextafter_float32",
+       lambda x, y: _ew("nextafter")(x.astype(rill.float32), y.astype(rill.float32)).astype(
+           rill.float64),
+       lambda x, y: np.nextafter(x.astype(np.float32), y.astype(np.float32)).astype(np.float64),
+       None, [((3, 4), (3, 4)), (lambda r: np.zeros(3), lambda r: np.array([1.0, -1.0, 0.0]))],
+       grad=False, dtypes=(), rtol=0),
+    # ---- complex: real, imag, conj ---------------------------------------------------------
+    # The table's inputs and compared outputs are real, so each row builds z = a + 1j*b from
+    # two real inputs (gradients flow to both parts) and returns real results.
+    Op("real_imag", lambda a, b: (_ew("real")(_cplx(a, b)), _ew("imag")(_cplx(a, b))),
+       lambda a, b: (np.real(a + 1j * b), np.imag(a + 1j * b)),
+       lambda a, b: (torch.complex(a, b).real, torch.complex(a, b).imag),
+       [((3, 4), (3, 4)), ((), ()), ((3, 1), (4,))], dtypes=("float32",)),
+    Op("conj", lambda a, b: _parts(_ew("conj")(_cplx(a, b)) * _cplx(b, a)),
+       lambda a, b: _np_parts(np.conj(a + 1j * b) * (b + 1j * a)),
+       lambda a, b: _torch_parts(torch.conj(torch.complex(a, b)) * torch.complex(b, a)),
+       [((3, 4), (3, 4)), ((), ())], dtypes=("float32",)),
+    Op("abs_complex", lambda a, b: _ew("abs")(_cplx(a, b)), lambda a, b: np.abs(a + 1j * b),
+       lambda a, b: torch.abs(torch.complex(a, b)), [((3, 4), (3, 4))], dtypes=("float32",)),
+    # On a real tensor: real is the tensor itself, imag zeros (with a zero gradient).
+    Op("imag_of_real", _ew("imag"), np.imag, lambda x: x * 0,
+       [(s,) for s in UNARY_SHAPES]),
+    Op("real_of_real", _ew("real"), np.real, lambda x: x, [((3, 4),)]),
 ]
 
 
