@@ -607,3 +607,28 @@ def test_capture_agrees_with_eager():
     for got, ref in zip(captured(x, y), f(x, y)):
         np.testing.assert_array_equal(got.numpy(), ref.numpy())
         assert got.dtype is ref.dtype
+
+
+# ---- complex dtypes ------------------------------------------------------------------------
+
+needs_complex = pytest.mark.skipif(not hasattr(rill.dtypes, "complex128"),
+                                   reason="complex dtypes not in this build")
+
+
+@needs_complex
+def test_complex_creation_and_casts():
+    assert asarray(1j).dtype is rill.complex64 and asarray([1, 2.5j]).dtype is rill.complex64
+    z = np.array([1 + 2j, 0j, -3j])
+    same(from_dlpack(z), z, rill.complex128)
+    same(D.astype(rill.tensor(z), rill.bool), [True, False, True], rill.bool)
+    same(D.astype(rill.tensor([True, False]), rill.complex64), [1 + 0j, 0j], rill.complex64)
+    assert D.astype(rill.tensor(z), rill.complex64).dtype is rill.complex64
+    with pytest.raises(rill.DTypeError, match="rill.real"):
+        D.astype(rill.tensor(z), rill.float64)
+    assert D.result_type(rill.float64, 1j) is rill.complex128
+    assert D.result_type(rill.float32, rill.complex64) is rill.complex64
+    assert D.can_cast(rill.float32, rill.complex64) and not D.can_cast(rill.complex64,
+                                                                       rill.float64)
+    assert D.finfo(rill.complex64).dtype is rill.float32
+    assert D.isdtype(rill.complex64, "complex floating") and D.isdtype(rill.complex128,
+                                                                       "numeric")

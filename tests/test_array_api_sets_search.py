@@ -233,3 +233,29 @@ def test_isin_mixed_dtypes_scalars_empty_and_capture():
     same(rill.capture(lambda a, b: isin(a, b))(x1, x2), isin(x1, x2).numpy())
     with pytest.raises(rill.ArgumentError, match="invert"):
         isin(x1, x2, invert=None)
+
+
+# ---- complex tensors (non-zero: either part; unique: each NaN-holding value distinct) -------
+
+needs_complex = pytest.mark.skipif(not hasattr(rill.dtypes, "complex128"),
+                                   reason="complex dtypes not in this build")
+
+
+@needs_complex
+def test_complex_nonzero_count_unique_isin():
+    z = np.array([[1 + 1j, 0j, 2j], [complex(np.nan, 1), 0j, 1 + 1j]])
+    x = rill.tensor(z)
+    for g, r in zip(nonzero(x), np.nonzero(z)):
+        same(g, r, rill.int64)
+    same(count_nonzero(x, axis=0), np.count_nonzero(z, axis=0), rill.int64)
+    values, indices, inverse, counts = _numpy_unique(z)
+    got = unique_all(x)
+    same(got.values, values, rill.complex128)
+    same(got.indices, indices)
+    same(got.inverse_indices, inverse.reshape(z.shape))
+    same(got.counts, counts)
+    pool = np.array([1 + 1j, complex(np.nan, 1), 5])
+    same(isin(x, rill.tensor(pool)), np.isin(z, pool), rill.bool)
+    same(isin(rill.tensor([5, 2]), rill.tensor(pool), invert=True), [False, True])
+    with pytest.raises(rill.DTypeError, match="real"):
+        searchsorted(rill.tensor(pool), x)

@@ -156,8 +156,10 @@ def fresh(x: Tensor) -> Tensor:
 @reports_as("astype")
 def astype(x, dtype, /, *, copy: bool = True, device=None) -> Tensor:
     """x converted to `dtype` (and moved to `device` when given), whatever the promotion
-    rules say (floats to ints truncate toward zero). With copy=False and nothing to change,
-    x itself is returned; otherwise a new tensor.
+    rules say (floats to ints truncate toward zero; bools give 0 and 1; anything to bool is
+    `!= 0`). A complex tensor converts to complex or bool only: which part a real dtype
+    should keep is for the caller to say (rill.real, rill.imag), as the standard asks. With
+    copy=False and nothing to change, x itself is returned; otherwise a new tensor.
 
     >>> astype(rill.tensor([1.7, -1.7]), rill.int32)
     tensor([ 1, -1], dtype=int32)
@@ -168,6 +170,10 @@ def astype(x, dtype, /, *, copy: bool = True, device=None) -> Tensor:
     x = as_tensor(x, "x", "astype")
     target = as_dtype(dtype, "astype")
     copy = as_bool(copy, "copy", "astype")
+    if x.dtype.kind == "c" and target.kind in "iuf":
+        # The standard refuses it: which part to keep is the caller's choice to spell out.
+        raise DTypeError(f"casting complex {x.dtype} to {target} would drop a part; cast "
+                         f"rill.real(x) or rill.imag(x) instead", op="astype")
     out = x if target is x.dtype else cast(x, target)
     if device is not None:
         out = to_device(out, device)

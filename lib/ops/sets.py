@@ -6,7 +6,8 @@ count of one) and -0.0 equals 0.0 (one entry, counted together). Unique values c
 ascending, NaNs last, over the flattened input. How many there are is data, so the unique_*
 functions read the tensor on the host and a captured graph refuses them; the values are
 then gathered from x on its own device (so they keep its dtype, bfloat16 included). isin is
-a sort and a binary search in rill ops, with fixed shapes, and runs everywhere.
+a sort and a binary search in rill ops, with fixed shapes, and runs everywhere (complex
+tensors, which have no order, compare every pair instead).
 """
 from __future__ import annotations
 
@@ -100,7 +101,14 @@ def isin(x1, x2, /, *, invert: bool = False):
     if x2.size == 0:
         from .creation import full
         return full(x1.shape, invert, dtype=dt.bool_, device=x1.device)
-    pool = sort(reshape(x2.detach(), (-1,)))
-    at = searchsorted(pool, x1.detach())
-    found = equal(take(pool, clip(at, 0, pool.shape[0] - 1)), x1.detach())
+    pool = reshape(x2.detach(), (-1,))
+    if x1.dtype.kind == "c" or x2.dtype.kind == "c":
+        # Complex numbers have no order to search in: compare each entry with every one.
+        from .reduce import any as _any
+        from .shape import expand_dims
+        found = _any(equal(expand_dims(x1.detach(), -1), pool), axis=-1)
+    else:
+        pool = sort(pool)
+        at = searchsorted(pool, x1.detach())
+        found = equal(take(pool, clip(at, 0, pool.shape[0] - 1)), x1.detach())
     return logical_not(found) if invert else found
