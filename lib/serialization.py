@@ -567,7 +567,7 @@ def _read_tensor(f, path, e: _Entry, target) -> Tensor:
     t = new_tensor(host.reshape(e.shape), e.dtype, cpu)
     if target is not None and target is not cpu:
         t = t.to(target)
-    if e.requires_grad and e.dtype.is_floating:
+    if e.requires_grad and e.dtype.is_inexact:
         t.requires_grad_()
     return t
 

@@ -202,7 +202,8 @@ class Tensor:
                                max_line_width=88)
         extras = []
         default = _dt.default_float if self.dtype.is_floating else (
-            _dt.default_int if self.dtype.is_integer else _dt.bool_)
+            _dt.default_int if self.dtype.is_integer else
+            _dt.default_complex if self.dtype.is_complex else _dt.bool_)
         if self.dtype is not default or self.size == 0:
             extras.append(f"dtype={self.dtype}")
         if str(self.device) != "cpu":
@@ -217,8 +218,9 @@ class Tensor:
 
     def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
         """Mark a leaf tensor as one whose gradient `backward()` computes into `.grad`."""
-        if requires_grad and not self.dtype.is_floating:
-            raise DTypeError(f"only floating tensors can require grad, this one is {self.dtype}",
+        if requires_grad and not self.dtype.is_inexact:
+            raise DTypeError("only floating and complex tensors can require grad, this one is "
+                             f"{self.dtype}",
                              op="requires_grad_")
         if not requires_grad and self._node is not None:
             raise GradientError("requires_grad_(False) on a non-leaf tensor; use detach()",

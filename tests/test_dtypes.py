@@ -12,16 +12,17 @@ TORCH = {dt.bool_: torch.bool, dt.int8: torch.int8, dt.int16: torch.int16, dt.in
          dt.int64: torch.int64, dt.uint8: torch.uint8, dt.float16: torch.float16,
          dt.bfloat16: torch.bfloat16, dt.float32: torch.float32, dt.float64: torch.float64}
 BY_TORCH = {v: k for k, v in TORCH.items()}
+# The dtypes PyTorch promotes (it refuses uint16/32/64; complex is checked in
+# tests/test_dtypes_complex.py against the Array API standard's table).
+PAIRS = list(itertools.product(TORCH, TORCH))
 
 
-@pytest.mark.parametrize("a,b", list(itertools.product(dt.ALL, dt.ALL)),
-                         ids=lambda d: d.name)
+@pytest.mark.parametrize("a,b", PAIRS, ids=lambda d: d.name)
 def test_promotion_table_matches_pytorch(a, b):
     assert rill.promote_types(a, b) is BY_TORCH[torch.promote_types(TORCH[a], TORCH[b])]
 
 
-@pytest.mark.parametrize("a,b", list(itertools.product(dt.ALL, dt.ALL)),
-                         ids=lambda d: d.name)
+@pytest.mark.parametrize("a,b", PAIRS, ids=lambda d: d.name)
 def test_add_result_dtype_follows_the_table(a, b):
     x, y = rill.ones(2, dtype=a), rill.zeros(2, dtype=b)
     if a is dt.bool_ and b is dt.bool_:
@@ -32,6 +33,9 @@ def test_add_result_dtype_follows_the_table(a, b):
 
 def test_table_is_symmetric_and_idempotent():
     for a, b in itertools.product(dt.ALL, dt.ALL):
+        if dt.PROMOTION_TABLE[a, b] is None:  # uint64 with a signed type: refused
+            assert dt.PROMOTION_TABLE[b, a] is None
+            continue
         assert dt.promote_types(a, b) is dt.promote_types(b, a)
         assert dt.promote_types(a, a) is a
 
@@ -75,8 +79,9 @@ def test_as_dtype_accepts_names_numpy_and_python_types():
     assert dt.as_dtype(np.int16) is rill.int16
     assert dt.as_dtype(float) is rill.float32
     assert dt.as_dtype(bool) is rill.bool
+    assert dt.as_dtype("complex64") is dt.complex64
     with pytest.raises(rill.DTypeError):
-        dt.as_dtype("complex64")
+        dt.as_dtype("complex32")
 
 
 def test_bfloat16_rounds_to_nearest_even_like_pytorch(rng):

@@ -91,6 +91,26 @@ def _reciprocal(x):
     return (1 / x).astype(x.dtype, copy=False)
 
 
+def _floor_divide(x, y):
+    """np.floor_divide with the Array API standard's infinite cases: +-inf // finite is
+    +-inf and finite // +-inf is a signed zero (x / y), where NumPy gives NaN and -1."""
+    out = np.floor_divide(x, y)
+    if out.dtype.kind != "f":
+        return out
+    one_infinite = np.isinf(x) != np.isinf(y)
+    if np.any(one_infinite):
+        out = np.where(one_infinite & ~np.isnan(x) & ~np.isnan(y), np.true_divide(x, y), out)
+    return np.asarray(out)
+
+
+def _real(x):
+    return np.ascontiguousarray(x.real)
+
+
+def _imag(x):
+    return np.ascontiguousarray(x.imag) if x.dtype.kind == "c" else np.zeros_like(x)
+
+
 def _clip(x, lo, hi):
     return np.minimum(np.maximum(x, lo), hi)
 
@@ -135,13 +155,19 @@ KERNELS = {
     "expm1": np.expm1, "sqrt": np.sqrt, "rsqrt": _rsqrt, "reciprocal": _reciprocal,
     "sin": np.sin, "cos": np.cos, "tan": np.tan, "tanh": np.tanh, "sinh": np.sinh,
     "cosh": np.cosh, "arcsin": np.arcsin, "arccos": np.arccos, "arctan": np.arctan,
+    "arcsinh": np.arcsinh, "arccosh": np.arccosh, "arctanh": np.arctanh, "log10": np.log10,
+    "signbit": np.signbit, "bitwise_invert": np.invert, "conj": np.conjugate, "real": _real,
+    "imag": _imag,
     "sigmoid": _sigmoid, "softplus": _softplus, "silu": _silu, "erf": erf,
     "leaky_relu": _leaky_relu, "elu": _elu, "gelu": _gelu,
     "isnan": np.isnan, "isinf": np.isinf, "isfinite": np.isfinite,
     "logical_not": np.logical_not,
     "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.true_divide,
-    "floor_divide": np.floor_divide, "remainder": np.remainder, "power": np.power,
+    "floor_divide": _floor_divide, "remainder": np.remainder, "power": np.power,
     "maximum": np.maximum, "minimum": np.minimum, "arctan2": np.arctan2,
+    "logaddexp": np.logaddexp, "hypot": np.hypot, "copysign": np.copysign,
+    "nextafter": np.nextafter, "bitwise_left_shift": np.left_shift,
+    "bitwise_right_shift": np.right_shift,
     "equal": np.equal, "not_equal": np.not_equal, "less": np.less,
     "less_equal": np.less_equal, "greater": np.greater, "greater_equal": np.greater_equal,
     "logical_and": np.logical_and, "logical_or": np.logical_or, "logical_xor": np.logical_xor,
@@ -154,7 +180,8 @@ KERNELS = {
 # The rest skip the errstate cost on the hot path (add, multiply: only overflow warns).
 _MAY_WARN = {"exp", "exp2", "log", "log2", "log1p", "expm1", "sqrt", "rsqrt", "reciprocal",
              "tan", "sinh", "cosh", "arcsin", "arccos", "softplus", "elu", "gelu", "sigmoid",
-             "silu", "divide", "floor_divide", "remainder", "power", "cast"}
+             "silu", "divide", "floor_divide", "remainder", "power", "cast", "arccosh",
+             "arctanh", "log10", "logaddexp", "hypot", "neg", "abs", "sign", "square"}
 KERNELS = {name: quiet(fn) if name in _MAY_WARN else fn for name, fn in KERNELS.items()}
 
 register_kernels("cpu", KERNELS)

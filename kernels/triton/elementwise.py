@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from rill.errors import ArgumentError
+from rill.errors import ArgumentError, DeviceError
 from rill.ops.primitive import register_kernels
 
 from . import libdevice
@@ -45,6 +45,10 @@ EXPRESSIONS = {
     "tanh": ("x", "libdevice.tanh(x)"), "sinh": ("x", "libdevice.sinh(x)"),
     "cosh": ("x", "libdevice.cosh(x)"), "arcsin": ("x", "libdevice.asin(x)"),
     "arccos": ("x", "libdevice.acos(x)"), "arctan": ("x", "libdevice.atan(x)"),
+    "arcsinh": ("x", "libdevice.asinh(x)"), "arccosh": ("x", "libdevice.acosh(x)"),
+    "arctanh": ("x", "libdevice.atanh(x)"), "log10": ("x", "libdevice.log10(x)"),
+    "signbit": ("x", "libdevice.signbit(x) != 0"), "signbit_int": ("x", "x < 0"),
+    "bitwise_invert": ("x", "~x"),
     "sigmoid": ("x", "1.0 / (1.0 + tl.exp(-x))"),
     "softplus": ("x", "tl.where(x > 0, x, 0.0) + libdevice.log1p(tl.exp(-tl.abs(x)))"),
     "silu": ("x", "x / (1.0 + tl.exp(-x))"),
@@ -69,6 +73,13 @@ EXPRESSIONS = {
     "maximum": ("xy", "tl.where((x > y) | (x != x), x, y)"),
     "minimum": ("xy", "tl.where((x < y) | (x != x), x, y)"),
     "arctan2": ("xy", "libdevice.atan2(x, y)"),
+    # x == y first: inf with inf (and equal finite values) would make x - y NaN.
+    "logaddexp": ("xy", f"tl.where(x == y, x + {math.log(2.0)!r}, tl.where(x > y, x, y) + "
+                        "libdevice.log1p(tl.exp(-tl.abs(x - y))))"),
+    "hypot": ("xy", "libdevice.hypot(x, y)"), "copysign": ("xy", "libdevice.copysign(x, y)"),
+    "nextafter": ("xy", "libdevice.nextafter(x, y)"),
+    "bitwise_left_shift": ("xy", "_shift_left(x, y)"),
+    "bitwise_right_shift": ("xy", "_shift_right(x, y)"),
     "equal": ("xy", "x == y"), "not_equal": ("xy", "x != y"), "less": ("xy", "x < y"),
     "less_equal": ("xy", "x <= y"), "greater": ("xy", "x > y"),
     "greater_equal": ("xy", "x >= y"),
@@ -85,7 +96,7 @@ EXPRESSIONS = {
 # source names constants only from this table: a key from anywhere else (a graph loaded from
 # a file) is refused, never pasted into source.
 CONSTANTS = {"alpha": "ALPHA", "beta": "BETA"}
-_BOOL_RESULT = {"isnan", "isinf", "isfinite", "logical_not", "cast_to_bool", "equal",
+_BOOL_RESULT = {"isnan", "isinf", "isfinite", "logical_not", "cast_to_bool", "equal", "signbit",
                 "not_equal", "less", "less_equal", "greater", "greater_equal", "logical_and",
                 "logical_or", "logical_xor"}
 _INTEGER_IDENTITY = {"floor", "ceil", "round", "trunc"}  # integers pass through unchanged
@@ -107,6 +118,20 @@ def _int_power(x, y):
         base = base * base
         e = e >> 1
     return result
+
+
+@triton.jit
+def _shift_left(x, y):
+    # Shifting by the width or more gives 0, as NumPy (Triton's << would be undefined there).
+    w: tl.constexpr = x.dtype.primitive_bitwidth
+    return tl.where(y < w, x << tl.minimum(y, w - 1), 0).to(x.dtype)
+
+
+@triton.jit
+def _shift_right(x, y):
+    # Past the width: the sign fill (0 or -1), as NumPy's arithmetic shift.
+    w: tl.constexpr = x.dtype.primitive_bitwidth
+    return tl.where(y < w, x >> tl.minimum(y, w - 1), tl.where(x < 0, -1, 0)).to(x.dtype)
 
 
 @triton.jit
@@ -203,6 +228,7 @@ def _is_flat(dims, input_strides) -> bool:
 
 def launch(name: str, buffers, out_shape, out_dtype, **attrs):
     """Run EXPRESSIONS[name] over broadcast `buffers` into a new contiguous buffer."""
+    refuse_complex(name, *buffers)
     out_dtype = np.dtype(out_dtype)
     out = empty(out_shape, out_dtype)
     n = out.size
@@ -224,6 +250,13 @@ def launch(name: str, buffers, out_shape, out_dtype, **attrs):
     block = block_for(n)
     _kernel(name, tuple(sorted(attrs)))[(cdiv(n, block),)](*args, **attrs, **flags, BLOCK=block)
     return out
+
+
+def refuse_complex(op: str, *buffers) -> None:
+    """Complex numbers have no gpu kernels: a DeviceError naming the op."""
+    if any(b.dtype.kind == "c" for b in buffers):
+        raise DeviceError("complex tensors are CPU-only in rill; move them with .to('cpu')",
+                          op=op)
 
 
 def _broadcast_shape(*buffers):
@@ -267,6 +300,28 @@ def _power(x, y):
     return _elementwise("power_int" if kind in "iu" else "power")(x, y)
 
 
+def _signbit(x):
+    return _elementwise("signbit" if x.dtype.kind == "f" else "signbit_int", True)(x)
+
+
+def _bitwise_invert(x):
+    return _elementwise("logical_not" if x.dtype == np.bool_ else "bitwise_invert")(x)
+
+
+def _nextafter(x, y):
+    if x.dtype == np.float16:  # the kernel computes float16 in float32: the wrong neighbour
+        raise DeviceError("nextafter of float16 has no gpu kernel; cast to float32, or run it "
+                          "on the CPU", op="nextafter")
+    return _elementwise("nextafter")(x, y)
+
+
+def _unsupported(name):
+    def kernel(*buffers, **attrs):
+        refuse_complex(name, *buffers)
+        raise DeviceError("no gpu kernel for this op", op=name)
+    return kernel
+
+
 def _gelu(x, approximate):
     return _elementwise("gelu_tanh" if approximate == "tanh" else "gelu_exact")(x)
 
@@ -296,9 +351,12 @@ def round_to_bfloat16(x):
 
 _NAMES = [name for name in EXPRESSIONS
           if name not in ("copy", "cast", "cast_to_bool", "floor_divide_int", "gelu_exact",
-                          "gelu_tanh", "power_int", "round_bf16", "where")]
+                          "gelu_tanh", "power_int", "round_bf16", "where", "signbit_int")]
 KERNELS = {name: _elementwise(name, name in _BOOL_RESULT) for name in _NAMES}
 KERNELS.update({"floor_divide": _floor_divide, "power": _power, "gelu": _gelu,
-                "where": _where, "cast": _cast})
+                "where": _where, "cast": _cast, "signbit": _signbit,
+                "bitwise_invert": _bitwise_invert, "nextafter": _nextafter})
+# conj, real and imag exist for complex inputs only, which live on the CPU.
+KERNELS.update({name: _unsupported(name) for name in ("conj", "real", "imag")})
 
 register_kernels("gpu", KERNELS)

@@ -13,8 +13,11 @@ from .launch import INTERPRET
 
 _UNARY = {"tan": np.tan, "tanh": np.tanh, "sinh": np.sinh, "cosh": np.cosh, "asin": np.arcsin,
           "acos": np.arccos, "atan": np.arctan, "expm1": np.expm1, "log1p": np.log1p,
-          "trunc": np.trunc, "rint": np.rint, "erf": None, "floor": np.floor, "ceil": np.ceil}
-_BINARY = {"atan2": np.arctan2, "pow": np.power}
+          "trunc": np.trunc, "rint": np.rint, "erf": None, "floor": np.floor, "ceil": np.ceil,
+          "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh, "log10": np.log10,
+          "signbit": np.signbit}
+_BINARY = {"atan2": np.arctan2, "pow": np.power, "hypot": np.hypot, "copysign": np.copysign,
+           "nextafter": np.nextafter}
 
 if INTERPRET:
     import triton.language as tl
@@ -27,7 +30,11 @@ if INTERPRET:
             first = args[0]
             data = [a.handle.data for a in args]
             with np.errstate(all="ignore"):
-                out = np.asarray(np_fn(*data)).astype(data[0].dtype, copy=False)
+                out = np.asarray(np_fn(*data))
+            if out.dtype == np.bool_:  # signbit: an int32 0/1, as libdevice's
+                return tl.core.tensor(TensorHandle(out.astype(np.int32), tl.int32),
+                                      first.type.with_element_ty(tl.int32))
+            out = out.astype(data[0].dtype, copy=False)
             return tl.core.tensor(TensorHandle(out, first.dtype), first.type)
         fn.__name__ = np_fn.__name__
         return fn
@@ -37,5 +44,5 @@ if INTERPRET:
         globals()[_name] = _lift(_fn)
 else:
     from triton.language.extra.libdevice import (  # noqa: F401
-        acos, asin, atan, atan2, ceil, cosh, erf, expm1, floor, log1p, pow, rint, sinh,
-        tan, tanh, trunc)
+        acos, acosh, asin, asinh, atan, atan2, atanh, ceil, copysign, cosh, erf, expm1, floor,
+        hypot, log1p, log10, nextafter, pow, rint, signbit, sinh, tan, tanh, trunc)

@@ -47,7 +47,7 @@ class Joint:
         """Inside the trace: add cotangent inputs and the gradient; return the gradients."""
         from .subtrace import Spec
         captured_grad = [i for i, c in enumerate(sub.captured)
-                         if c.requires_grad and c.dtype.is_floating
+                         if c.requires_grad and c.dtype.is_inexact
                          and all(u is not c for u in sub.updated)]
         if not (self.inputs_require_grad or captured_grad):
             return []
@@ -58,11 +58,11 @@ class Joint:
         nc = self.n_carry
         # Primal outputs in the body's output order: carry', state', y.
         primal = outs[:nc] + list(sub.updated) + outs[nc:]
-        self.ct_outputs = [i for i, t in enumerate(primal) if t.dtype.is_floating]
+        self.ct_outputs = [i for i, t in enumerate(primal) if t.dtype.is_inexact]
         cts = [sub.argument(Spec(primal[i].shape, primal[i].dtype, primal[i].device), late=True)
                for i in self.ct_outputs]
-        self.carried = [i for i in range(nc) if carry[i].dtype.is_floating]
-        self.x_targets = [i for i, x in enumerate(xs) if self.x_grad[i] and x.dtype.is_floating]
+        self.carried = [i for i in range(nc) if carry[i].dtype.is_inexact]
+        self.x_targets = [i for i, x in enumerate(xs) if self.x_grad[i] and x.dtype.is_inexact]
         self.k_targets = captured_grad
         targets = [carry[i] for i in self.carried] + [xs[i] for i in self.x_targets] + \
             [sub.captured[i] for i in self.k_targets]
@@ -376,7 +376,7 @@ def switch_vjp(g, out, index, *rest, branches, state, n_operands):
     _refuse_higher_order("cond")
     wrt = [i for i, t in enumerate(rest) if t.requires_grad]
     specs = [o for o in branches[0].outputs]
-    floats = [i for i, v in enumerate(specs) if v.dtype.is_floating]
+    floats = [i for i, v in enumerate(specs) if v.dtype.is_inexact]
     cts = [g[i] if g[i] is not None else _zeros_spec(specs[i], index.device) for i in floats]
     n = len(rest)
 

@@ -56,6 +56,50 @@ def _toposort(roots, targets):
     return order
 
 
+# Complex gradients follow PyTorch: for a real loss L and complex z = x + iy, z.grad is
+# dL/dx + i dL/dy (the conjugate Wirtinger derivative, doubled): for L = |z|^2, 2z.
+# A vjp rule written as a holomorphic derivative, g * f'(z) (every arithmetic rule is),
+# gives that convention when conjugated around: conj(rule(conj(g))) = g * conj(f'(z)).
+# Rules for non-holomorphic ops (abs, real, imag, conj, sign, the real -> complex cast,
+# fft's real transforms) are written in the convention already and are named here, as are
+# the control-flow primitives, whose rules run this walk over their bodies, and
+# custom_vjp's user rules (written in PyTorch's convention, as torch.autograd.Function's).
+COMPLEX_RULES: set = {"scan", "while", "switch"}
+
+
+def call_vjp(prim, g, out, inputs, attrs):
+    """prim's vjp, conjugated around for complex data unless its rule is in COMPLEX_RULES.
+
+    The one place every reverse pass (eager backward, capture, control-flow vjps) calls a
+    rule through, so complex support is a property of the walk, not of each rule."""
+    if prim.name in COMPLEX_RULES or not _has_complex(g, inputs) or \
+            prim.name.startswith("custom_vjp["):
+        return prim.vjp(g, out, *inputs, **attrs)
+    from ..ops.elementwise import conj
+    conj_g = tuple(conj(c) for c in g) if isinstance(g, tuple) else conj(g)
+    cts = prim.vjp(conj_g, out, *inputs, **attrs)
+    return tuple(None if c is None else conj(c) for c in cts)
+
+
+def _has_complex(g, inputs) -> bool:
+    for t in inputs:
+        if getattr(t, "dtype", None) is not None and t.dtype.kind == "c":
+            return True
+    for c in (g if isinstance(g, tuple) else (g,)):
+        if c is not None and c.dtype.kind == "c":
+            return True
+    return False
+
+
+def fit_cotangent(ct, dtype):
+    """A cotangent in its input's dtype; the real part for a real input (the imaginary
+    direction is not one the input can move in)."""
+    from ..ops.elementwise import cast, real
+    if ct.dtype.kind == "c" and dtype.kind != "c":
+        ct = real(ct)
+    return ct if ct.dtype is dtype else cast(ct, dtype)
+
+
 def add_cotangents(a, b):
     if a is None:
         return b
@@ -131,15 +175,14 @@ def gradients(roots, cotangents, targets=None, *, create_graph=False, retain_gra
                 g = tuple(c if c is not None else _zeros_for(node, i) for i, c in enumerate(cts))
             else:
                 g = cts[0]
-            in_cts = node.prim.vjp(g, node.saved_outputs(), *node.inputs, **node.attrs)
+            in_cts = call_vjp(node.prim, g, node.saved_outputs(), node.inputs, node.attrs)
             held.pop(node, None)
             for inp, ct in zip(node.inputs, in_cts):
                 if ct is None or not inp.requires_grad:
                     continue
                 if ct.dtype is not inp.dtype:
-                    from ..ops.elementwise import cast
-                    ct = cast(ct, inp.dtype) if not isinstance(ct, SparseRows) else \
-                        SparseRows(ct.indices, cast(ct.rows, inp.dtype), ct.shape)
+                    ct = fit_cotangent(ct, inp.dtype) if not isinstance(ct, SparseRows) else \
+                        SparseRows(ct.indices, fit_cotangent(ct.rows, inp.dtype), ct.shape)
                 if CHECK_KERNELS and tuple(ct.shape) != inp.shape:
                     raise AssertionError(f"vjp of {node.prim.name} gave a cotangent of shape "
                                          f"{ct.shape} for an input of shape {inp.shape}")

@@ -96,8 +96,9 @@ def _differentiable(x, outer_recording: bool) -> Tensor:
     if not isinstance(x, Tensor):
         from ..ops.creation import tensor
         x = tensor(x)
-    if not x.dtype.is_floating:
-        raise DTypeError(f"grad differentiates floating tensors only, got {x.dtype}", op="grad")
+    if not x.dtype.is_inexact:
+        raise DTypeError(f"grad differentiates floating and complex tensors only, got {x.dtype}",
+                         op="grad")
     if outer_recording and x.requires_grad:
         return x  # an enclosing grad is differentiating through this argument
     return x.detach().requires_grad_()

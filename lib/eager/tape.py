@@ -57,7 +57,7 @@ def record(prim, inputs, attrs, outputs) -> None:
         else:
             node.outputs = None
     else:
-        if outputs.dtype.kind == "f":
+        if outputs.dtype.kind in "fc":
             outputs.requires_grad = True
             outputs._node = node
         else:
@@ -73,7 +73,7 @@ def mark_no_gradient(prim, outputs, origin: str) -> None:
 
 
 def _attach(out, node, index) -> None:
-    if out.dtype.kind == "f":
+    if out.dtype.kind in "fc":
         out.requires_grad = True
         out._node = node
         out._index = index

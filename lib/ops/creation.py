@@ -25,8 +25,9 @@ def _shape(shape, op: str) -> tuple:
 
 
 def _device(device, op: str | None = None) -> Device:
-    if device is None:
-        return as_device("cpu")
+    if device is None:  # cpu, or the device of a `with rill.device(...)` scope
+        from ..devices import default_device
+        return default_device()
     try:
         return as_device(device)
     except Error as e:
@@ -54,8 +55,13 @@ def _host_array(data, dtype, op: str):
                             op=op) from None
     if array.dtype.kind in "OUSVMm" and not _python_ints(array):
         raise DTypeError(f"a tensor holds numbers, got {_items(data, array)}", op=op)
-    if array.dtype.kind == "c":
-        raise DTypeError(f"complex numbers have no rill dtype, got {array.dtype}", op=op)
+    if array.dtype.kind == "c" and dtype is not None and not dtype.is_complex \
+            and np.any(array.imag != 0):
+        raise DTypeError(f"complex data does not fit {dtype} (its imaginary parts would be "
+                         "dropped); keep a complex dtype and take rill.real() or rill.abs()",
+                         op=op)
+    if array.dtype.kind == "c" and dtype is not None and not dtype.is_complex:
+        array = array.real  # all imaginary parts are 0
     if dtype is not None:
         return array, dtype
     if array.dtype == object:  # ints beyond int64: refused by the fit check that follows
@@ -70,6 +76,8 @@ def _host_array(data, dtype, op: str):
         return array, dt.bool_
     if kind in "iu":
         return array, dt.default_int
+    if kind == "c":  # Python complex numbers: complex64, as floats are float32
+        return array, dt.default_complex
     return array, dt.default_float
 
 

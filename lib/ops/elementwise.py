@@ -9,8 +9,9 @@ from __future__ import annotations
 import math
 
 from .. import dtypes as dt
+from ..eager.backward import COMPLEX_RULES
 from ..eager.bind import bind
-from ..errors import reports_as
+from ..errors import DTypeError, reports_as
 from . import attrs as A
 from . import promotion
 from .arguments import as_choice, as_dtype, as_float
@@ -32,9 +33,43 @@ def _same_gelu(x, *, approximate):
     return x.shape, x.dtype
 
 
-def _numeric(x):
-    require(x, "iuf", "a numeric tensor (not bool)")
+def _same_real(x):
+    require(x, "f", "a real floating tensor (the standard leaves it undefined for complex)")
     return x.shape, x.dtype
+
+
+def _same_real_alpha(x, *, alpha):
+    return _same_real(x)
+
+
+def _same_real_gelu(x, *, approximate):
+    return _same_real(x)
+
+
+def _numeric(x):
+    require(x, "iuf", "a real numeric tensor (not bool; complex has no order)")
+    return x.shape, x.dtype
+
+
+def _numeric_or_complex(x):
+    require(x, "iufc", "a numeric tensor (not bool)")
+    return x.shape, x.dtype
+
+
+def _to_real(x):
+    """abs, real, imag: complex64 -> float32, complex128 -> float64; others keep their dtype."""
+    require(x, "iufc", "a numeric tensor (not bool)")
+    return x.shape, dt.real_of(x.dtype)
+
+
+def _integer(x):
+    require(x, "biu", "an integer or bool tensor")
+    return x.shape, x.dtype
+
+
+def _real_predicate(x):
+    require(x, "biuf", "a real tensor (complex has no sign bit)")
+    return x.shape, dt.bool_
 
 
 def _predicate(x):
@@ -48,7 +83,33 @@ def _binary_same(x, y):
 
 
 def _binary_numeric(x, y):
-    require(x, "iuf", "numeric tensors (not bool)")
+    require(x, "iufc", "numeric tensors (not bool)")
+    return broadcast_shapes(x.shape, y.shape), x.dtype
+
+
+def _binary_real(x, y):
+    require(x, "biuf", "real tensors (complex numbers have no order)")
+    return _binary_same(x, y)
+
+
+def _binary_real_numeric(x, y):
+    require(x, "iuf", "real numeric tensors (not bool; complex has no order)")
+    return broadcast_shapes(x.shape, y.shape), x.dtype
+
+
+def _binary_real_float(x, y):
+    require(x, "f", "real floating tensors (the standard defines it for real numbers only)")
+    return _binary_same(x, y)
+
+
+def _binary_next(x, y):
+    if x.dtype is dt.bfloat16:  # its CPU buffers are float32: the next float32 would round back
+        raise DTypeError("nextafter has no bfloat16 kernel; cast to float32 first", op="nextafter")
+    return _binary_real_float(x, y)
+
+
+def _binary_shift(x, y):
+    require(x, "iu", "integer tensors")
     return broadcast_shapes(x.shape, y.shape), x.dtype
 
 
@@ -58,6 +119,11 @@ def _binary_integer(x, y):
 
 
 def _binary_bool(x, y):
+    return broadcast_shapes(x.shape, y.shape), dt.bool_
+
+
+def _binary_order(x, y):
+    require(x, "biuf", "real tensors (complex numbers have no order)")
     return broadcast_shapes(x.shape, y.shape), dt.bool_
 
 
@@ -106,20 +172,51 @@ def _silu_vjp(g, out, x):
     return (g * (s * (1 + x * (1 - s))),)
 
 
+_LN10 = math.log(10.0)
+
+
+def _abs_vjp(g, out, x):
+    # sign(z) = z/|z| for complex z: PyTorch's d|z| convention; sign(x) for real x.
+    return (g * sign(x),)
+
+
+def _sign_vjp(g, out, x):
+    if not x.dtype.is_complex:
+        return (zeros_like(x),)
+    # s = z/|z| moves only along the circle: the part of g across it, divided by |z|.
+    s = sign(x)
+    across = g - real(g * conj(s)) * s
+    size = abs(x)
+    return (where(size == 0, 0.0, across / where(size == 0, 1.0, size)),)
+
+
+def _real_vjp(g, out, x):
+    return (cast(g, x.dtype) if x.dtype.is_complex else g,)
+
+
+def _imag_vjp(g, out, x):
+    return (multiply(g, 1j) if x.dtype.is_complex else zeros_like(x),)
+
+
+def _conj_vjp(g, out, x):
+    return (conj(g),)
+
+
 _UNARY = {
-    "neg": (None, _numeric, lambda g, out, x: (-g,), False),
-    "abs": (None, _numeric, lambda g, out, x: (g * sign(x),), False),
-    "sign": (None, _numeric, _zero, False),
-    "square": (None, _numeric, lambda g, out, x: (g * (2 * x),), False),
+    "neg": (None, _numeric_or_complex, lambda g, out, x: (-g,), False),
+    "abs": (None, _to_real, _abs_vjp, False),
+    "sign": (None, _numeric_or_complex, _sign_vjp, False),
+    "square": (None, _numeric_or_complex, lambda g, out, x: (g * (2 * x),), False),
     "relu": (None, _numeric, lambda g, out, x: (where(x > 0, g, 0),), False),
     "floor": (None, _numeric, _zero, False),
     "ceil": (None, _numeric, _zero, False),
-    "round": (None, _numeric, _zero, False),
+    "round": (None, _numeric_or_complex, _zero, False),
     "trunc": (None, _numeric, _zero, False),
     "exp": (_F, _same, lambda g, out, x: (g * out,), True),
     "exp2": (_F, _same, lambda g, out, x: (g * out * _LN2,), True),
     "log": (_F, _same, lambda g, out, x: (g / x,), False),
     "log2": (_F, _same, lambda g, out, x: (g / (x * _LN2),), False),
+    "log10": (_F, _same, lambda g, out, x: (g / (x * _LN10),), False),
     "log1p": (_F, _same, lambda g, out, x: (g / (1 + x),), False),
     "expm1": (_F, _same, lambda g, out, x: (g * (out + 1),), True),
     "sqrt": (_F, _same, lambda g, out, x: (g / (2 * out),), True),
@@ -134,20 +231,35 @@ _UNARY = {
     "arcsin": (_F, _same, lambda g, out, x: (g * rsqrt(1 - x * x),), False),
     "arccos": (_F, _same, lambda g, out, x: (-g * rsqrt(1 - x * x),), False),
     "arctan": (_F, _same, lambda g, out, x: (g / (1 + x * x),), False),
-    "sigmoid": (_F, _same, lambda g, out, x: (g * out * (1 - out),), True),
-    "softplus": (_F, _same, lambda g, out, x: (g * sigmoid(x),), False),
-    "silu": (_F, _same, _silu_vjp, False),
-    "erf": (_F, _same, lambda g, out, x: (g * (_TWO_OVER_SQRT_PI * exp(-x * x)),), False),
-    "leaky_relu": (_F, _same_alpha, lambda g, out, x, alpha: (where(x > 0, g, g * alpha),),
-                   False),
-    "elu": (_F, _same_alpha, lambda g, out, x, alpha: (where(x > 0, g, g * (out + alpha)),),
-            True),
-    "gelu": (_F, _same_gelu, _gelu_vjp, False),
+    "arcsinh": (_F, _same, lambda g, out, x: (g * rsqrt(1 + x * x),), False),
+    # sqrt(x - 1) * sqrt(x + 1), not sqrt(x*x - 1): the same for real x > 1, and the right
+    # branch for complex x.
+    "arccosh": (_F, _same, lambda g, out, x: (g / (sqrt(x - 1) * sqrt(x + 1)),), False),
+    "arctanh": (_F, _same, lambda g, out, x: (g / (1 - x * x),), False),
+    "sigmoid": (_F, _same_real, lambda g, out, x: (g * out * (1 - out),), True),
+    "softplus": (_F, _same_real, lambda g, out, x: (g * sigmoid(x),), False),
+    "silu": (_F, _same_real, _silu_vjp, False),
+    "erf": (_F, _same_real, lambda g, out, x: (g * (_TWO_OVER_SQRT_PI * exp(-x * x)),), False),
+    "leaky_relu": (_F, _same_real_alpha,
+                   lambda g, out, x, alpha: (where(x > 0, g, g * alpha),), False),
+    "elu": (_F, _same_real_alpha,
+            lambda g, out, x, alpha: (where(x > 0, g, g * (out + alpha)),), True),
+    "gelu": (_F, _same_real_gelu, _gelu_vjp, False),
     "isnan": (None, _predicate, None, False),
     "isinf": (None, _predicate, None, False),
     "isfinite": (None, _predicate, None, False),
+    "signbit": (None, _real_predicate, None, False),
     "logical_not": (None, _predicate, None, False),
+    "bitwise_invert": (None, _integer, None, False),
+    "conj": (None, _numeric_or_complex, _conj_vjp, False),
+    "real": (None, _to_real, _real_vjp, False),
+    "imag": (None, _to_real, _imag_vjp, False),
 }
+
+# Rules that already give PyTorch's complex gradient (conj(dL/dz) convention) themselves:
+# backward calls them as they are. Every other rule is a holomorphic derivative, which
+# backward conjugates around (lib/eager/backward.py:call_vjp).
+COMPLEX_RULES.update({"abs", "sign", "conj", "real", "imag", "cast"})
 
 _GELU_MODES = ("none", "tanh")
 _UNARY_ATTRS = {"leaky_relu": {"alpha": A.FLOAT}, "elu": {"alpha": A.FLOAT},
@@ -164,12 +276,16 @@ def neg(x):
 
 
 def abs(x):  # noqa: A001 - the public name is rill.abs
-    """|x|, elementwise."""
+    """|x|, elementwise; the modulus of a complex x, as a real tensor (complex64 -> float32).
+
+    >>> rill.abs(rill.tensor([3 + 4j]))
+    tensor([5.])
+    """
     return bind(P["abs"], x)
 
 
 def sign(x):
-    """-1, 0 or 1 by the sign of x."""
+    """-1, 0 or 1 by the sign of x (NaN stays NaN); z/|z| for complex z (0 at 0)."""
     return bind(P["sign"], x)
 
 
@@ -195,7 +311,7 @@ def ceil(x):
 
 
 def round(x):  # noqa: A001
-    """Round half to even, as NumPy does."""
+    """Round half to even, as NumPy does; complex numbers round each part."""
     return bind(P["round"], x)
 
 
@@ -282,6 +398,86 @@ def arccos(x):
 
 def arctan(x):
     return bind(P["arctan"], x)
+
+
+def arcsinh(x):
+    """The inverse hyperbolic sine."""
+    return bind(P["arcsinh"], x)
+
+
+def arccosh(x):
+    """The inverse hyperbolic cosine (NaN below 1 for real x)."""
+    return bind(P["arccosh"], x)
+
+
+def arctanh(x):
+    """The inverse hyperbolic tangent (+-inf at +-1, NaN beyond for real x)."""
+    return bind(P["arctanh"], x)
+
+
+def log10(x):
+    """Base-10 logarithm."""
+    return bind(P["log10"], x)
+
+
+def signbit(x):
+    """True where the sign bit is set: negative numbers, -0.0 and NaNs with the bit set.
+
+    >>> rill.ops.elementwise.signbit(rill.tensor([-0.0, 0.0, -2.0]))
+    tensor([ True, False,  True])
+    """
+    return bind(P["signbit"], x)
+
+
+def bitwise_invert(x):
+    """~x: every bit flipped (logical not for bool)."""
+    return bind(P["bitwise_invert"], x)
+
+
+def _real_numeric(x, op):
+    """x as a tensor when it is real (checked numeric, as the op's rule would); None when
+    it is complex and needs the op."""
+    x = promotion.lift((x,))[0]
+    if x.dtype.is_complex:
+        return None
+    try:
+        _numeric_or_complex(x)
+    except DTypeError as e:
+        e.op = op
+        raise
+    return x
+
+
+def conj(x):
+    """The complex conjugate a - bj; a real tensor is returned as it is."""
+    same = _real_numeric(x, "conj")
+    return same if same is not None else bind(P["conj"], x)
+
+
+def real(x):
+    """The real part, as a real tensor (complex64 -> float32); a real tensor as it is.
+
+    >>> rill.ops.elementwise.real(rill.tensor([1 + 2j]))
+    tensor([1.])
+    """
+    same = _real_numeric(x, "real")
+    return same if same is not None else bind(P["real"], x)
+
+
+def imag(x):
+    """The imaginary part, as a real tensor (complex64 -> float32); zeros for a real one."""
+    return bind(P["imag"], x)
+
+
+def positive(x):
+    """+x: x itself (the standard's positive; numeric dtypes only)."""
+    same = _real_numeric(x, "positive")
+    return same if same is not None else promotion.lift((x,))[0]
+
+
+negative = neg
+acos, asin, atan = arccos, arcsin, arctan
+acosh, asinh, atanh = arccosh, arcsinh, arctanh
 
 
 def sigmoid(x):
@@ -391,6 +587,24 @@ def _arctan2_vjp(g, out, y, x):
     return sum_to_shape(d * x, y.shape), sum_to_shape(-d * y, x.shape)
 
 
+def _logaddexp_vjp(g, out, x, y):
+    return (sum_to_shape(g * exp(x - out), x.shape) if x.requires_grad else None,
+            sum_to_shape(g * exp(y - out), y.shape) if y.requires_grad else None)
+
+
+def _hypot_vjp(g, out, x, y):
+    d = g / out
+    return (sum_to_shape(d * x, x.shape) if x.requires_grad else None,
+            sum_to_shape(d * y, y.shape) if y.requires_grad else None)
+
+
+def _copysign_vjp(g, out, x, y):
+    # The result is x or -x: +g where the sign was kept, -g where it flipped.
+    flipped = not_equal(signbit(x), signbit(y))
+    return (sum_to_shape(where(flipped, -g, g), x.shape) if x.requires_grad else None,
+            zeros_like(y) if y.requires_grad else None)
+
+
 _C, _CF, _L = promotion.common, promotion.common_float, promotion.lift
 
 _BINARY = {
@@ -398,24 +612,30 @@ _BINARY = {
     "subtract": (_C, _binary_numeric, _sub_vjp, False),
     "multiply": (_C, _binary_same, _mul_vjp, False),
     "divide": (_CF, _binary_same, _div_vjp, False),
-    "floor_divide": (_C, _binary_numeric, _zero2, False),
-    "remainder": (_C, _binary_numeric, _rem_vjp, False),
+    "floor_divide": (_C, _binary_real_numeric, _zero2, False),
+    "remainder": (_C, _binary_real_numeric, _rem_vjp, False),
     "power": (_C, _binary_numeric, _pow_vjp, True),
-    "maximum": (_C, _binary_same, lambda g, o, x, y: _extremum_vjp(g, o, x, y, greater), False),
-    "minimum": (_C, _binary_same, lambda g, o, x, y: _extremum_vjp(g, o, x, y, less), False),
-    "arctan2": (_CF, _binary_same, _arctan2_vjp, False),
+    "maximum": (_C, _binary_real, lambda g, o, x, y: _extremum_vjp(g, o, x, y, greater), False),
+    "minimum": (_C, _binary_real, lambda g, o, x, y: _extremum_vjp(g, o, x, y, less), False),
+    "arctan2": (_CF, _binary_real_float, _arctan2_vjp, False),
+    "logaddexp": (_CF, _binary_real_float, _logaddexp_vjp, True),
+    "hypot": (_CF, _binary_real_float, _hypot_vjp, True),
+    "copysign": (_CF, _binary_real_float, _copysign_vjp, False),
+    "nextafter": (_CF, _binary_next, _zero2, False),
     "equal": (_C, _binary_bool, None, False),
     "not_equal": (_C, _binary_bool, None, False),
-    "less": (_C, _binary_bool, None, False),
-    "less_equal": (_C, _binary_bool, None, False),
-    "greater": (_C, _binary_bool, None, False),
-    "greater_equal": (_C, _binary_bool, None, False),
+    "less": (_C, _binary_order, None, False),
+    "less_equal": (_C, _binary_order, None, False),
+    "greater": (_C, _binary_order, None, False),
+    "greater_equal": (_C, _binary_order, None, False),
     "logical_and": (_L, _binary_bool, None, False),
     "logical_or": (_L, _binary_bool, None, False),
     "logical_xor": (_L, _binary_bool, None, False),
     "bitwise_and": (_C, _binary_integer, None, False),
     "bitwise_or": (_C, _binary_integer, None, False),
     "bitwise_xor": (_C, _binary_integer, None, False),
+    "bitwise_left_shift": (_C, _binary_shift, None, False),
+    "bitwise_right_shift": (_C, _binary_shift, None, False),
 }
 
 P.update({name: primitive(name, infer, vjp, normalize=norm, save_output=save, attrs={})
@@ -471,6 +691,30 @@ def arctan2(y, x):
     return bind(P["arctan2"], y, x)
 
 
+def logaddexp(x, y):
+    """log(exp(x) + exp(y)) without overflow.
+
+    >>> rill.ops.elementwise.logaddexp(rill.tensor([1000.0]), rill.tensor([1000.0]))
+    tensor([1000.6932])
+    """
+    return bind(P["logaddexp"], x, y)
+
+
+def hypot(x, y):
+    """sqrt(x**2 + y**2) without overflow; +inf if either is infinite (even with a NaN)."""
+    return bind(P["hypot"], x, y)
+
+
+def copysign(x, y):
+    """|x| with the sign (bit) of y."""
+    return bind(P["copysign"], x, y)
+
+
+def nextafter(x, y):
+    """The next representable float after x toward y."""
+    return bind(P["nextafter"], x, y)
+
+
 def equal(x, y):
     return bind(P["equal"], x, y)
 
@@ -517,6 +761,20 @@ def bitwise_or(x, y):
 
 def bitwise_xor(x, y):
     return bind(P["bitwise_xor"], x, y)
+
+
+def bitwise_left_shift(x, y):
+    """x << y for integers (y >= 0; shifting past the width gives 0)."""
+    return bind(P["bitwise_left_shift"], x, y)
+
+
+def bitwise_right_shift(x, y):
+    """x >> y for integers, arithmetic for signed types (y >= 0)."""
+    return bind(P["bitwise_right_shift"], x, y)
+
+
+atan2 = arctan2
+pow = power  # noqa: A001 - the standard's name
 
 
 # ---- where, clip, cast ---------------------------------------------------------------------
@@ -574,10 +832,16 @@ def clip(x, min=None, max=None):  # noqa: A002 - NumPy's names
 
 
 def _cast_infer(x, *, dtype):
+    if x.dtype.is_complex and dtype.kind in "iuf":
+        raise DTypeError(f"casting {x.dtype} to {dtype} would drop the imaginary part (the "
+                         "Array API standard leaves it undefined); take rill.real(x) or "
+                         "rill.abs(x) first")
     return x.shape, dtype
 
 
 def _cast_vjp(g, out, x, dtype):
+    if g.dtype.is_complex and not x.dtype.is_complex:  # real -> complex: d/dx takes Re(g)
+        return (cast(real(g), x.dtype),)
     return (cast(g, x.dtype),)
 
 

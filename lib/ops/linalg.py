@@ -18,7 +18,7 @@ from .rules import broadcast_shapes, require
 
 
 def _matmul_infer(x, y):
-    require(x, "iuf", "numeric tensors")
+    require(x, "iufc", "numeric tensors")
     if x.ndim == 0 or y.ndim == 0:
         raise ShapeError(f"needs at least 1-d operands, got shapes {x.shape} and {y.shape}")
     xs = x.shape if x.ndim > 1 else (1,) + x.shape

@@ -123,7 +123,8 @@ def _promote(args, to_float: bool, skip: int = 0):
 def _weak_fits(t, value) -> bool:
     """A Python number that, as a weak scalar, leaves tensor t's dtype as it is."""
     kind = t.dtype.kind
-    return (type(value) is float and kind == "f") or (type(value) is int and kind in "fiu")
+    return (type(value) is float and kind in "fc") or (type(value) is int and kind in "fiuc") \
+        or (type(value) is complex and kind == "c")
 
 
 def common(args):
@@ -146,15 +147,16 @@ def common_float(args):
     if len(args) == 2:
         x, y = args
         if isinstance(x, Tensor) and isinstance(y, Tensor) and x.dtype is y.dtype and \
-                x.dtype.kind == "f":
+                x.dtype.kind in "fc":
             return args
     return _promote(args, True)
 
 
 def floating(args):
-    """One input, made floating (exp, sin, sqrt, ...): int tensors compute in float32."""
+    """One input, made floating (exp, sin, sqrt, ...): int tensors compute in float32;
+    complex ones stay complex."""
     (x,) = args
-    if isinstance(x, Tensor) and x.dtype.kind == "f":
+    if isinstance(x, Tensor) and x.dtype.kind in "fc":
         return args
     return _promote(args, True)
 

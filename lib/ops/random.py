@@ -45,7 +45,8 @@ def _attrs(shape, dtype, device, generator, default, op):
 
 def _floating(dtype, op):
     if dtype is not None and not as_dtype(dtype, op).is_floating:
-        raise DTypeError(f"{op} makes floating tensors, not {dtype}", op=op)
+        hint = " (rand and randn make complex ones)" if as_dtype(dtype, op).is_complex else ""
+        raise DTypeError(f"{op} makes floating tensors, not {dtype}{hint}", op=op)
 
 
 def uniform(low=0.0, high=1.0, shape=(), dtype=None, device=None, generator=None,
@@ -78,16 +79,38 @@ def _normal(mean, std, shape, dtype, device, generator, requires_grad, op):
                    as_bool(requires_grad, "requires_grad", op))
 
 
+def _complex_draw(draw, scale, shape, dtype, device, generator, requires_grad, op):
+    """A complex draw as PyTorch makes one: real and imaginary parts drawn independently
+    from the part's real dtype (each scaled by `scale`), real part first."""
+    part = dt.real_of(dtype)
+    re = draw(shape, part, device, generator)
+    im = draw(shape, part, device, generator)
+    from .elementwise import cast
+    z = cast(re * scale, dtype) + cast(im * scale, dtype) * 1j
+    return _finish(z, as_bool(requires_grad, "requires_grad", op))
+
+
+def _is_complex(dtype, op) -> bool:
+    return dtype is not None and as_dtype(dtype, op).is_complex
+
+
 def rand(*shape, dtype=None, device=None, generator=None, requires_grad: bool = False):
-    """rand(2, 3): uniform samples in [0, 1)."""
-    return _uniform(0.0, 1.0, _shape(shape, "rand"), dtype, device, generator, requires_grad,
-                    "rand")
+    """rand(2, 3): uniform samples in [0, 1) (both parts of a complex dtype, as torch)."""
+    shape = _shape(shape, "rand")
+    if _is_complex(dtype, "rand"):
+        return _complex_draw(lambda *a: _uniform(0.0, 1.0, *a, False, "rand"), 1.0, shape,
+                             as_dtype(dtype, "rand"), device, generator, requires_grad, "rand")
+    return _uniform(0.0, 1.0, shape, dtype, device, generator, requires_grad, "rand")
 
 
 def randn(*shape, dtype=None, device=None, generator=None, requires_grad: bool = False):
-    """randn(2, 3): standard normal samples."""
-    return _normal(0.0, 1.0, _shape(shape, "randn"), dtype, device, generator, requires_grad,
-                   "randn")
+    """randn(2, 3): standard normal samples; for a complex dtype E|z|^2 = 1 (each part has
+    variance 1/2), as torch."""
+    shape = _shape(shape, "randn")
+    if _is_complex(dtype, "randn"):
+        return _complex_draw(lambda *a: _normal(0.0, 1.0, *a, False, "randn"), 0.5 ** 0.5, shape,
+                             as_dtype(dtype, "randn"), device, generator, requires_grad, "randn")
+    return _normal(0.0, 1.0, shape, dtype, device, generator, requires_grad, "randn")
 
 
 def randint(low: int, high: int | None = None, shape=(), dtype=None, device=None,

@@ -52,7 +52,11 @@ def _float_reduce(x, *, axis, keepdims):
     return reduced_shape(x.shape, axes, keepdims), x.dtype
 
 
+_UNORDERED = "a real tensor (complex numbers have no order; compare rill.abs(z) or rill.real(z))"
+
+
 def _extremum(x, *, axis, keepdims):
+    require(x, "biuf", _UNORDERED)
     axes = normalize_axes(axis, x.ndim)
     _check_nonempty(x, axes, "max/min")
     return reduced_shape(x.shape, axes, keepdims), x.dtype
@@ -64,7 +68,7 @@ def _bool_reduce(x, *, axis, keepdims):
 
 
 def _arg_reduce(x, *, axis, keepdims):
-    require(x, "biuf", "a tensor")
+    require(x, "biuf", _UNORDERED)
     if axis is None:
         if x.size == 0:
             raise ShapeError("cannot take argmax/argmin of an empty tensor")
@@ -74,8 +78,13 @@ def _arg_reduce(x, *, axis, keepdims):
     return reduced_shape(x.shape, (a,), keepdims), dt.int64
 
 
-def _var_infer(x, *, axis, keepdims, correction):
+def _real_reduce(x, *, axis, keepdims):
+    require(x, "biuf", "a real tensor (for complex z reduce rill.abs(z) or the parts)")
     return _float_reduce(x, axis=axis, keepdims=keepdims)
+
+
+def _var_infer(x, *, axis, keepdims, correction):
+    return _real_reduce(x, axis=axis, keepdims=keepdims)
 
 
 def _scan_infer(x, *, axis):
@@ -87,7 +96,7 @@ def _scan_infer(x, *, axis):
 
 
 def _norm_infer(x, *, ord, axis, keepdims):
-    return _float_reduce(x, axis=axis, keepdims=keepdims)
+    return _real_reduce(x, axis=axis, keepdims=keepdims)
 
 
 # ---- gradient rules ------------------------------------------------------------------------
@@ -221,7 +230,7 @@ min_p = primitive("min", _extremum, _extremum_vjp, save_output=True, attrs=R)
 argmax_p = primitive("argmax", _arg_reduce, attrs=dict(ONE, keepdims=A.BOOL))
 argmin_p = primitive("argmin", _arg_reduce, attrs=dict(ONE, keepdims=A.BOOL))
 var_p = primitive("var", _var_infer, _var_vjp, normalize=F, attrs=dict(R, correction=A.FLOAT))
-logsumexp_p = primitive("logsumexp", _float_reduce, _logsumexp_vjp, normalize=F,
+logsumexp_p = primitive("logsumexp", _real_reduce, _logsumexp_vjp, normalize=F,
                         save_output=True, attrs=R)
 all_p = primitive("all", _bool_reduce, attrs=R)
 any_p = primitive("any", _bool_reduce, attrs=R)
