@@ -5,18 +5,18 @@ from . import gpu
 
 
 def is_available() -> bool:
-    """True when a gpu device can be made here."""
-    return gpu.is_available()
+    """True when a real GPU is here (not Triton's interpreter; see rill.cuda.is_available)."""
+    return gpu.is_available() and not gpu.interpreted()
 
 
 def current_accelerator():
     """The gpu device when there is one, else None (as torch.accelerator)."""
     from .devices import device
-    return device("gpu") if gpu.is_available() else None
+    return device("gpu") if is_available() else None
 
 
 def device_count() -> int:
-    return 1 if gpu.is_available() else 0
+    return 1 if is_available() else 0
 
 
 def synchronize(device=None) -> None:

@@ -6,13 +6,15 @@ from . import gpu
 
 
 def is_available() -> bool:
-    """True when a gpu device can be made here (rill.gpu.is_available)."""
-    return gpu.is_available()
+    """True when a real GPU is here. PyTorch programs ask this to pick a fast device, so
+    Triton's interpreter (RILL_TRITON_INTERPRET=1), which rill.gpu.is_available() counts, is
+    not one: `device = "cuda" if rill.cuda.is_available() else "cpu"` picks the cpu there."""
+    return gpu.is_available() and not gpu.interpreted()
 
 
 def device_count() -> int:
     """How many gpu devices rill can use here (0 or 1)."""
-    return 1 if gpu.is_available() else 0
+    return 1 if is_available() else 0
 
 
 def current_device() -> int:
