@@ -51,7 +51,8 @@ def unique_all(x, /) -> UniqueAllResult:
     often each occurs. Each NaN is its own value.
 
     >>> unique_all(rill.tensor([3, 1, 3]))
-    UniqueAllResult(values=tensor([1, 3]), indices=tensor([1, 0]), inverse_indices=tensor([1, 0, 1]), counts=tensor([1, 2]))
+    UniqueAllResult(values=tensor([1, 3]), indices=tensor([1, 0]),
+                    inverse_indices=tensor([1, 0, 1]), counts=tensor([1, 2]))
     """
     return UniqueAllResult(*_unique(x, "unique_all", inverse=True, counts=True))
 
