@@ -281,3 +281,13 @@ def test_augmented_assignment_on_a_view_writes_the_base():
     same(r, t)
     assert rill.tensor([0.2, 0.9]).bernoulli().dtype is rill.float32
     assert rill.tensor([[0.1, 0.9]]).multinomial(1).shape == (1, 1)
+
+
+def test_the_guide_shows_the_ported_program_as_it_is():
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    program = (root / "tests" / "ports" / "cnn_classifier.py").read_text()
+    body = program.split("# --- end of imports ---\n", 1)[1].lstrip("\n")
+    guide = (root / "docs" / "COMING_FROM_PYTORCH.md").read_text()
+    shown = guide.split("## A complete program, side by side", 1)[1].split("```python\n")[1]
+    assert shown.split("```")[0] == body
