@@ -181,7 +181,8 @@ KERNELS = {
 _MAY_WARN = {"exp", "exp2", "log", "log2", "log1p", "expm1", "sqrt", "rsqrt", "reciprocal",
              "tan", "sinh", "cosh", "arcsin", "arccos", "softplus", "elu", "gelu", "sigmoid",
              "silu", "divide", "floor_divide", "remainder", "power", "cast", "arccosh",
-             "arctanh", "log10", "logaddexp", "hypot", "neg", "abs", "sign", "square"}
+             "arctanh", "log10", "logaddexp", "hypot", "neg", "abs", "sign", "square",
+             "sin", "cos"}
 KERNELS = {name: quiet(fn) if name in _MAY_WARN else fn for name, fn in KERNELS.items()}
 
 register_kernels("cpu", KERNELS)
