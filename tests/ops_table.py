@@ -681,6 +681,47 @@ OPS = [
     Op("imag_of_real", _ew("imag"), np.imag, lambda x: x * 0,
        [(s,) for s in UNARY_SHAPES]),
     Op("real_of_real", _ew("real"), np.real, lambda x: x, [((3, 4),)]),
+    # ---- rill.linalg composites -----------------------------------------------------------
+    *[Op(f"matrix_power_{n}".replace("-", "neg"), (lambda k: lambda x: LA.matrix_power(x, k))(n),
+         (lambda k: lambda x: _np_matrix_power(x, k))(n),
+         (lambda k: lambda x: TL.matrix_power(x, k))(n),
+         [(with_spectrum((3, 3), [1.5, 1.0, 0.7]),), (with_spectrum((2, 2, 2), [1.3, 0.8]),)],
+         dtypes=("float32",))
+      for n in (0, 1, 3, -2)],
+    Op("pinv", LA.pinv, lambda x: _np_pinv(x), TL.pinv,
+       [(with_spectrum((4, 3), [2.5, 1.5, 0.7]),), (with_spectrum((2, 2, 3), [1.2, 0.4]),)],
+       dtypes=("float32",)),
+    Op("matrix_rank", LA.matrix_rank, lambda x: _np_matrix_rank(x), TL.matrix_rank,
+       [(with_spectrum((4, 3), [2.0, 1.0, 0.0]),), (with_spectrum((2, 3, 3), [2.0, 1.0, 0.5]),),
+        (lambda r: np.zeros((2, 3)),)], grad=False, dtypes=()),
+    *[Op(f"matrix_norm_{o}", (lambda o: lambda x: LA.matrix_norm(x, ord=o))(o),
+         (lambda o: lambda x: _np_matrix_norm(x, o))(o),
+         (lambda o: lambda x: TL.matrix_norm(x, ord=o))(o),
+         [(with_spectrum((3, 4), [2.2, 1.1, 0.4]),), (with_spectrum((2, 3, 3), [2.0, 1.0, 0.5]),)],
+         dtypes=("float32",))
+      for o in ("fro", "nuc", 1, -1, 2, -2, math.inf, -math.inf)],
+    Op("matrix_norm_keepdims", lambda x: LA.matrix_norm(x, keepdims=True),
+       lambda x: np.sqrt(np.sum(x * x, axis=(-2, -1), keepdims=True)),
+       lambda x: TL.matrix_norm(x, keepdim=True), [((2, 3, 4),)]),
+    *[Op(f"trace_{k}".replace("-", "neg"), (lambda k: lambda x: LA.trace(x, offset=k))(k),
+         (lambda k: lambda x: _np_trace(x, k))(k),
+         (lambda k: lambda x: torch.diagonal(x, k, -2, -1).sum(-1))(k),
+         [((3, 4),), ((2, 3, 3),), ((0, 2),)])
+      for k in (0, 1, -1)],
+    *[Op(f"diagonal_{k}".replace("-", "neg"), (lambda k: lambda x: LA.diagonal(x, offset=k))(k),
+         (lambda k: lambda x: _np_diagonal(x, k))(k),
+         (lambda k: lambda x: torch.diagonal(x, k, -2, -1))(k), [((3, 4),), ((2, 4, 3),)])
+      for k in (0, 2, -1)],
+    Op("cross", LA.cross, lambda x, y: _np_cross(x, y),
+       lambda x, y: TL.cross(*torch.broadcast_tensors(x, y)),  # torch wants equal ranks
+       [((4, 3), (4, 3)), ((2, 1, 3), (4, 3)), ((3,), (3,))]),
+    Op("cross_axis0", lambda x, y: LA.cross(x, y, axis=0),
+       lambda x, y: np.moveaxis(_np_cross(np.moveaxis(x, 0, -1), np.moveaxis(y, 0, -1)), -1, 0),
+       lambda x, y: TL.cross(x, y, dim=0), [((3, 2), (3, 2))]),
+    Op("vecdot", LA.vecdot, lambda x, y: np.sum(x * y, axis=-1), TL.vecdot,
+       [((3, 4), (3, 4)), ((2, 1, 4), (3, 4)), ((4,), (4,))]),
+    Op("vecdot_axis0", lambda x, y: LA.vecdot(x, y, axis=0), lambda x, y: np.sum(x * y, axis=0),
+       lambda x, y: TL.vecdot(x, y, dim=0), [((3, 4), (3, 4))]),
 ]
 
 
@@ -946,3 +987,57 @@ def _np_svd_full(x):
     m, n = x.shape[-2:]
     return (u1, s, vh1, np.eye(m) - u1 @ np.swapaxes(u1, -1, -2),
             np.eye(n) - np.swapaxes(vh1, -1, -2) @ vh1)
+
+
+def _np_matrix_power(x, n):
+    """Repeated products (of the Gauss-Jordan inverse for negative n); I for n = 0."""
+    base = np_inv(x) if n < 0 else x
+    out = np.broadcast_to(np.eye(x.shape[-1]), x.shape).copy()
+    for _ in range(abs(n)):
+        out = out @ base
+    return out
+
+
+def _np_pinv(x):
+    u, s, vh = np_svd(x)
+    return np.swapaxes(vh, -1, -2) @ (np.swapaxes(u, -1, -2) / s[..., :, None])
+
+
+def _np_matrix_rank(x):
+    """Singular values above max(M, N) * eps * the largest (the standard's default rtol)."""
+    if not x.any():
+        return np.zeros(x.shape[:-2], dtype=np.int64)
+    s = np_svd(x)[1]
+    return np.sum(s > max(x.shape[-2:]) * np.finfo(np.float64).eps * s[..., :1],
+                  axis=-1).astype(np.int64)
+
+
+def _np_matrix_norm(x, o):
+    a = np.abs(x)
+    if o == "fro":
+        return np.sqrt(np.sum(x * x, axis=(-2, -1)))
+    if o == "nuc":
+        return np.sum(np_svd(x)[1], axis=-1)
+    if o in (2, -2):
+        s = np_svd(x)[1]
+        return s[..., 0] if o == 2 else s[..., -1]
+    sums = np.sum(a, axis=-2) if o in (1, -1) else np.sum(a, axis=-1)  # columns / rows
+    return np.max(sums, axis=-1) if o > 0 else np.min(sums, axis=-1)
+
+
+def _np_diagonal(x, k):
+    m, n = x.shape[-2:]
+    rows = [(i, i + k) for i in range(m) if 0 <= i + k < n]
+    return np.stack([x[..., i, j] for i, j in rows], axis=-1) if rows else np.zeros(
+        x.shape[:-2] + (0,))
+
+
+def _np_trace(x, k):
+    return np.sum(_np_diagonal(x, k), axis=-1)
+
+
+def _np_cross(x, y):
+    x, y = np.broadcast_arrays(x, y)
+    a1, a2, a3 = x[..., 0], x[..., 1], x[..., 2]
+    b1, b2, b3 = y[..., 0], y[..., 1], y[..., 2]
+    return np.stack([a2 * b3 - a3 * b2, a3 * b1 - a1 * b3, a1 * b2 - a2 * b1], axis=-1)
