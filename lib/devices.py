@@ -5,8 +5,16 @@ buffers, so that placement and mixed-device errors are testable on one machine. 
 buffers are CuPy arrays (or host arrays under RILL_TRITON_INTERPRET=1; see rill.gpu); the gpu
 backend is built the first time a gpu device is asked for, and asking for one where it cannot
 be built says what is missing.
+
+Device scopes: `with rill.device("cpu:1"):` makes tensors created inside (creation and random
+ops given no device) land on cpu:1, and, while a capture records, asks the placer to run the
+recorded ops there. Ops on existing tensors still run eagerly where their inputs are: scopes
+never copy. `rill.colocate_with(t)` asks for t's device; `rill.device(None)` clears both.
 """
 from __future__ import annotations
+
+import threading
+from contextvars import ContextVar
 
 import numpy as np
 
@@ -72,8 +80,23 @@ class Device:
     def __reduce__(self):
         return (device, (str(self),))
 
+    # `with rill.device("cpu:1"):` -- a scope; see the module docstring.
+    def __enter__(self):
+        any_index = getattr(_spelled, "last", None) == (self, True)
+        _spelled.last = None
+        _push(Scope(self, any_index=any_index))
+        return self
+
+    def __exit__(self, *exc):
+        _pop()
+        return False
+
 
 _DEVICES: dict[tuple[str, int], Device] = {}
+# Devices are interned, so `device("gpu")` and `device("gpu:0")` are one object; whether the
+# spec a `with` is about to enter named an index is remembered here, per thread, by the parse
+# that made it (the `with` statement enters right after evaluating `rill.device(...)`).
+_spelled = threading.local()
 
 
 # PyTorch programs say "cuda" for the accelerator rill calls "gpu".
@@ -82,7 +105,19 @@ _SPELLINGS = {"cuda": "gpu"}
 
 def device(spec="cpu") -> Device:
     """Parse 'cpu', 'cpu:1', 'gpu', 'gpu:0' (or pass a Device through); 'cuda' and 'cuda:0'
-    are PyTorch's names for 'gpu'."""
+    are PyTorch's names for 'gpu'.
+
+    A device is also a scope: inside `with rill.device("cpu:1"):` new tensors land on
+    cpu:1, and a capture places the ops it records there. A spec with no index ("gpu")
+    scopes to any device of that kind; `rill.device(None)` is a scope that clears them.
+
+    >>> import rill
+    >>> with rill.device("cpu:1"):
+    ...     rill.zeros(2).device
+    device('cpu:1')
+    """
+    if spec is None:
+        return _CLEAR
     if isinstance(spec, Device):
         return spec
     if not isinstance(spec, str):
@@ -99,6 +134,7 @@ def device(spec="cpu") -> Device:
     key = (kind, index)
     found = _DEVICES.get(key)
     if found is not None:
+        _spelled.last = (found, not index_text)
         return found
     backend = _BACKENDS.get(kind)
     if backend is None and kind == "gpu":
@@ -112,7 +148,87 @@ def device(spec="cpu") -> Device:
         raise DeviceError(f"unknown device kind {kind!r}; expected 'cpu' or 'gpu'",
                           op="device")
     found = _DEVICES[key] = Device(kind, index, backend)
+    _spelled.last = (found, not index_text)
     return found
 
 
 cpu = device("cpu")
+
+
+# ---- scopes --------------------------------------------------------------------------------
+
+class Scope:
+    """One `with` level: a device asked for (any index of its kind when `any_index`), a
+    tensor to colocate with, or neither (`rill.device(None)`: clears the levels outside)."""
+
+    __slots__ = ("device", "any_index", "colocate")
+
+    def __init__(self, device=None, any_index=False, colocate=None):
+        self.device, self.any_index, self.colocate = device, any_index, colocate
+
+    def __enter__(self):
+        _push(self)
+        return self
+
+    def __exit__(self, *exc):
+        _pop()
+        return False
+
+    def __repr__(self) -> str:
+        if self.colocate is not None:
+            return "colocate_with(...)"
+        if self.device is None:
+            return "device(None)"
+        return f"device('{self.device.kind if self.any_index else self.device}')"
+
+
+_CLEAR = Scope()
+_SCOPES: ContextVar[tuple] = ContextVar("rill_device_scopes", default=())
+
+
+def _push(scope: Scope) -> None:
+    _SCOPES.set(_SCOPES.get() + (scope,))
+
+
+def _pop() -> None:
+    _SCOPES.set(_SCOPES.get()[:-1])
+
+
+def colocate_with(tensor):
+    """A scope in which new tensors land on `tensor`'s device and a capture places the ops it
+    records beside `tensor` (its variable, or the op that makes it).
+
+    >>> import rill
+    >>> w = rill.zeros(3, device="cpu:1")
+    >>> with rill.colocate_with(w):
+    ...     rill.ones(3).device
+    device('cpu:1')
+    """
+    if not hasattr(tensor, "device") or not hasattr(tensor, "_data"):
+        raise DeviceError(f"colocate_with takes a tensor, got {type(tensor).__name__}",
+                          op="colocate_with")
+    return Scope(tensor.device, colocate=tensor)
+
+
+def requested():
+    """(device scope, colocation scope) in force: the innermost of each up to the innermost
+    `device(None)`, or None for either. A capture records them on each node as constraints."""
+    found_device = found_colocate = None
+    for scope in reversed(_SCOPES.get()):
+        if scope is _CLEAR or (scope.device is None and scope.colocate is None):
+            break
+        if scope.colocate is not None:
+            found_colocate = found_colocate or scope
+        elif found_device is None:
+            found_device = scope
+    return found_device, found_colocate
+
+
+def default_device() -> Device:
+    """Where a tensor created with no device lands: the innermost scope's device, or cpu."""
+    scopes = _SCOPES.get()
+    if scopes:
+        found = scopes[-1].device
+        if found is not None:
+            return found
+    return cpu

@@ -77,6 +77,12 @@ class CaptureError(Error):
     graph value that escaped its capture), or a node of a captured graph that failed."""
 
 
+class PlacementError(CaptureError):
+    """A device constraint of a captured graph that cannot be met: an op pinned to a device
+    that has no kernel for it, or things colocated that are pinned to different devices.
+    `node` is the node at fault; the location is the user's line that recorded it."""
+
+
 class KernelError(Error):
     """A kernel failed on values its shape/dtype rule could not check (e.g. int ** -1)."""
 
