@@ -370,6 +370,7 @@ def _prune(graph, fetches, fed):
         keep.add(node)
         stack += [v.node for v in node.inputs if v not in fed] + list(node.after)
     sub = Graph(name=graph.name + "_partial", variables=graph.variables)
+    sub.placed = graph.placed
     mapping: dict = {}
     for v in fed:
         mapping[v] = sub.add("input", (), {"index": len(mapping)}, ((v.shape, v.dtype),),
@@ -388,7 +389,18 @@ def _prune(graph, fetches, fed):
         copy = sub.add(node.op, [mapping[v] for v in node.inputs], attrs,
                        [(v.shape, v.dtype) for v in node.outputs], node.device, node.source,
                        [copies[a] for a in node.after])
+        copy.constraint = node.constraint
+        if copy.constraint is not None and copy.constraint.colocate is not None:
+            from .ir import Constraint
+            c = copy.constraint
+            copy.constraint = Constraint(c.device, c.any_index, mapping.get(c.colocate))
         copies[node] = copy
         mapping.update(zip(node.outputs, copy.outputs))
     sub.outputs = [mapping[v] for v in fetches]
-    return Program(sub.lint(), parallel=False), needed_inputs
+    # Pruned first, then placed and partitioned: only what the fetches need is spread.
+    from .passes.pipeline import lower
+    placed, parted = lower(sub.lint())
+    if len(parted.devices()) > 1:
+        from .partitioned import PartitionedProgram
+        return PartitionedProgram(parted), needed_inputs
+    return Program(placed, parallel=False), needed_inputs

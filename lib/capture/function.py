@@ -70,8 +70,12 @@ class CapturedFunction:
     """A function recorded into graphs, one per call signature. See `capture`."""
 
     def __init__(self, fn, *, name: str | None = None, optimize: bool = True,
-                 parallel: bool | str = "auto", max_variants: int = 8, module=None):
+                 parallel: bool | str = "auto", max_variants: int = 8, module=None,
+                 devices=None, timeline: bool = False):
         self.fn = fn
+        self.devices = tuple(devices or ())
+        self.timeline = timeline
+        self._last_program = None
         self.module = module
         self.name = name or getattr(fn, "__name__", None) or type(fn).__name__
         self.optimize = optimize
@@ -100,6 +104,7 @@ class CapturedFunction:
         if ctx.interpreter.capturing or (ctx.grad_enabled and variant.differentiable):
             outs = evaluate(variant.graph, tensors)
         else:
+            self._last_program = variant.program
             buffers = variant.program([t._data for t in tensors])
             outs = [new_tensor(b, v.dtype, v.device)
                     for b, v in zip(buffers, variant.graph.outputs)]
@@ -114,7 +119,8 @@ class CapturedFunction:
         if bound is None:
             bound = self._bound[instance] = CapturedFunction(
                 self.fn.__get__(instance, owner), name=self.name, optimize=self.optimize,
-                parallel=self.parallel, max_variants=self.max_variants)
+                parallel=self.parallel, max_variants=self.max_variants, devices=self.devices,
+                timeline=self.timeline)
         return bound
 
     def graph_for(self, *args, optimized: bool = True, **kwargs):
@@ -122,6 +128,28 @@ class CapturedFunction:
         key, _ = _key(args, kwargs, current().grad_enabled)
         variant = self._variant(key, args, kwargs, self.variants.get(key))
         return variant.graph if optimized else variant.traced
+
+    def partitions_for(self, *args, **kwargs) -> dict:
+        """{device name: Graph}: the per-device subgraphs these arguments run, their
+        cross-device edges `send` and `recv` nodes (one device: the whole graph)."""
+        from .passes.partition import split
+        key, _ = _key(args, kwargs, current().grad_enabled)
+        variant = self._variant(key, args, kwargs, self.variants.get(key))
+        return {str(d): g for d, g in split(variant.partitioned).items()}
+
+    def last_timeline(self) -> list:
+        """What the last compiled call ran where and when: [TimelineEntry(device, node,
+        start, end)], seconds from the start of the step. Needs `capture(..., timeline=True)`
+        (timing each node costs a little on every call)."""
+        if not self.timeline:
+            raise CaptureError(f"{self.name} keeps no timeline: capture it with "
+                               "rill.capture(fn, timeline=True)", op="last_timeline")
+        program = self._last_program
+        if program is None or program.last_timeline is None:
+            raise CaptureError(f"{self.name} has not run a compiled step yet (a call that "
+                               "records gradients runs through evaluate and is not timed)",
+                               op="last_timeline")
+        return list(program.last_timeline)
 
     def save(self, path, *args, **kwargs) -> None:
         """Write every traced variant (or, given example arguments, the one for them), its
@@ -230,7 +258,13 @@ class CapturedFunction:
         if self.optimize:
             from .passes.pipeline import optimize
             optimized = optimize(graph)
-        program = Program(optimized, self.parallel)
+        from .passes.pipeline import lower
+        optimized, partitioned = lower(optimized, self.devices)
+        if len(partitioned.devices()) > 1 or self.timeline:
+            from .partitioned import PartitionedProgram
+            program = PartitionedProgram(partitioned, timeline=self.timeline)
+        else:
+            program = Program(optimized, self.parallel)
 
         def rebuild(outs):
             it = iter(outs)
@@ -243,6 +277,7 @@ class CapturedFunction:
         variant = Variant(graph, optimized, program, (template, rebuild_out), rebuild,
                           tracer.grad_guards, checks, differentiable)
         variant.cleared = list(tracer.cleared)
+        variant.partitioned = partitioned
         try:  # the argument and result structure, for save()
             variant.signature = (describe((list(args), kwargs), [0]), describe(result, [0]))
         except CaptureError:
@@ -360,7 +395,8 @@ def _variable_names(captured, args, kwargs) -> dict:
 
 
 def capture(fn=None, *, optimize: bool = True, parallel: bool | str = "auto",
-            max_variants: int = 8, name: str | None = None):
+            max_variants: int = 8, name: str | None = None, devices=None,
+            timeline: bool = False):
     """Record `fn` (a function, a method, or a Module) into a dataflow graph per signature.
 
     Parameters, buffers and optimizer state used inside become graph state read by
@@ -370,6 +406,12 @@ def capture(fn=None, *, optimize: bool = True, parallel: bool | str = "auto",
     (True, False, or "auto": when two large nodes could overlap). `f.graph_for(*args)`
     shows the graph; `f.save(path)` writes it for `rill.load_graph`.
 
+    Ops recorded inside `with rill.device(...)` / `rill.colocate_with(t)` are placed there;
+    the rest go where a cost model says they finish first, among the devices the graph
+    names plus `devices`. A graph over several devices runs one thread per device, joined
+    by send/recv pairs (`f.partitions_for(*args)` shows the parts); `timeline=True` keeps
+    what ran where and when (`f.last_timeline()`).
+
     >>> import rill
     >>> model = rill.nn.Linear(3, 2)
     >>> fast = rill.capture(model)
@@ -378,13 +420,15 @@ def capture(fn=None, *, optimize: bool = True, parallel: bool | str = "auto",
     """
     if fn is None:
         return functools.partial(capture, optimize=optimize, parallel=parallel,
-                                 max_variants=max_variants, name=name)
+                                 max_variants=max_variants, name=name, devices=devices,
+                                 timeline=timeline)
     from ..nn.module import Module
     if isinstance(fn, Module):
         return CapturedFunction(fn, name=name or type(fn).__name__, optimize=optimize,
-                                parallel=parallel, max_variants=max_variants, module=fn)
+                                parallel=parallel, max_variants=max_variants, module=fn,
+                                devices=devices, timeline=timeline)
     if not callable(fn):
         raise CaptureError(f"capture needs a function, method or Module, got {fn!r}",
                            op="capture")
     return CapturedFunction(fn, name=name, optimize=optimize, parallel=parallel,
-                            max_variants=max_variants)
+                            max_variants=max_variants, devices=devices, timeline=timeline)

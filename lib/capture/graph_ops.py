@@ -1,5 +1,5 @@
-"""The graph's own ops (input, constant, read, assign): one handler each, shared by the
-straight-line program and the threaded scheduler (lib/capture/executor.py).
+"""The graph's own ops (input, constant, read, assign, send, recv): one handler each, shared
+by the straight-line program and the threaded scheduler (lib/capture/executor.py).
 
 `handler(node, graph)` checks the node's attrs once, when a program is built, and returns
 `run(args, inputs) -> outputs` on device buffers. The checks matter for graphs loaded from
@@ -47,7 +47,43 @@ def _assign(node, graph):
     return run
 
 
-_HANDLERS = {"input": _input, "constant": _constant, "read": _read, "assign": _assign}
+def _send(node, graph):
+    # A partition runs with `args` that carry the step's transport (lib/capture/partitioned.py).
+    key, dest, source = _pair(node, "to")
+    if node.inputs:
+        def run(args, inputs):
+            args.transport.send(key, inputs[0], source, dest)
+            return ()
+    else:  # a go-ahead: the node it is ordered after has run
+        def run(args, inputs):
+            args.transport.send(key, None, source, dest)
+            return ()
+    return run
+
+
+def _recv(node, graph):
+    key, source, dest = _pair(node, "from")
+    if node.outputs:
+        return lambda args, inputs: (args.transport.recv(key, source, dest),)
+
+    def run(args, inputs):
+        args.transport.recv(key, source, dest)
+        return ()
+    return run
+
+
+def _pair(node, other: str):
+    """(key, the other device, this device) of a send ("to") or recv ("from"), checked."""
+    from ..devices import Device
+    key, there = node.attrs.get("key"), node.attrs.get(other)
+    if type(key) is not str or not isinstance(there, Device):
+        raise CaptureError(f"a {node.op} node needs a str key and a device '{other}', got "
+                           f"{key!r} and {there!r}", op=node.op)
+    return key, there, node.device
+
+
+_HANDLERS = {"input": _input, "constant": _constant, "read": _read, "assign": _assign,
+             "send": _send, "recv": _recv}
 
 
 def variable_of(node, graph):

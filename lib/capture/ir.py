@@ -14,6 +14,12 @@ Ops are primitive names, plus four that belong to the graph itself:
   constant  a value fixed at capture time                 attrs: value (a host array)
   read      the current value of a variable               attrs: var (an index into variables)
   assign    a variable takes a new value (no outputs)     attrs: var
+  send      hand a value (or, with no input, a go-ahead) to another device   attrs: key, to
+  recv      what the matching send handed over (no output for a go-ahead)   attrs: key, from
+The last two exist only in partitioned graphs (lib/capture/passes/partition.py).
+
+A node's `constraint` is what the user asked of its device while it was recorded (a device
+scope, a colocation); the placement pass (passes/place.py) reads it and sets `device`.
 """
 from __future__ import annotations
 
@@ -21,7 +27,7 @@ import html
 import itertools
 import math
 
-GRAPH_OPS = ("input", "constant", "read", "assign")
+GRAPH_OPS = ("input", "constant", "read", "assign", "send", "recv")
 
 
 class Value:
@@ -71,10 +77,28 @@ class Variable:
         return f"<Variable {self.name}{'.grad' if self.kind == 'grad' else ''}>"
 
 
-class Node:
-    __slots__ = ("op", "inputs", "attrs", "outputs", "device", "source", "after")
+class Constraint:
+    """Where the user asked a node to run: `device` (any device of its kind when `any_index`)
+    and/or beside the producer of the value `colocate`."""
 
-    def __init__(self, op: str, inputs, attrs, device, source=None, after=()):
+    __slots__ = ("device", "any_index", "colocate")
+
+    def __init__(self, device=None, any_index=False, colocate=None):
+        self.device, self.any_index, self.colocate = device, any_index, colocate
+
+    def __repr__(self) -> str:
+        parts = []
+        if self.device is not None:
+            parts.append(f"device={self.device.kind if self.any_index else self.device}")
+        if self.colocate is not None:
+            parts.append(f"colocate_with={self.colocate!r}")
+        return f"<Constraint {' '.join(parts)}>"
+
+
+class Node:
+    __slots__ = ("op", "inputs", "attrs", "outputs", "device", "source", "after", "constraint")
+
+    def __init__(self, op: str, inputs, attrs, device, source=None, after=(), constraint=None):
         self.op = op
         self.inputs = list(inputs)
         self.attrs = dict(attrs)
@@ -82,6 +106,7 @@ class Node:
         self.device = device
         self.source = source
         self.after = list(after)
+        self.constraint = constraint
 
     @property
     def subgraphs(self) -> dict:
@@ -117,6 +142,7 @@ class Graph:
         self.outputs: list[Value] = list(outputs or [])
         self.variables: list[Variable] = list(variables or [])
         self.name = name
+        self.placed = False  # set by the placement pass: node devices are final
 
     # ---- building --------------------------------------------------------------------------
 
@@ -149,6 +175,16 @@ class Graph:
             for v in n.inputs:
                 found.setdefault(v, []).append(n)
         return found
+
+    def devices(self) -> list:
+        """The devices its nodes run on, in order of first appearance."""
+        return list(dict.fromkeys(n.device for n in self.nodes))
+
+    def placement_report(self, cost=None):
+        """Per device: its nodes, their estimated time, and the bytes it sends and receives
+        (a PlacementReport: prints as text, renders with rich). See passes/cost.py."""
+        from .report import PlacementReport
+        return PlacementReport(self, cost)
 
     def run(self, fetches, feeds=None, args=()):
         """Partial execution: see rill.capture.executor.run."""
@@ -196,6 +232,8 @@ class Graph:
                 why = _rule_disagrees(node)
                 if why:
                     fail(node, why)
+            elif node.op == "send" and any(v.device is not node.device for v in node.inputs):
+                fail(node, f"sends a value from another device than its own ({node.device})")
             if node.op in ("read", "assign"):
                 var = node.attrs["var"]
                 if type(var) is not int or not 0 <= var < len(self.variables):
@@ -237,6 +275,8 @@ class Graph:
         lines.append(f"{self.name}({', '.join(names[v] for v in self.inputs)}):")
         shown = [n for n in self.nodes if n.op != "input"]  # the header names the inputs
         body = [format_node(n, names) for n in shown]
+        if len(self.devices()) > 1:  # placed over several devices: say where each node runs
+            body = [f"{text}  @{n.device}" for n, text in zip(shown, body)]
         width = min(max((len(b) for b in body), default=0), 56)  # long lines stay unpadded
         for node, text in zip(shown, body):
             lines.append("  " + (text.ljust(width) + f"  # {node.source}" if node.source
@@ -258,22 +298,45 @@ class Graph:
         return f"<pre>{html.escape(str(self))}</pre>"
 
     def to_dot(self) -> str:
-        """The graph in Graphviz DOT: nodes labelled with op and spec, dashed control edges."""
+        """The graph in Graphviz DOT: nodes labelled with op and spec, dashed control edges.
+        A graph over several devices draws a box (cluster) per device, and each send/recv
+        pair as a bold red edge labelled with its rendezvous key."""
         names = _Names()
         ids = {n: f"n{i}" for i, n in enumerate(self.nodes)}
         out = [f'digraph "{self.name}" {{', "  node [shape=box, fontname=monospace];"]
-        for n in self.nodes:
+
+        def declare(n, indent="  "):
             label = n.op
             if n.op in ("read", "assign"):
                 label += " " + self.variables[n.attrs["var"]].name
+            if n.op in ("send", "recv"):
+                label += " " + html.escape(str(n.attrs.get("key")))
             label += "\\n" + ", ".join(f"{names[v]}: {_spec(v)}" for v in n.outputs)
             shape = ', shape=ellipse' if n.op in GRAPH_OPS else ''
-            out.append(f'  {ids[n]} [label="{label}"{shape}];')
+            if n.op in ("send", "recv"):
+                shape = ', shape=cds, style=filled, fillcolor="#f4cccc"'
+            out.append(f'{indent}{ids[n]} [label="{label}"{shape}];')
+
+        devices = self.devices()
+        if len(devices) > 1:
+            for i, d in enumerate(devices):
+                out.append(f'  subgraph cluster_{i} {{\n    label="{d}"; style=rounded;')
+                for n in self.nodes:
+                    if n.device is d:
+                        declare(n, "    ")
+                out.append("  }")
+        else:
+            for n in self.nodes:
+                declare(n)
+        sends = {n.attrs.get("key"): n for n in self.nodes if n.op == "send"}
         for n in self.nodes:
             for v in n.inputs:
                 out.append(f"  {ids[v.node]} -> {ids[n]};")
             for a in n.after:
                 out.append(f"  {ids[a]} -> {ids[n]} [style=dashed];")
+            if n.op == "recv" and n.attrs.get("key") in sends:
+                out.append(f"  {ids[sends[n.attrs['key']]]} -> {ids[n]} "
+                           "[color=red, penwidth=2];")
         out.append("}")
         return "\n".join(out)
 

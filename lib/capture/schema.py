@@ -12,6 +12,7 @@ claims must be the specs the graph computes.
 from __future__ import annotations
 
 import re
+from contextvars import ContextVar
 
 import numpy as np
 
@@ -109,14 +110,31 @@ def dtype(value, path):
     return dt._BY_NAME[value]
 
 
+# {saved device name: Device} while a load with `device_map=` runs (see serialize.load_graph).
+DEVICE_MAP: ContextVar[dict] = ContextVar("rill_device_map", default={})
+
+
+def device_name(value: str) -> str:
+    """The one spelling of a well-formed device name ('gpu' and 'gpu:0' -> 'gpu:0',
+    'cpu:0' -> 'cpu'), without asking whether this machine has it."""
+    kind, _, index = value.partition(":")
+    index = int(index) if index else 0
+    return kind if kind == "cpu" and index == 0 else f"{kind}:{index}"
+
+
 def device(value, path):
     expect(value, str, path, "device name")
     if not _DEVICE.fullmatch(value):
         fail(path, f"expected a device like 'cpu', 'cpu:1' or 'gpu:0', got {value[:40]!r}")
+    mapped = DEVICE_MAP.get().get(device_name(value))
+    if mapped is not None:
+        return mapped
     try:
         return as_device(value)
     except Error as e:
-        fail(path, e.message)
+        fail(path, f"{e.message}; the graph was saved with nodes on {value}: pass "
+                   f"device_map={{'{device_name(value)}': 'cpu'}} (or another device) to "
+                   "rill.load_graph to run them elsewhere")
 
 
 def spec(value, path) -> tuple:
@@ -289,6 +307,8 @@ def graph(doc, path, arrays: dict, paths: dict, into: Graph | None = None) -> Gr
         at = path / "nodes" / i
         fields(entry, at, NODE_FIELDS)
         op = text(entry["op"], at / "op")
+        if op in ("send", "recv"):  # saved graphs are placed, never partitioned
+            fail(at / "op", f"{op} nodes are made when a graph is loaded, not stored")
         if op not in GRAPH_OPS and op not in PRIMITIVES:
             fail(at / "op", f"unknown op {op[:40]!r}: this rill does not have it")
         inputs = []

@@ -230,14 +230,20 @@ def _dtype_of(a: np.ndarray):
 
 # ---- loading -------------------------------------------------------------------------------
 
-def load_graph(path):
+def load_graph(path, device_map=None):
     """A callable that runs the graph saved at `path` by `f.save(path)`.
 
     It needs none of the model's code: the graph names primitives, the state file holds
     the values. Its arguments must match the saved signature (structure, shapes, dtypes).
     Everything read is checked before it is used (see docs/GRAPH_FORMAT.md, "Trust"); any
     fault is a CheckpointError naming the file and the field.
+
+    A graph saved over several devices keeps its placement and runs partitioned, one thread
+    per device. `device_map` ({saved device: device here}, e.g. {"gpu:0": "cpu:1"}) moves
+    nodes, variables and arguments saved on one device to another; a saved device this
+    machine lacks and the map does not move is refused, naming it.
     """
+    mapping = _device_map(device_map)
     path = os.fspath(path)
     manifest = _read_manifest(path)
     graph_file = os.path.join(path, manifest["graph"]["file"])
@@ -246,11 +252,33 @@ def load_graph(path):
     _checked_bytes(state_file, manifest["state"]["sha256"])
     from ..serialization import load
     state = load(state_file)
+    token = schema.DEVICE_MAP.set(mapping)
     try:
         variants = _build(doc, state)
     except CheckpointError as e:
         raise CheckpointError(f"{graph_file}: {e.message}", op="load_graph") from None
+    finally:
+        schema.DEVICE_MAP.reset(token)
     return LoadedGraph(variants)
+
+
+def _device_map(device_map) -> dict:
+    """{canonical saved device name: Device here}, checked."""
+    from ..errors import DeviceError
+    if device_map is None:
+        return {}
+    if not isinstance(device_map, dict):
+        raise DeviceError(f"device_map must be a dict like {{'gpu:0': 'cpu'}}, got "
+                          f"{type(device_map).__name__}", op="load_graph")
+    found = {}
+    for saved, here in device_map.items():
+        name = str(saved) if isinstance(saved, Device) else saved
+        if not isinstance(name, str) or not schema._DEVICE.fullmatch(
+                name.replace("cuda", "gpu")):
+            raise DeviceError(f"device_map keys are device names like 'gpu:0', got {saved!r}",
+                              op="load_graph")
+        found[schema.device_name(name.replace("cuda", "gpu"))] = as_device(here)
+    return found
 
 
 def _read_manifest(path: str) -> dict:
@@ -403,13 +431,24 @@ def _check_constants(graph: Graph, paths: dict) -> None:
                 schema.fail(paths[node], "its stored array does not match its output spec")
 
 
+def _program(graph):
+    """A saved graph was placed before it was saved: it runs as one program, or partitioned
+    when its nodes are on several devices."""
+    from .executor import Program
+    from .passes.partition import partition
+    graph.placed = True
+    if len(graph.devices()) > 1:
+        from .partitioned import PartitionedProgram
+        return PartitionedProgram(partition(graph).lint())
+    return Program(graph)
+
+
 class LoadedGraph:
     """A saved captured function, callable like the original: each call runs the saved
     variant whose signature its arguments match (structure, shapes, dtypes, devices)."""
 
     def __init__(self, variants):
-        from .executor import Program
-        self.variants = [(graph, signature, result, Program(graph))
+        self.variants = [(graph, signature, result, _program(graph))
                          for graph, signature, result in variants]
         self.graph, self.signature, self.result, self.program = self.variants[0]
         self.name = self.graph.name

@@ -16,7 +16,8 @@ import weakref
 
 from ..errors import CaptureError, user_location
 from ..tensor import Tensor, new_tensor
-from .ir import Graph, Value
+from ..devices import requested
+from .ir import GRAPH_OPS, Constraint, Graph, Value
 
 # Tensors that are constants wherever they appear (the cached weak scalars of promotion), by
 # id; weak, so that an id is forgotten when its tensor dies. (Not a WeakSet: Tensor's == is
@@ -53,9 +54,22 @@ class Tracer:
         return outs if prim.multiple_results else outs[0]
 
     def _add(self, op, inputs, attrs, specs, device, after=()):
+        # Graph ops sit where their argument or variable is; the constraint comes first, as
+        # a colocation may read a variable (a node before this one).
+        constraint = self._constraint() if op not in GRAPH_OPS else None
         node = self.graph.add(op, inputs, attrs, specs, device, user_location(), after)
+        node.constraint = constraint
         self.own.add(node)
         return node
+
+    def _constraint(self):
+        """The device scope and colocation in force, as the node's placement constraint
+        (None when there is none: the common case, one tuple lookup)."""
+        scope, colocate = requested()
+        if scope is None and colocate is None:
+            return None
+        return Constraint(scope.device if scope else None, bool(scope and scope.any_index),
+                          self.value_of(colocate.colocate) if colocate else None)
 
     def value_of(self, t: Tensor) -> Value:
         """The graph value standing for tensor t at this point of the trace."""

@@ -4,9 +4,16 @@ The order matters:
 - fold first, so that the arithmetic on lifted numbers is constants before the others look;
 - simplify next: its rules recognize constants (x * 1.0 where the 1.0 was folded);
 - cse after the rewrites, which can make two nodes identical (and it merges equal constants);
-- dce last, to drop what the others left without users.
+- dce last, to drop what the others left without users;
+then, on the optimized graph, the two passes that spread it over devices:
+- place gives every node a device (scopes, colocation, a cost model for the rest) and adds a
+  `to_device` copy per (value, destination device);
+- partition turns each cross-device edge into a send/recv pair (the graph the per-device
+  executors run; `split` cuts it into one graph per device).
+So: fold -> simplify -> cse -> dce -> place -> partition (`lower` runs the last two).
 Every pass returns a new graph and leaves its input as it was (see rewrite.py). The branches
-and loop bodies a node holds go through the same pipeline first, each as a graph of its own.
+and loop bodies a node holds go through the same pipeline first, each as a graph of its own
+(they are placed whole, with their node).
 """
 from __future__ import annotations
 
@@ -14,10 +21,13 @@ from ..ir import map_subgraphs
 from .cse import cse
 from .dce import dce
 from .fold import fold
+from .partition import partition
+from .place import place
 from .rewrite import Rewrite
 from .simplify import simplify
 
 PASSES: list = [fold, simplify, cse, dce]
+DEVICE_PASSES: list = [place, partition]
 
 
 def optimize(graph, passes=None):
@@ -37,3 +47,14 @@ def _optimize_subgraphs(graph, passes):
         else:
             rw.copy(node)
     return rw.finish()
+
+
+def lower(graph, devices=None, cost=None):
+    """(placed graph, partitioned graph): place then partition, linted after each."""
+    placed = place(graph, devices, cost)
+    if placed is not graph:
+        placed.lint()
+    parted = partition(placed)
+    if parted is not placed:
+        parted.lint()
+    return placed, parted

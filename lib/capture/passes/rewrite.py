@@ -75,6 +75,7 @@ class Rewrite:
     def __init__(self, graph: Graph):
         self.old = graph
         self.graph = Graph(variables=graph.variables, name=graph.name)
+        self.graph.placed = graph.placed
         self.values: dict = {}  # old Value -> new Value
         self.nodes: dict = {}   # old Node -> new nodes an `after` edge to it now means
         self.returned = set(graph.outputs)  # old values the graph returns
@@ -109,9 +110,22 @@ class Rewrite:
                        node.attrs if attrs is None else attrs,
                        [(v.shape, v.dtype, v.device) for v in node.outputs], node.device,
                        node.source, self.after(node))
+        new.constraint = self.constraint(node)
         self._map(node, new.outputs)
         self.nodes[node] = (new,)
         return new
+
+    def constraint(self, node: Node):
+        """node's device constraint for the new graph: a colocation follows its value to the
+        value standing for it (dropped with the value)."""
+        c = node.constraint
+        if c is None or c.colocate is None:
+            return c
+        from ..ir import Constraint
+        colocate = self.values.get(c.colocate)
+        if colocate is None and c.device is None:
+            return None
+        return Constraint(c.device, c.any_index, colocate)
 
     def may_replace(self, node: Node, values) -> bool:
         """False if standing these values for node's outputs would alias a returned value

@@ -1,0 +1,119 @@
+"""How a send hands a value to its recv: the one interface the per-device executors use.
+
+`Transport` is all a partitioned step needs: `send(key, buffer, source, dest)`,
+`recv(key, source, dest) -> buffer` (blocking, with a deadline), `abort(device, error)` (a
+partition failed: wake every waiting recv), `finished(device)` (a partition ran to its end).
+`Rendezvous` is the in-process implementation: a per-step table of one-shot slots, one per
+key. Another implementation (processes over MPI) can run the same partitions unchanged;
+nothing else knows which one runs.
+
+A recv whose send never comes raises DistributedError when its deadline passes, naming the
+key and the devices, and whether the sending device's partition had already finished (then
+the send is missing from it) or is still running (then it is slower than the deadline).
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+from ..errors import DistributedError
+
+# Seconds a recv waits before it gives up (RILL_RECV_TIMEOUT overrides; a step that
+# legitimately takes longer between a send and its recv needs a larger value).
+RECV_TIMEOUT = float(os.environ.get("RILL_RECV_TIMEOUT", "60"))
+
+
+class Transport:
+    """What a send/recv pair needs of the step it runs in (see the module docstring)."""
+
+    def send(self, key: str, buffer, source, dest) -> None:
+        raise NotImplementedError
+
+    def recv(self, key: str, source, dest):
+        raise NotImplementedError
+
+    def abort(self, device, error: BaseException) -> None:
+        raise NotImplementedError
+
+    def finished(self, device) -> None:
+        pass
+
+
+class Aborted(Exception):
+    """A recv woken because another partition of the step failed (not the cause itself)."""
+
+
+class _Slot:
+    __slots__ = ("event", "buffer", "source")
+
+    def __init__(self):
+        self.event = threading.Event()
+        self.buffer = self.source = None
+
+
+def move(buffer, source, dest):
+    """A buffer of `source` as a buffer of `dest`: handed over as is between two devices
+    of one kind that share memory (the cpus of one process), through the host otherwise."""
+    if buffer is None or source.kind == dest.kind == "cpu":
+        return buffer
+    return dest.backend.from_host(source.backend.to_host(buffer), dest)
+
+
+class Rendezvous(Transport):
+    """The in-process transport of one step: a table of slots keyed by rendezvous key."""
+
+    def __init__(self, timeout: float | None = None):
+        self.timeout = RECV_TIMEOUT if timeout is None else timeout
+        self.slots: dict = {}
+        self.lock = threading.Lock()
+        self.error = None        # (device, error) of the first partition that failed
+        self.done: set = set()   # devices whose partition ran to its end
+        self.waiting: list = []  # slots with a recv waiting on them, to wake on abort
+
+    def _slot(self, key: str) -> _Slot:
+        with self.lock:
+            slot = self.slots.get(key)
+            if slot is None:
+                slot = self.slots[key] = _Slot()
+            return slot
+
+    def send(self, key, buffer, source, dest) -> None:
+        slot = self._slot(key)
+        slot.buffer, slot.source = buffer, source
+        slot.event.set()
+
+    def recv(self, key, source, dest):
+        slot = self._slot(key)
+        if not slot.event.is_set():
+            with self.lock:
+                self.waiting.append(slot)
+            if not slot.event.wait(self.timeout):
+                with self.lock:
+                    finished = source in self.done
+                state = ("its partition finished without sending it (the graph has no send "
+                         "for this key)" if finished else
+                         "its partition is still running: raise RILL_RECV_TIMEOUT if a step "
+                         "legitimately takes longer")
+                raise DistributedError(
+                    f"recv of {key!r} on {dest} got nothing from {source} within "
+                    f"{self.timeout:g} s: {state}", op="recv")
+        if self.error is not None and slot.source is None:
+            raise Aborted(f"partition on {self.error[0]} failed")
+        return move(slot.buffer, slot.source, dest)
+
+    def abort(self, device, error) -> None:
+        with self.lock:
+            if self.error is None:
+                self.error = (device, error)
+            waiting, self.waiting = self.waiting, []
+        for slot in waiting:  # woken with no source: recv raises Aborted
+            slot.event.set()
+
+    def finished(self, device) -> None:
+        with self.lock:
+            self.done.add(device)
+
+
+def now() -> float:
+    return time.perf_counter()
