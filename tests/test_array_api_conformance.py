@@ -257,20 +257,27 @@ def _values_for(name, dtype, shape=(3,)):
 
 
 _UNARY = [f for f in spec.ELEMENTWISE if f.family == "unary"]
+_UNARY_OPERATOR_OF = {fname: dunder for dunder, fname in spec.UNARY_OPERATORS}
 
 
 @pytest.mark.parametrize("name", ids(_UNARY))
 def test_unary_result_dtype(name):
     f = spec.BY_NAME[name]
     failures = []
+    dunder = _UNARY_OPERATOR_OF.get(name)
     for d in spec.accepted(f):
-        try:
-            got = dtype_of(getattr(rill, name)(to_rill(_values_for(name, d))))
-        except Exception as e:  # noqa: BLE001
-            failures.append(f"{name}({d}): {type(e).__name__}: {str(e)[:120]}")
-            continue
-        if got != expected_unary(f.result, d):
-            failures.append(f"{name}({d}) -> {got}, standard: {expected_unary(f.result, d)}")
+        x = to_rill(_values_for(name, d))
+        calls = [(f"{name}({d})", lambda: getattr(rill, name)(x))]
+        if dunder:
+            calls.append((f"{d} array.{dunder}()", lambda: getattr(x, dunder)()))
+        for text, call in calls:
+            try:
+                got = dtype_of(call())
+            except Exception as e:  # noqa: BLE001
+                failures.append(f"{text}: {type(e).__name__}: {str(e)[:120]}")
+                continue
+            if got != expected_unary(f.result, d):
+                failures.append(f"{text} -> {got}, standard: {expected_unary(f.result, d)}")
     assert not failures, failures_message(failures)
 
 
@@ -408,6 +415,163 @@ def test_clip_result_dtype():
             if got != d:
                 failures.append(f"clip({d}, {lo!r}, {hi!r}) -> {got}")
     assert not failures, failures_message(failures)
+
+
+# Functions whose result keeps the input's dtype for every dtype, and those that promote
+# several arrays: called on each dtype (pair) the standard specifies.
+_SAME_FOR_ANY = {
+    "broadcast_to": lambda xp, x: xp.broadcast_to(x, (2, 3)),
+    "expand_dims": lambda xp, x: xp.expand_dims(x, axis=0),
+    "flip": lambda xp, x: xp.flip(x),
+    "moveaxis": lambda xp, x: xp.moveaxis(x, 0, 0),
+    "permute_dims": lambda xp, x: xp.permute_dims(x, (0,)),
+    "repeat": lambda xp, x: xp.repeat(x, 2),
+    "reshape": lambda xp, x: xp.reshape(x, (3, 1)),
+    "roll": lambda xp, x: xp.roll(x, 1),
+    "squeeze": lambda xp, x: xp.squeeze(xp.reshape(x, (1, 3)), axis=0),
+    "tile": lambda xp, x: xp.tile(x, (2,)),
+    "unstack": lambda xp, x: xp.unstack(x)[0],
+    "take": lambda xp, x: xp.take(x, to_rill(np.array([0, 2]))),
+    "take_along_axis": lambda xp, x: xp.take_along_axis(x, to_rill(np.array([1, 0])), axis=0),
+    "matrix_transpose": lambda xp, x: xp.matrix_transpose(xp.reshape(x, (3, 1))),
+    "tril": lambda xp, x: xp.tril(xp.reshape(x, (3, 1))),
+    "triu": lambda xp, x: xp.triu(xp.reshape(x, (3, 1))),
+    "linalg.diagonal": lambda xp, x: xp.linalg.diagonal(xp.reshape(x, (3, 1))),
+    "fft.fftshift": lambda xp, x: xp.fft.fftshift(x),
+    "fft.ifftshift": lambda xp, x: xp.fft.ifftshift(x),
+    "broadcast_arrays": lambda xp, x: xp.broadcast_arrays(x, x)[1],
+    "meshgrid": lambda xp, x: xp.meshgrid(x, x)[0],
+    "empty_like": lambda xp, x: xp.empty_like(x),
+    "zeros_like": lambda xp, x: xp.zeros_like(x),
+    "ones_like": lambda xp, x: xp.ones_like(x),
+    "full_like": lambda xp, x: xp.full_like(x, 1),
+    "sort": lambda xp, x: xp.sort(x),
+    "unique_values": lambda xp, x: xp.unique_values(x),
+    "diff": lambda xp, x: xp.diff(x),
+}
+
+
+@pytest.mark.parametrize("qualname", list(_SAME_FOR_ANY))
+def test_result_dtype_same_as_input(qualname):
+    f = spec.BY_NAME[qualname]
+    failures = []
+    for d in spec.accepted(f):
+        try:
+            got = dtype_of(_SAME_FOR_ANY[qualname](rill, to_rill(sample(d))))
+        except Exception as e:  # noqa: BLE001
+            failures.append(f"{qualname}({d} array): {type(e).__name__}: {str(e)[:120]}")
+            continue
+        if got != d:
+            failures.append(f"{qualname}({d} array) -> {got}")
+    assert not failures, failures_message(failures)
+
+
+_PROMOTING = {
+    "concat": lambda a, b: rill.concat([a, b]),
+    "stack": lambda a, b: rill.stack([a, b]),
+    "where": lambda a, b: rill.where(to_rill(np.array([True, False, True])), a, b),
+    "matmul": lambda a, b: rill.matmul(a, b),
+    "tensordot": lambda a, b: rill.tensordot(a, b, axes=1),
+    "vecdot": lambda a, b: rill.vecdot(a, b),
+    "linalg.outer": lambda a, b: rill.linalg.outer(a, b),
+    "linalg.cross": lambda a, b: rill.linalg.cross(a, b),
+}
+
+
+@pytest.mark.parametrize("qualname", list(_PROMOTING))
+def test_result_dtype_promoted(qualname):
+    f = spec.BY_NAME[qualname]
+    accepted = spec.accepted(f)
+    failures = []
+    for d1 in accepted:
+        for d2 in accepted:
+            want = spec.promote(d1, d2)
+            if want is None:
+                continue
+            try:
+                got = dtype_of(_PROMOTING[qualname](to_rill(sample(d1)), to_rill(sample(d2))))
+            except Exception as e:  # noqa: BLE001
+                failures.append(f"{qualname}({d1}, {d2}): {type(e).__name__}: {str(e)[:120]}")
+                continue
+            if got != want:
+                failures.append(f"{qualname}({d1}, {d2}) -> {got}, standard: {want}")
+    assert not failures, failures_message(failures)
+
+
+def _square(d):
+    return to_rill((np.eye(3) * 2.0 + 0.1 * np.ones((3, 3))).astype(d))
+
+
+_LINALG_FFT_CALLS = {
+    "linalg.cholesky": lambda x: rill.linalg.cholesky(x),
+    "linalg.det": lambda x: rill.linalg.det(x),
+    "linalg.eigvalsh": lambda x: rill.linalg.eigvalsh(x),
+    "linalg.inv": lambda x: rill.linalg.inv(x),
+    "linalg.matrix_norm": lambda x: rill.linalg.matrix_norm(x),
+    "linalg.matrix_power": lambda x: rill.linalg.matrix_power(x, 2),
+    "linalg.matrix_rank": lambda x: rill.linalg.matrix_rank(x),
+    "linalg.pinv": lambda x: rill.linalg.pinv(x),
+    "linalg.solve": lambda x: rill.linalg.solve(x, x),
+    "linalg.svdvals": lambda x: rill.linalg.svdvals(x),
+    "linalg.trace": lambda x: rill.linalg.trace(x),
+    "linalg.vector_norm": lambda x: rill.linalg.vector_norm(x),
+    "linalg.eigh": lambda x: rill.linalg.eigh(x).eigenvectors,
+    "linalg.qr": lambda x: rill.linalg.qr(x).Q,
+    "linalg.svd": lambda x: rill.linalg.svd(x).U,
+    "linalg.slogdet": lambda x: rill.linalg.slogdet(x).sign,
+}
+for _f in spec.FFT:
+    if _f.family == "fft":
+        _LINALG_FFT_CALLS[_f.qualname] = (lambda n: lambda x: getattr(rill.fft, n)(x))(_f.name)
+
+# Results the standard gives a tuple for, as (field, rule): eigh's eigenvectors, qr's Q, svd's
+# U and slogdet's sign keep the input's dtype.
+_TUPLE_RULE = {"linalg.eigh": spec.SAME, "linalg.qr": spec.SAME, "linalg.svd": spec.SAME,
+               "linalg.slogdet": spec.SAME, "linalg.solve": spec.SAME}  # solve(x, x)
+
+
+@pytest.mark.parametrize("qualname", list(_LINALG_FFT_CALLS))
+def test_linalg_fft_result_dtype(qualname):
+    f = spec.BY_NAME[qualname]
+    rule = _TUPLE_RULE.get(qualname, f.result)
+    failures = []
+    for d in spec.accepted(f):
+        if qualname == "linalg.trace" and d in spec.INTEGER:
+            x = to_rill(np.eye(3, dtype=d))
+        elif d in spec.FLOATING:
+            x = _square(d)
+        else:
+            continue
+        if rule == spec.COMPLEX_OF_REAL:
+            want = {"float32": "complex64", "float64": "complex128"}[d]
+        else:
+            want = expected_unary(rule, d)
+        try:
+            got = dtype_of(_LINALG_FFT_CALLS[qualname](x))
+        except Exception as e:  # noqa: BLE001
+            failures.append(f"{qualname}({d}): {type(e).__name__}: {str(e)[:120]}")
+            continue
+        if got != want:
+            failures.append(f"{qualname}({d}) -> {got}, standard: {want}")
+    assert not failures, failures_message(failures)
+
+
+def test_array_object_attributes_and_methods():
+    x = to_rill(sample("float32", (2, 3)))
+    missing = [a for a in spec.ARRAY_ATTRIBUTES if not hasattr(x, a)]
+    missing += [m for m in spec.ARRAY_METHODS if not callable(getattr(x, m, None))]
+    for dunder, _, inplace in spec.OPERATORS:
+        reflected = "__r" + dunder[2:] if inplace else None
+        missing += [m for m in (dunder, inplace, reflected) if m and not hasattr(x, m)]
+    missing += [m for m, _ in spec.UNARY_OPERATORS if not hasattr(x, m)]
+    missing += [m for m in ("__getitem__", "__setitem__", "__bool__", "__int__", "__float__",
+                            "__index__", "__complex__") if not hasattr(x, m)]
+    assert not missing, missing
+    # the methods' keyword options, as the standard names them
+    assert x.__array_namespace__(api_version=None) is rill
+    assert x.to_device(x.device, stream=None).shape == (2, 3)
+    x.__dlpack__(stream=None, max_version=(1, 0), dl_device=None, copy=None)
+    x.__dlpack__(max_version=None)
 
 
 def default_dtypes():
@@ -759,7 +923,7 @@ def test_inplace_scalars_and_shapes():
     assert dtype_of(x) == "float32" and float(x[0, 0]) == 5.0
     i = to_rill(np.ones(3, dtype=np.int16))
     i += 2
-    i <<= 1
+    i *= 2
     assert dtype_of(i) == "int16" and int(i[0]) == 6
     x += to_rill(np.ones(3, dtype=np.float32))  # broadcasts to x's shape: allowed
     assert x.shape == (2, 3)
@@ -850,30 +1014,50 @@ def test_dlpack_round_trip(dtype):
     assert rill.from_dlpack(a, copy=True).shape == (2, 3)
 
 
-def test_python_scalar_conversions():
-    f = to_rill(np.array(2.75))
-    i = to_rill(np.array(-3, dtype=np.int32))
-    b = to_rill(np.array(True))
-    c = to_rill(np.array(1 + 2j))
-    assert bool(f) is True and bool(to_rill(np.array(0.0))) is False and bool(b) is True
-    assert float(f) == 2.75 and float(i) == -3.0 and float(b) == 1.0
-    assert int(f) == 2 and int(to_rill(np.array(-2.75))) == -2 and int(i) == -3
-    assert int(b) == 1
-    assert operator.index(i) == -3 and [0, 1, 2, 3][to_rill(np.array(1))] == 1
-    assert complex(c) == 1 + 2j and complex(f) == 2.75 + 0j and complex(i) == -3 + 0j
-    assert type(int(f)) is int and type(float(i)) is float and type(complex(f)) is complex
-    # __int__ of a non-finite float: OverflowError for infinities, ValueError for NaN
-    with pytest.raises(OverflowError):
-        int(to_rill(np.array(np.inf)))
-    with pytest.raises(ValueError):
-        int(to_rill(np.array(np.nan)))
-    # __index__ needs an integer dtype; every conversion needs one element
+def _zero_d(value, dtype=None):
+    return to_rill(np.array(value, dtype=dtype))
+
+
+def test_bool_conversion():
+    assert bool(_zero_d(2.5)) is True and bool(_zero_d(0.0)) is False
+    assert bool(_zero_d(True)) is True and bool(_zero_d(0, "int8")) is False
+    assert bool(_zero_d(0j)) is False and bool(_zero_d(1j)) is True
+
+
+def test_int_conversion():
+    assert int(_zero_d(2.75)) == 2 and int(_zero_d(-2.75)) == -2  # truncates toward zero
+    assert int(_zero_d(-3, "int32")) == -3 and int(_zero_d(True)) == 1
+    assert int(_zero_d(2 ** 63 - 1, "int64")) == 2 ** 63 - 1
+    assert type(int(_zero_d(2.75))) is int
+    with pytest.raises(OverflowError):  # the standard: +-infinity raises OverflowError
+        int(_zero_d(np.inf))
+    with pytest.raises(ValueError):     # and NaN raises ValueError
+        int(_zero_d(np.nan))
+
+
+def test_float_conversion():
+    assert float(_zero_d(2.75)) == 2.75 and float(_zero_d(-3, "int32")) == -3.0
+    assert float(_zero_d(True)) == 1.0 and type(float(_zero_d(7, "uint8"))) is float
+
+
+def test_complex_conversion():
+    assert complex(_zero_d(1 + 2j)) == 1 + 2j
+    assert complex(_zero_d(2.75)) == 2.75 + 0j and complex(_zero_d(-3, "int32")) == -3 + 0j
+    assert complex(_zero_d(True)) == 1 + 0j
+    assert type(complex(_zero_d(2.75, "float32"))) is complex
+
+
+def test_index_conversion():
+    assert operator.index(_zero_d(-3, "int32")) == -3
+    assert [0, 1, 2, 3][_zero_d(1)] == 1 and "abc"[_zero_d(2, "uint8")] == "c"
+    with pytest.raises(rill.Error):  # __index__ needs an integer dtype
+        operator.index(_zero_d(2.0))
+
+
+@pytest.mark.parametrize("convert", [bool, int, float, complex, operator.index])
+def test_conversion_of_many_elements_raises(convert):
     with pytest.raises(rill.Error):
-        operator.index(f)
-    many = to_rill(np.array([1.0, 2.0]))
-    for convert in (bool, int, float, complex):
-        with pytest.raises(rill.Error):
-            convert(many)
+        convert(to_rill(np.array([1, 2])))
 
 
 # ---------------------------------------------------------------------------------------------
