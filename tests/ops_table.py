@@ -722,6 +722,38 @@ OPS = [
        [((3, 4), (3, 4)), ((2, 1, 4), (3, 4)), ((4,), (4,))]),
     Op("vecdot_axis0", lambda x, y: LA.vecdot(x, y, axis=0), lambda x, y: np.sum(x * y, axis=0),
        lambda x, y: TL.vecdot(x, y, dim=0), [((3, 4), (3, 4))]),
+    # ---- torch-style indexing and cumulative composites -----------------------------------
+    Op("gather", lambda x, i: rill.gather(x, 1, i), lambda x, i: _np_gather(x, i, 1),
+       lambda x, i: torch.gather(x, 1, i),
+       [((3, 5), ints((2, 7), 0, 5)),  # index smaller off dim, longer along it; repeats
+        ((2, 3, 4), ints((2, 3, 4), 0, 3))]),
+    Op("gather_dim0", lambda x, i: rill.gather(x, 0, i), lambda x, i: _np_gather(x, i, 0),
+       lambda x, i: torch.gather(x, 0, i), [((4, 3), ints((6, 2), 0, 4))]),
+    Op("index_select", lambda x, i: rill.index_select(x, 1, i),
+       lambda x, i: np.take(x, i.reshape(-1), axis=1),  # a 0-d index selects one, keeps dim
+       lambda x, i: torch.index_select(x, 1, i),
+       [((3, 4), ints((6,), 0, 4)), ((2, 3, 2), ints((), 0, 3))]),
+    Op("masked_fill", lambda x, m: rill.masked_fill(x, m, 2.5),
+       lambda x, m: np.where(m, 2.5, x), lambda x, m: torch.masked_fill(x, m, 2.5),
+       [((3, 4), bools((3, 4))), ((3, 4), bools((4,))), ((), bools(()))]),
+    *[Op(name, (lambda n: lambda x: tuple(getattr(rill, n)(x, 1)))(name),
+         (lambda n: lambda x: _np_cum_extreme(x, 1, n == "cummax"))(name),
+         (lambda n: lambda x: tuple(getattr(torch, n)(x, 1)))(name),
+         [(distinct((3, 5)),), (distinct((2, 4, 3)),)])
+      for name in ("cummax", "cummin")],
+    Op("logcumsumexp", lambda x: rill.logcumsumexp(x, -1), lambda x: _np_logcumsumexp(x, -1),
+       lambda x: torch.logcumsumexp(x, -1), [((3, 5),), ((4,),), ((2, 0),)],
+       dtypes=("float32",)),
+    Op("logcumsumexp_large", lambda x: rill.logcumsumexp(x, 0),
+       lambda x: _np_logcumsumexp(x, 0), lambda x: torch.logcumsumexp(x, 0),
+       [(lambda r: r.uniform(-2, 2, (4, 3)) + 1000.0,)], dtypes=()),
+    *[Op(f"cumulative_{kind}{'_initial' if init else ''}",
+         (lambda k, i: lambda x: getattr(rill, f"cumulative_{k}")(x, axis=1, include_initial=i))(
+             kind, init),
+         (lambda k, i: lambda x: _np_cumulative(x, 1, k, i))(kind, init),
+         (lambda k, i: lambda x: _torch_cumulative(x, 1, k, i))(kind, init),
+         [((3, 4),), ((2, 0),)], dtypes=("float32",))
+      for kind in ("sum", "prod") for init in (False, True)],
 ]
 
 
@@ -1041,3 +1073,56 @@ def _np_cross(x, y):
     a1, a2, a3 = x[..., 0], x[..., 1], x[..., 2]
     b1, b2, b3 = y[..., 0], y[..., 1], y[..., 2]
     return np.stack([a2 * b3 - a3 * b2, a3 * b1 - a1 * b3, a1 * b2 - a2 * b1], axis=-1)
+
+
+def _np_gather(x, i, axis):
+    out = np.zeros(i.shape)
+    for idx in np.ndindex(i.shape):
+        source = list(idx)
+        source[axis] = i[idx]
+        out[idx] = x[tuple(source)]
+    return out
+
+
+def _np_cum_extreme(x, axis, largest):
+    """(running max or min, index of where it was last attained) along axis; no ties."""
+    values, where = np.moveaxis(x.copy(), axis, -1), np.zeros(x.shape, dtype=np.int64)
+    where = np.moveaxis(where, axis, -1)
+    for row in np.ndindex(values.shape[:-1]):
+        best = 0
+        for j in range(values.shape[-1]):
+            if (values[row][j] > values[row][best]) == largest and j:
+                best = j
+            values[row + (j,)], where[row + (j,)] = values[row][best], best
+    return np.moveaxis(values, -1, axis), np.moveaxis(where, -1, axis)
+
+
+def _np_logcumsumexp(x, axis):
+    out = np.moveaxis(x.copy(), axis, -1)
+    for row in np.ndindex(out.shape[:-1]):
+        acc = -np.inf
+        for j in range(out.shape[-1]):
+            v = out[row + (j,)]
+            hi = max(acc, v)
+            acc = hi + math.log(math.exp(acc - hi) + math.exp(v - hi))
+            out[row + (j,)] = acc
+    return np.moveaxis(out, -1, axis)
+
+
+def _np_cumulative(x, axis, kind, include_initial):
+    out = (np.cumsum if kind == "sum" else np.cumprod)(x, axis=axis)
+    if include_initial:
+        shape = list(x.shape)
+        shape[axis] = 1
+        out = np.concatenate([np.full(shape, 0.0 if kind == "sum" else 1.0), out], axis=axis)
+    return out
+
+
+def _torch_cumulative(x, axis, kind, include_initial):
+    out = (torch.cumsum if kind == "sum" else torch.cumprod)(x, axis)
+    if include_initial:
+        shape = list(x.shape)
+        shape[axis] = 1
+        out = torch.cat([torch.full(shape, 0.0 if kind == "sum" else 1.0, dtype=x.dtype), out],
+                        axis)
+    return out
