@@ -9,7 +9,7 @@ tensor([2., 4.])
 """
 from .dtypes import (DType, bfloat16, bool_, float16, float32, float64, int8, int16, int32,
                      int64, uint8, uint16, uint32, uint64, complex64, complex128,
-                     promote_types, finfo)
+                     promote_types)
 from .devices import Device, device
 from .errors import (Error, ArgumentError, DeviceError, DTypeError, GradientError,
                      IndexingError, KernelError, ShapeError, CheckpointError, DataError, CaptureError,
@@ -45,10 +45,16 @@ from .ops.indexing import (take, take_along_axis, scatter_add, index_add, index_
 from .ops.sorting import sort, argsort, topk
 from .ops.linalg import matmul, dot, outer, tensordot, einsum
 from .linalg import matrix_transpose, vecdot
+from .ops.data_types import astype, can_cast, isdtype, result_type, iinfo, finfo
+from .ops.conversion import asarray, from_dlpack
+from .ops.searching import nonzero, count_nonzero, searchsorted
+from .ops.sets import unique_all, unique_counts, unique_inverse, unique_values, isin
+from .ops.shape import broadcast_shapes, broadcast_arrays, meshgrid, unstack, diff
+from .namespace_info import __array_namespace_info__
 
 from .ops.torch_functions import (  # noqa: A004 - PyTorch's meanings; see the module
     max, min, sort, std, var, cat, concatenate, clamp, unsqueeze, chunk, unbind, narrow, numel,
-    t, mm, bmm, mv, from_numpy, rand_like, randn_like, randint_like, allclose, isclose)
+    t, mm, bmm, mv, from_numpy, rand_like, randn_like, randint_like, allclose, isclose, unique)
 from .ops.activation import softmax, log_softmax
 from .ops.shape import repeat as repeat_interleave
 from .ops.shape import permute_dims as permute

@@ -291,3 +291,15 @@ def test_the_guide_shows_the_ported_program_as_it_is():
     guide = (root / "docs" / "COMING_FROM_PYTORCH.md").read_text()
     shown = guide.split("## A complete program, side by side", 1)[1].split("```python\n")[1]
     assert shown.split("```")[0] == body
+
+
+def test_unique_and_nonzero_as_pytorch():
+    a = np.array([[3, 1, 3], [0, 1, 2]])
+    r, t = rill.tensor(a), torch.tensor(a)
+    same(rill.unique(r), torch.unique(t))
+    same(rill.unique(r, return_inverse=True, return_counts=True),
+         torch.unique(t, return_inverse=True, return_counts=True))
+    same(r.nonzero(), t.nonzero())
+    same(r.nonzero(as_tuple=True), t.nonzero(as_tuple=True))
+    same(rill.nonzero(r), np.nonzero(a))  # the standard's: a tuple
+    assert int(r.count_nonzero()) == int(t.count_nonzero())

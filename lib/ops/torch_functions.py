@@ -274,7 +274,26 @@ def equal(input, other) -> bool:
     return input.shape == other.shape and bool(E.equal(input, other).all())
 
 
+def unique(input, sorted: bool = True, return_inverse: bool = False,  # noqa: A002
+           return_counts: bool = False, dim=None):
+    """PyTorch's unique: the sorted distinct values, with the inverse indices and counts when
+    asked (the standard's unique_all/unique_counts/... are rill.unique_*)."""
+    from .sets import unique_all
+    if dim is not None:
+        raise ArgumentError("unique(dim=...) is not supported; flatten or use rill.unique_all "
+                            "on the rows you need", op="unique")
+    found = unique_all(input)
+    if not (return_inverse or return_counts):
+        return found.values
+    out = (found.values,)
+    if return_inverse:
+        out += (shape.reshape(found.inverse_indices, input.shape),)
+    if return_counts:
+        out += (found.counts,)
+    return out
+
+
 __all__ = ["max", "min", "sort", "std", "var", "cat", "concatenate", "clamp", "unsqueeze",
            "chunk", "unbind", "narrow", "numel", "t", "mm", "bmm", "mv", "from_numpy",
            "rand_like", "randn_like", "randint_like", "allclose", "isclose", "equal",
-           "values_indices"]
+           "values_indices", "unique"]

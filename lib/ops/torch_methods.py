@@ -21,7 +21,7 @@ from ..eager.context import is_grad_enabled, no_grad
 from ..tensor import Tensor
 from . import creation
 from . import elementwise as E
-from . import indexing, linalg, random, reduce, shape, sorting
+from . import indexing, linalg, random, reduce, searching, shape, sorting
 from . import torch_functions as T
 from .activation import log_softmax, softmax
 from .arguments import as_int
@@ -457,6 +457,7 @@ METHODS = {
     "cpu": lambda self: creation.to_device(self, "cpu"), "cuda": _cuda,
     "get_device": _get_device,
     "multinomial": random.multinomial, "bernoulli": random.bernoulli,
+    "nonzero": searching.torch_nonzero, "unique": T.unique, "count_nonzero": searching.count_nonzero,
     **{name: getattr(indexing, name) for name in (
         "gather", "scatter", "scatter_reduce", "index_select", "masked_select")},
     "cummax": lambda self, dim: T.values_indices(*reduce.cummax(self, dim)),
