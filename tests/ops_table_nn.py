@@ -413,6 +413,76 @@ def np_max_pool_nd(x, rank, kernel_size, stride=None, padding=0, dilation=1, cei
     return out, idx
 
 
+
+def np_avg_pool_nd(x, rank, kernel_size, stride=None, padding=0, ceil_mode=False,
+                   count_include_pad=True, divisor_override=None):
+    """Window means by PyTorch's documented divisor: the window clipped to the padded input
+    (count_include_pad), or to the real input, or divisor_override."""
+    if x.ndim == rank + 1:
+        return np_avg_pool_nd(x[None], rank, kernel_size, stride, padding, ceil_mode,
+                              count_include_pad, divisor_override)[0]
+    k = _ntuple(kernel_size, rank)
+    st = k if stride is None else _ntuple(stride, rank)
+    pad = _ntuple(padding, rank)
+    spatial = x.shape[2:]
+    size = [_pool_size(spatial[d], k[d], st[d], pad[d], 1, ceil_mode) for d in range(rank)]
+    out = np.zeros(x.shape[:2] + tuple(size))
+    for pos in np.ndindex(*size):
+        lo = [p * st[d] - pad[d] for d, p in enumerate(pos)]
+        hi = [min(lo[d] + k[d], spatial[d] + pad[d]) for d in range(rank)]
+        padded_count = math.prod(h - l for l, h in zip(lo, hi))
+        lo = [max(v, 0) for v in lo]
+        hi = [min(h, spatial[d]) for d, h in enumerate(hi)]
+        window = x[(slice(None), slice(None)) + tuple(slice(l, h) for l, h in zip(lo, hi))]
+        divisor = (divisor_override or (padded_count if count_include_pad
+                                        else math.prod(h - l for l, h in zip(lo, hi))))
+        out[(slice(None), slice(None)) + pos] = window.sum(axis=tuple(range(2, 2 + rank))) / divisor
+    return out
+
+
+def np_adaptive_pool_nd(x, rank, output_size, reduce=np.mean):
+    """Output cell i of n over length L reads [floor(i L / n), ceil((i + 1) L / n))."""
+    if x.ndim == rank + 1:
+        return np_adaptive_pool_nd(x[None], rank, output_size, reduce)[0]
+    size = _ntuple(output_size, rank)
+    spatial = x.shape[2:]
+    out = np.zeros(x.shape[:2] + size)
+    for pos in np.ndindex(*size):
+        box = tuple(slice(math.floor(i * n_in / n), math.ceil((i + 1) * n_in / n))
+                    for i, n, n_in in zip(pos, size, spatial))
+        out[(slice(None), slice(None)) + pos] = reduce(x[(slice(None), slice(None)) + box],
+                                                       axis=tuple(range(2, 2 + rank)))
+    return out
+
+
+def np_instance_norm(x, weight=None, bias=None, eps=1e-5):
+    out = np.zeros_like(x)
+    for s, ch in np.ndindex(*x.shape[:2]):
+        v = x[s, ch]
+        out[s, ch] = (v - v.mean()) / math.sqrt(((v - v.mean()) ** 2).mean() + eps)
+        if weight is not None:
+            out[s, ch] = out[s, ch] * weight[ch] + bias[ch]
+    return out
+
+
+def np_rms_norm(x, k, weight=None, eps=None):
+    eps = np.finfo(np.float64).eps if eps is None else eps
+    axes = tuple(range(x.ndim - k, x.ndim))
+    out = x / np.sqrt(np.mean(x * x, axis=axes, keepdims=True) + eps)
+    return out if weight is None else out * weight
+
+
+def np_local_response_norm(x, size, alpha=1e-4, beta=0.75, k=1.0):
+    """Channel c is divided by (k + alpha/size * sum of squares over channels
+    c - size//2 .. c + (size-1)//2 that exist) ** beta."""
+    out = np.zeros_like(x)
+    c = x.shape[1]
+    for ch in range(c):
+        near = x[:, max(ch - size // 2, 0):min(ch + (size - 1) // 2 + 1, c)]
+        out[:, ch] = x[:, ch] / (k + alpha / size * np.sum(near * near, axis=1)) ** beta
+    return out
+
+
 # ---- input makers --------------------------------------------------------------------------
 
 def fixed(values, dtype=np.int64):
@@ -817,6 +887,63 @@ NN_OPS = [
        lambda x: np_max_pool_nd(x, 3, 3, 2, 1),
        lambda x: TF.max_pool3d(x, 3, 2, 1, return_indices=True),
        [(distinct((1, 2, 4, 5, 4)),), (distinct((2, 3, 4, 3)),)]),
+    # ---- 1-d and 3-d pooling, conv_transpose1d, adaptive pooling (composites) ---------------
+    Op("conv_transpose1d",
+       lambda x, w, b=None: RF.conv_transpose1d(x, w, b, stride=2, padding=1, output_padding=1),
+       lambda x, w, b=None: np_conv_transpose_nd(x, w, b, stride=2, padding=1, output_padding=1),
+       lambda x, w, b=None: TF.conv_transpose1d(x, w, b, stride=2, padding=1, output_padding=1),
+       [((2, 3, 4), (3, 2, 3), (2,)), ((1, 2, 5), (2, 1, 2))]),
+    Op("max_pool1d", lambda x: RF.max_pool1d(x, 3, 2, 1), lambda x: np_max_pool_nd(x, 1, 3, 2, 1)[0],
+       lambda x: TF.max_pool1d(x, 3, 2, 1), [(distinct((2, 3, 7)),), (distinct((2, 6)),)]),
+    Op("max_pool1d_ceil_dilation",
+       lambda x: RF.max_pool1d(x, 2, 2, 0, dilation=2, ceil_mode=True, return_indices=True),
+       lambda x: np_max_pool_nd(x, 1, 2, 2, 0, 2, True),
+       lambda x: TF.max_pool1d(x, 2, 2, 0, dilation=2, ceil_mode=True, return_indices=True),
+       [(distinct((1, 2, 8)),)]),
+    Op("avg_pool1d", lambda x: RF.avg_pool1d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False),
+       lambda x: np_avg_pool_nd(x, 1, 3, 2, 1, True, False),
+       lambda x: TF.avg_pool1d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False),
+       [((2, 3, 8),), ((2, 5),)]),
+    *[Op(f"avg_pool3d{suffix}", (lambda kw: lambda x: RF.avg_pool3d(x, **kw))(kw),
+         (lambda kw: lambda x: np_avg_pool_nd(x, 3, **kw))(kw),
+         (lambda kw: lambda x: TF.avg_pool3d(x, **kw))(kw), [(s,) for s in shapes])
+      for suffix, kw, shapes in (
+          ("", dict(kernel_size=2), [(1, 2, 4, 4, 4), (2, 3, 4, 5)]),
+          ("_pad_excl_ceil", dict(kernel_size=(3, 2, 2), stride=(2, 1, 2), padding=(1, 0, 1),
+                                  ceil_mode=True, count_include_pad=False), [(1, 2, 5, 3, 4)]),
+          ("_pad_incl_ceil", dict(kernel_size=2, stride=2, padding=1, ceil_mode=True),
+           [(1, 1, 4, 5, 3)]),
+          ("_divisor_override", dict(kernel_size=2, stride=1, divisor_override=3),
+           [(1, 2, 3, 3, 3)]))],
+    *[Op(f"adaptive_avg_pool{rank}d_{i}",
+         (lambda r, o: lambda x: getattr(RF, f"adaptive_avg_pool{r}d")(x, o))(rank, out),
+         (lambda r, o: lambda x: np_adaptive_pool_nd(x, r, o))(rank, out),
+         (lambda r, o: lambda x: getattr(TF, f"adaptive_avg_pool{r}d")(x, o))(rank, out),
+         [(s,) for s in shapes])
+      for i, (rank, out, shapes) in enumerate((
+          (1, 3, [(2, 3, 7), (2, 5)]), (1, 6, [(1, 2, 4)]),
+          (3, (2, 3, 2), [(1, 2, 5, 4, 3), (2, 3, 3, 3)]), (3, 1, [(2, 2, 2, 3, 2)])))],
+    Op("adaptive_max_pool2d", lambda x: RF.adaptive_max_pool2d(x, (2, 3)),
+       lambda x: np_adaptive_pool_nd(x, 2, (2, 3), np.max),
+       lambda x: TF.adaptive_max_pool2d(x, (2, 3)),
+       [(distinct((2, 2, 5, 7)),), (distinct((3, 4, 4)),)]),
+    # ---- instance, rms and local response normalization (composites) ----------------------
+    Op("instance_norm", lambda x, w=None, b=None: RF.instance_norm(x, weight=w, bias=b),
+       lambda x, w=None, b=None: np_instance_norm(x, w, b),
+       lambda x, w=None, b=None: TF.instance_norm(x, weight=w, bias=b),
+       [((2, 3, 4), (3,), (3,)), ((2, 2, 3, 3),)]),
+    *[Op(f"rms_norm_{i}", (lambda s, e: lambda x, w=None: RF.rms_norm(x, s, w, e))(ns, eps),
+         (lambda s, e: lambda x, w=None: np_rms_norm(x, len(_tuple(s)), w, e))(ns, eps),
+         (lambda s, e: lambda x, w=None: TF.rms_norm(x, _tuple(s), w, e))(ns, eps), shapes)
+      for i, (ns, eps, shapes) in enumerate(((4, None, [((3, 4), (4,)), ((2, 3, 4),)]),
+                                             ((3, 4), 1e-3, [((2, 3, 4), (3, 4))])))],
+    Op("local_response_norm", lambda x: RF.local_response_norm(x, 3, 0.3, 0.75, 2.0),
+       lambda x: np_local_response_norm(x, 3, 0.3, 0.75, 2.0),
+       lambda x: TF.local_response_norm(x, 3, 0.3, 0.75, 2.0),
+       [((2, 5, 3),), ((1, 4, 2, 3),)]),
+    Op("local_response_norm_even", lambda x: RF.local_response_norm(x, 2),
+       lambda x: np_local_response_norm(x, 2), lambda x: TF.local_response_norm(x, 2),
+       [((2, 4, 3),)]),
 ]
 
 
