@@ -80,6 +80,9 @@ from .control import cond, switch, while_loop, fori_loop, scan
 bool = bool_  # noqa: A001 - rill.bool, as torch.bool and jnp.bool
 __version__ = "0.1.0"
 __array_api_version__ = "2024.12"
+# The standard's constants (Python floats, as it asks) and newaxis.
+from math import e, pi, inf, nan  # noqa: E402
+newaxis = None
 
 install_traceback_filter()
 
