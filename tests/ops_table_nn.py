@@ -637,6 +637,38 @@ def _positive(shape):
     return lambda rng: rng.uniform(0.01, 1.0, size=shape)
 
 
+_SELU_ALPHA = 1.6732632423543772848170429916717
+_SELU_SCALE = 1.0507009873554804934193349852946
+_ZERO_ROW_NP = np.array([[1.0], [0.0], [1.0]])
+_ZERO_ROW = rill.tensor(_ZERO_ROW_NP)
+
+
+def _np_glu(x, axis):
+    a, b = np.split(x, 2, axis=axis)
+    return a / (1 + np.exp(-b))
+
+
+def _np_cosine(x, y, axis, eps=1e-8):
+    """PyTorch's documented form: x.y / max(|x| |y|, eps)."""
+    x, y = np.broadcast_arrays(x, y)
+    axis = axis if x.ndim > 1 else 0
+    nx, ny = np.linalg.norm(x, axis=axis), np.linalg.norm(y, axis=axis)
+    return np.sum(x * y, axis=axis) / np.maximum(nx * ny, eps)
+
+
+def _signs(shape):
+    return lambda rng: np.where(rng.random(shape) > 0.5, 1.0, -1.0)
+
+
+def _np_poisson(x, y, log_input, full):
+    loss = np.exp(x) - y * x if log_input else x - y * np.log(x + 1e-8)
+    if full:  # Stirling's term, counted where the target exceeds 1
+        stirling = y * np.log(np.where(y > 1, y, 1)) - y + 0.5 * np.log(2 * np.pi * np.where(
+            y > 1, y, 1))
+        loss = loss + np.where(y > 1, stirling, 0)
+    return loss
+
+
 NN_OPS = [
     # ---- convolutions ----------------------------------------------------------------------
     conv2d_row("conv2d", [((2, 3, 4, 5), (4, 3, 3, 3), (4,)), ((1, 2, 3, 3), (3, 2, 3, 3)),
@@ -944,8 +976,82 @@ NN_OPS = [
     Op("local_response_norm_even", lambda x: RF.local_response_norm(x, 2),
        lambda x: np_local_response_norm(x, 2), lambda x: TF.local_response_norm(x, 2),
        [((2, 4, 3),)]),
+    # ---- activation and distance composites ----------------------------------------------
+    *[Op(name, getattr(RF, name), ref, getattr(TF, name), [(s,) for s in shapes], (-4.5, 4.5))
+      for name, ref, shapes in (
+          ("hardswish", lambda x: x * np.clip(x + 3, 0, 6) / 6, [(3, 4), (), (0, 2)]),
+          ("mish", lambda x: x * np.tanh(np.logaddexp(0, x)), [(3, 4), ()]),
+          ("selu", lambda x: _SELU_SCALE * np.where(x > 0, x, _SELU_ALPHA * np.expm1(x)),
+           [(3, 4), ()]),
+          ("logsigmoid", lambda x: -np.logaddexp(0, -x), [(3, 4), ()]))],
+    Op("logsigmoid_large", RF.logsigmoid, lambda x: -np.logaddexp(0, -x), TF.logsigmoid,
+       [(lambda r: np.array([-800.0, -30.0, 30.0, 800.0]),)], dtypes=()),
+    Op("glu", lambda x: RF.glu(x, 1), lambda x: _np_glu(x, 1), lambda x: TF.glu(x, 1),
+       [((3, 4),), ((2, 6, 2),)]),
+    Op("glu_last", RF.glu, lambda x: _np_glu(x, -1), TF.glu, [((2, 3, 4),)]),
+    Op("softmin", lambda x: RF.softmin(x, 1), lambda x: np_softmax(-x, 1),
+       lambda x: TF.softmin(x, 1), [((3, 4),), ((2, 3, 2),)]),
+    *[Op(f"normalize_p{pp}", (lambda q: lambda x: RF.normalize(x, q, 1))(pp),
+         (lambda q: lambda x: x / np.maximum(np.sum(np.abs(x) ** q, axis=1, keepdims=True)
+                                             ** (1 / q), 1e-12))(pp),
+         (lambda q: lambda x: TF.normalize(x, q, 1))(pp), [((3, 4),), ((2, 3, 2),)])
+      for pp in (2.0, 1.0, 3.0)],
+    Op("normalize_zero_row", lambda x: RF.normalize(x * _ZERO_ROW, 2.0, 1),
+       lambda x: x * _ZERO_ROW_NP / np.maximum(
+           np.sqrt(np.sum((x * _ZERO_ROW_NP) ** 2, axis=1, keepdims=True)), 1e-12),
+       lambda x: TF.normalize(x * torch.tensor(_ZERO_ROW_NP), 2.0, 1), [((3, 4),)], dtypes=()),
+    Op("cosine_similarity", RF.cosine_similarity, lambda x, y: _np_cosine(x, y, 1),
+       TF.cosine_similarity, [((3, 4), (3, 4)), ((2, 3, 2), (1, 3, 2)), ((3, 4), (4,))]),
+    *[Op(f"pairwise_distance_p{pp}", (lambda q: lambda x, y: RF.pairwise_distance(x, y, q))(pp),
+         (lambda q: lambda x, y: np.sum(np.abs(x - y + 1e-6) ** q, axis=-1) ** (1 / q))(pp),
+         (lambda q: lambda x, y: TF.pairwise_distance(x, y, q))(pp),
+         [((3, 4), (3, 4)), ((3, 4), (4,)), ((4,), (4,))])
+      for pp in (2.0, 1.0, 3.0)],
+    # ---- more losses (composites) ---------------------------------------------------------
+    *[Op(f"{name}_{red}", (lambda f, r: lambda *a: f(*a, reduction=r))(getattr(RF, name), red),
+         (lambda f, r: lambda *a: _reduce(f(*a), r))(ref, red),
+         (lambda f, r: lambda *a: f(*a, reduction=r))(getattr(TF, name), red), shapes,
+         nondiff_inputs=nondiff)
+      for name, ref, shapes, nondiff in (
+          ("smooth_l1_loss", lambda x, y: np_huber(x, y, "none", 1.0),
+           [((3, 4), (3, 4)), ((), ())], ()),
+          ("kl_div", lambda x, t: t * (np.log(t) - x),
+           [((3, 4), probabilities((3, 4))), ((2, 3), probabilities((2, 3)))], ()),
+          ("binary_cross_entropy", lambda p, y: -(y * np.log(p) + (1 - y) * np.log(1 - p)),
+           [(uniform((3, 4), 0.05, 0.95), uniform((3, 4), 0.0, 1.0)),
+            (uniform((5,), 0.05, 0.95), hard_labels((5,)))], (1,)),  # torch: no target grad
+          ("soft_margin_loss", lambda x, y: np.logaddexp(0, -y * x),
+           [((3, 4), _signs((3, 4))), ((), _signs(()))], (1,)),  # torch: no target grad
+          ("margin_ranking_loss", lambda a, b, y: np.maximum(0, -y * (a - b)),
+           [((4,), (4,), _signs((4,)))], ()),
+          ("cosine_embedding_loss", lambda a, b, y: np.where(
+              y > 0, 1 - _np_cosine(a, b, 1, 0.0), np.maximum(0, _np_cosine(a, b, 1, 0.0))),
+           [((4, 3), (4, 3), _signs((4,)))], ()),
+          ("triplet_margin_loss", lambda a, p, n: np.maximum(
+              0, np.linalg.norm(a - p + 1e-6, axis=-1) - np.linalg.norm(a - n + 1e-6, axis=-1)
+              + 1.0), [((4, 3), (4, 3), (4, 3))], ()))
+      for red in ("mean", "sum", "none")],
+    Op("kl_div_log_target", lambda x, t: RF.kl_div(x, t, reduction="batchmean", log_target=True),
+       lambda x, t: np.sum(np.exp(t) * (t - x)) / x.shape[0],
+       lambda x, t: TF.kl_div(x, t, reduction="batchmean", log_target=True),
+       [((3, 4), (3, 4))]),
+    *[Op(f"poisson_nll_loss_{'log' if log else 'rate'}{'_full' if full else ''}",
+         (lambda lg, fu: lambda x, y: RF.poisson_nll_loss(x, y, lg, fu))(log, full),
+         (lambda lg, fu: lambda x, y: np.mean(_np_poisson(x, y, lg, fu)))(log, full),
+         (lambda lg, fu: lambda x, y: TF.poisson_nll_loss(x, y, lg, fu))(log, full),
+         [(uniform((3, 4), 0.2, 2.0), uniform((3, 4), 0.0, 4.0))], nondiff_inputs=(1,))
+      for log in (True, False) for full in (False, True)],
+    *[Op(f"gaussian_nll_loss_{red}{'_full' if full else ''}",
+         (lambda r, fu: lambda x, y, v: RF.gaussian_nll_loss(x, y, v, fu, reduction=r))(red, full),
+         (lambda r, fu: lambda x, y, v: _reduce(
+             0.5 * (np.log(v) + (x - y) ** 2 / v) + (0.5 * math.log(2 * math.pi) if fu else 0),
+             r))(red, full),
+         (lambda r, fu: lambda x, y, v: TF.gaussian_nll_loss(x, y, v, fu, reduction=r))(red, full),
+         [((3, 4), (3, 4), uniform((3, 4), 0.3, 2.0))])
+      for red, full in (("mean", False), ("sum", True), ("none", False))],
 ]
 
 
 def _tuple(s):
     return (s,) if isinstance(s, int) else tuple(s)
+
