@@ -310,7 +310,7 @@ class Graph:
             if n.op in ("read", "assign"):
                 label += " " + self.variables[n.attrs["var"]].name
             if n.op in ("send", "recv"):
-                label += " " + html.escape(str(n.attrs.get("key")))
+                label += " " + str(n.attrs.get("key"))
             label += "\\n" + ", ".join(f"{names[v]}: {_spec(v)}" for v in n.outputs)
             shape = ', shape=ellipse' if n.op in GRAPH_OPS else ''
             if n.op in ("send", "recv"):

@@ -42,10 +42,15 @@ def place(graph: Graph, devices=None, cost=None) -> Graph:
     extra = [as_device(d) for d in (devices or ())]
     named = _named_devices(graph)
     candidates = list(dict.fromkeys(named + extra))
-    constrained = any(n.constraint is not None for n in graph.nodes)
+    constrained = _constrained(graph)
     if len(candidates) <= 1 and not constrained:
         return graph
     return _Placer(graph, candidates, cost or DEFAULT).run()
+
+
+def _constrained(graph: Graph) -> bool:
+    return any(n.constraint is not None or any(_constrained(g) for g in n.subgraphs.values())
+               for n in graph.nodes)
 
 
 def _named_devices(graph: Graph) -> list:
@@ -171,10 +176,8 @@ class _Placer:
             pinned, why = there, why or "colocated with a value"
         if pinned is not None:
             options = [pinned]
-        if node.subgraphs:
-            self.check_body(node, pinned or node.device)
-            if options is None:
-                options = [node.device]
+        if node.subgraphs and options is None:
+            options = [node.device]
         if options is None:
             options = self.candidates
         feasible = [d for d in options if self.has_kernel(node, d)]
@@ -182,9 +185,11 @@ class _Placer:
             where = options[0] if len(options) == 1 else "any of " + ", ".join(map(str, options))
             self.fail(node, f"no {options[0].kind} kernel is registered for {node.op}, and it "
                             f"must run on {where} ({why or 'no other device has one'})")
-        if len(feasible) == 1:
-            return feasible[0]
-        return min(feasible, key=lambda d: (self.finish(node, d), d is not node.device))
+        chosen = feasible[0] if len(feasible) == 1 else \
+            min(feasible, key=lambda d: (self.finish(node, d), d is not node.device))
+        if node.subgraphs:
+            self.check_body(node, chosen)
+        return chosen
 
     def pinned(self, node):
         """(device, why) for nodes whose device is not the placer's to choose."""
