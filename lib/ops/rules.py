@@ -55,7 +55,7 @@ def reduced_shape(shape, axes, keepdims: bool) -> tuple:
 
 
 def require(x, allowed: str, what: str) -> None:
-    """DTypeError unless x.dtype.kind is one of `allowed` ('b', 'i', 'u', 'f')."""
+    """DTypeError unless x.dtype.kind is one of `allowed` ('b', 'i', 'u', 'f', 'c')."""
     if x.dtype.kind not in allowed:
         raise DTypeError(f"expected {what}, got {x.dtype}")
 
