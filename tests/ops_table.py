@@ -171,6 +171,109 @@ def _np_shift(x, y, left):
                                                                                    y.shape))
 
 
+def _fft_fn(name):
+    """rill.fft.<name>, looked up at call time."""
+    def call(*xs, **kw):
+        import rill.fft
+        return getattr(rill.fft, name)(*xs, **kw)
+    return call
+
+
+def _torch_cplx(a, b):
+    """torch.complex(a, b), its gradients materialized: torch's fft backward can hand back a
+    lazily negated view, which .numpy() refuses."""
+    return torch.complex(a * 1.0, b * 1.0)
+
+
+def _torch_kw(kw):
+    """The standard's keywords as torch.fft's (axis -> dim, axes -> dim)."""
+    return {{"axis": "dim", "axes": "dim"}.get(k, k): v for k, v in kw.items()}
+
+
+def _np_resize(z, axis, n):
+    """z cropped or zero-padded to length n along axis."""
+    if n is None or n == z.shape[axis]:
+        return z
+    if n < z.shape[axis]:
+        return np.take(z, np.arange(n), axis=axis)
+    widths = [(0, 0)] * z.ndim
+    widths[axis] = (0, n - z.shape[axis])
+    return np.pad(z, widths)
+
+
+def _np_dft(z, axis, inverse=False, norm="backward"):
+    """sum_j z[j] exp(-+2 pi i j k / n) along axis, scaled as `norm` says."""
+    n = z.shape[axis]
+    k = np.arange(n)
+    m = np.exp((1 if inverse else -1) * 2j * np.pi * np.outer(k, k) / n)
+    scale = {"backward": 1 / n if inverse else 1.0, "ortho": 1 / math.sqrt(n),
+             "forward": 1.0 if inverse else 1 / n}[norm]
+    return np.moveaxis(np.tensordot(z, m, axes=([axis], [0])), -1, axis) * scale
+
+
+def _np_fft_1d(inverse):
+    def run(z, n=None, axis=-1, norm="backward"):
+        return _np_dft(_np_resize(z, axis, n), axis, inverse, norm)
+    return run
+
+
+def _np_fft_nd(inverse):
+    def run(z, s=None, axes=None, norm="backward"):
+        axes = tuple(range(z.ndim)) if axes is None else axes
+        for i, a in enumerate(axes):
+            z = _np_dft(_np_resize(z, a, None if s is None else s[i]), a, inverse, norm)
+        return z
+    return run
+
+
+def _np_rfft(x, n=None, axis=-1, norm="backward"):
+    full = _np_dft(_np_resize(x.astype(complex), axis, n), axis, False, norm)
+    return np.take(full, np.arange(full.shape[axis] // 2 + 1), axis=axis)
+
+
+def _np_hermitian(z, axis, n):
+    """The full length-n spectrum whose first n//2 + 1 bins are z's (cropped or padded)."""
+    half = np.moveaxis(_np_resize(z, axis, n // 2 + 1), axis, -1)
+    tail = np.conj(half[..., 1:n - n // 2][..., ::-1])
+    return np.moveaxis(np.concatenate([half, tail], axis=-1), -1, axis)
+
+
+def _np_irfft(z, n=None, axis=-1, norm="backward"):
+    n = 2 * (z.shape[axis] - 1) if n is None else n
+    return np.real(_np_dft(_np_hermitian(z, axis, n), axis, True, norm))
+
+
+def _np_rfftn(x, s, axes):
+    z = _np_rfft(x, s[-1], axes[-1])
+    for size, a in zip(s[:-1], axes[:-1]):
+        z = _np_dft(_np_resize(z, a, size), a)
+    return z
+
+
+def _np_irfftn(z, s, axes):
+    for size, a in zip(s[:-1], axes[:-1]):
+        z = _np_dft(_np_resize(z, a, size), a, inverse=True)
+    return _np_irfft(z, s[-1], axes[-1])
+
+
+def _np_hfft(z, n=None, axis=-1, norm="backward"):
+    n = 2 * (z.shape[axis] - 1) if n is None else n
+    return np.real(_np_dft(_np_hermitian(z, axis, n), axis, False, norm))
+
+
+def _np_ihfft(x, n=None, axis=-1, norm="backward"):
+    full = _np_dft(_np_resize(x.astype(complex), axis, n), axis, True, norm)
+    return np.take(full, np.arange(full.shape[axis] // 2 + 1), axis=axis)
+
+
+def _np_fftshift(x, axes=None, inverse=False):
+    """Roll each axis by half its length (zero frequency to the middle), or back."""
+    for a in (range(x.ndim) if axes is None else axes):
+        n = x.shape[a]
+        x = np.roll(x, -(n // 2) if inverse else n // 2, axis=a)
+    return x
+
+
 LA = rill.linalg
 TL = torch.linalg
 
@@ -754,6 +857,74 @@ OPS = [
          (lambda k, i: lambda x: _torch_cumulative(x, 1, k, i))(kind, init),
          [((3, 4),), ((2, 0),)], dtypes=("float32",))
       for kind in ("sum", "prod") for init in (False, True)],
+    # ---- rill.fft --------------------------------------------------------------------------
+    # Complex signals are built as a + 1j*b from two real inputs and complex results returned
+    # as (real, imag), so every check (finite differences included) sees real numbers only.
+    # References: the DFT as an explicit sum (_np_dft), Hermitian spectra completed by hand.
+    *[Op(f"{name}{suffix}", (lambda f, kw: lambda a, b: _parts(f(_cplx(a, b), **kw)))(
+        _fft_fn(name), kw),
+         (lambda r, kw: lambda a, b: _np_parts(r(a + 1j * b, **kw)))(ref, kw),
+         (lambda t, kw: lambda a, b: _torch_parts(t(_torch_cplx(a, b), **_torch_kw(kw))))(
+             getattr(torch.fft, name), kw),
+         shapes, dtypes=("float32",))
+      for name, ref in (("fft", _np_fft_1d(False)), ("ifft", _np_fft_1d(True)))
+      for suffix, kw, shapes in (
+          ("", {}, [((3, 5), (3, 5)), ((4,), (4,))]),
+          ("_pad_axis0_ortho", dict(n=5, axis=0, norm="ortho"), [((3, 4), (3, 4))]),
+          ("_crop_forward", dict(n=3, norm="forward"), [((2, 5), (2, 5))]))],
+    *[Op(f"{name}{suffix}", (lambda f, kw: lambda a, b: _parts(f(_cplx(a, b), **kw)))(
+        _fft_fn(name), kw),
+         (lambda r, kw: lambda a, b: _np_parts(r(a + 1j * b, **kw)))(ref, kw),
+         (lambda t, kw: lambda a, b: _torch_parts(t(_torch_cplx(a, b), **_torch_kw(kw))))(
+             getattr(torch.fft, name), kw),
+         shapes, dtypes=("float32",))
+      for name, ref in (("fftn", _np_fft_nd(False)), ("ifftn", _np_fft_nd(True)))
+      for suffix, kw, shapes in (
+          ("", {}, [((3, 4), (3, 4)), ((2, 2, 3), (2, 2, 3))]),
+          ("_s_axes_ortho", dict(s=(4, 3), axes=(0, 1), norm="ortho"), [((3, 5), (3, 5))]))],
+    *[Op(f"rfft{suffix}", (lambda kw: lambda x: _parts(_fft_fn("rfft")(x, **kw)))(kw),
+         (lambda kw: lambda x: _np_parts(_np_rfft(x, **kw)))(kw),
+         (lambda kw: lambda x: _torch_parts(torch.fft.rfft(x, **_torch_kw(kw))))(kw), shapes,
+         dtypes=("float32",))
+      for suffix, kw, shapes in (("", {}, [((3, 6),), ((5,),)]),
+                                 ("_n_axis0_ortho", dict(n=4, axis=0, norm="ortho"),
+                                  [((3, 2),)]),
+                                 ("_forward", dict(norm="forward"), [((2, 5),)]))],
+    *[Op(f"irfft{suffix}", (lambda kw: lambda a, b: _fft_fn("irfft")(_cplx(a, b), **kw))(kw),
+         (lambda kw: lambda a, b: _np_irfft(a + 1j * b, **kw))(kw),
+         (lambda kw: lambda a, b: torch.fft.irfft(_torch_cplx(a, b), **_torch_kw(kw)))(kw),
+         shapes, dtypes=("float32",))
+      for suffix, kw, shapes in (("", {}, [((3, 4), (3, 4)), ((2,), (2,))]),
+                                 ("_odd_n", dict(n=7), [((2, 4), (2, 4))]),
+                                 ("_crop_ortho", dict(n=4, norm="ortho"), [((2, 5), (2, 5))]),
+                                 ("_axis0_forward", dict(n=5, axis=0, norm="forward"),
+                                  [((3, 2), (3, 2))]))],
+    Op("rfftn", lambda x: _parts(_fft_fn("rfftn")(x, s=(3, 4), axes=(0, 1))),
+       lambda x: _np_parts(_np_rfftn(x, (3, 4), (0, 1))),
+       lambda x: _torch_parts(torch.fft.rfftn(x, s=(3, 4), dim=(0, 1))), [((3, 5),), ((2, 4),)],
+       dtypes=("float32",)),
+    Op("irfftn", lambda a, b: _fft_fn("irfftn")(_cplx(a, b), s=(3, 4), axes=(0, 1)),
+       lambda a, b: _np_irfftn(a + 1j * b, (3, 4), (0, 1)),
+       lambda a, b: torch.fft.irfftn(_torch_cplx(a, b), s=(3, 4), dim=(0, 1)),
+       [((3, 3), (3, 3)), ((2, 2, 3), (2, 2, 3))], dtypes=("float32",)),
+    *[Op(f"hfft{suffix}", (lambda kw: lambda a, b: _fft_fn("hfft")(_cplx(a, b), **kw))(kw),
+         (lambda kw: lambda a, b: _np_hfft(a + 1j * b, **kw))(kw),
+         (lambda kw: lambda a, b: torch.fft.hfft(_torch_cplx(a, b), **_torch_kw(kw)))(kw),
+         shapes, dtypes=("float32",))
+      for suffix, kw, shapes in (("", {}, [((2, 4), (2, 4))]),
+                                 ("_odd_ortho", dict(n=5, norm="ortho"), [((3,), (3,))]))],
+    *[Op(f"ihfft{suffix}", (lambda kw: lambda x: _parts(_fft_fn("ihfft")(x, **kw)))(kw),
+         (lambda kw: lambda x: _np_parts(_np_ihfft(x, **kw)))(kw),
+         (lambda kw: lambda x: _torch_parts(torch.fft.ihfft(x, **_torch_kw(kw))))(kw),
+         shapes, dtypes=("float32",))
+      for suffix, kw, shapes in (("", {}, [((2, 6),), ((5,),)]),
+                                 ("_n_forward", dict(n=4, norm="forward"), [((2, 5),)]))],
+    *[Op(f"{name}{suffix}", (lambda f, kw: lambda x: _fft_fn(f)(x, **kw))(name, kw),
+         (lambda f, kw: lambda x: _np_fftshift(x, inverse=f == "ifftshift", **kw))(name, kw),
+         (lambda f, kw: lambda x: getattr(torch.fft, f)(x, **_torch_kw(kw)))(name, kw), shapes)
+      for name in ("fftshift", "ifftshift")
+      for suffix, kw, shapes in (("", {}, [((3, 4),), ((5,),)]),
+                                 ("_axes1", dict(axes=(1,)), [((2, 5),)]))],
 ]
 
 
