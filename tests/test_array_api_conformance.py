@@ -110,7 +110,15 @@ def test_array_api_version():
 # keyword, each keyword-only argument by keyword (its default), each optional positional-only
 # argument positionally.
 
+def _preferred_dtype(qualname):
+    accepted = spec.accepted(spec.BY_NAME[qualname])
+    return next(d for d in ("float64", "complex128", "int64", "bool") if d in accepted)
+
+
 def _x(qualname):
+    f = spec.BY_NAME[qualname]
+    if f.family in ("unary", "binary"):
+        return to_rill(sample(_preferred_dtype(qualname), (2, 3)))
     if qualname.startswith("linalg."):
         return to_rill(np.eye(3) * 2.0 + 0.1)
     if qualname.startswith("fft.") and qualname not in ("fft.rfft", "fft.rfftn", "fft.ihfft"):
@@ -177,7 +185,7 @@ def required_arguments(qualname):
         if p.name == "x":
             values["x"] = x
         elif p.name in ("x1", "x2"):
-            values[p.name] = x if fn.family != "binary" else vector
+            values[p.name] = x
         elif p.name == "arrays":
             values["arrays"] = [vector, vector]
         elif p.name == "shape":
@@ -586,25 +594,23 @@ def test_creation_default_dtypes():
     assert cplx == {"float32": "complex64", "float64": "complex128"}[real]
     assert defaults["indexing"] in spec.SIGNED
     cases = [
-        ("zeros((2,))", rill.zeros((2,)), real), ("ones((2,))", rill.ones((2,)), real),
-        ("empty((2,))", rill.empty((2,)), real), ("eye(2)", rill.eye(2), real),
-        ("full((2,), 1)", rill.full((2,), 1), integral),
-        ("full((2,), 1.0)", rill.full((2,), 1.0), real),
-        ("full((2,), True)", rill.full((2,), True), "bool"),
-        ("full((2,), 1j)", rill.full((2,), 1j), cplx),
-        ("arange(5)", rill.arange(5), integral), ("arange(5.0)", rill.arange(5.0), real),
-        ("arange(0, 1, 0.5)", rill.arange(0, 1, 0.5), real),
-        ("linspace(0, 1, 5)", rill.linspace(0, 1, 5), real),
-        ("asarray([1, 2])", rill.asarray([1, 2]), integral),
-        ("asarray([1.0, 2])", rill.asarray([1.0, 2]), real),
-        ("asarray([True])", rill.asarray([True]), "bool"),
-        ("asarray([1j, 2])", rill.asarray([1j, 2]), cplx),
-        ("asarray(3.5)", rill.asarray(3.5), real),
-        ("fft.fftfreq(4)", rill.fft.fftfreq(4), real),
-        ("fft.rfftfreq(4)", rill.fft.rfftfreq(4), real),
+        ("zeros((2,))", real), ("ones((2,))", real), ("empty((2,))", real), ("eye(2)", real),
+        ("full((2,), 1)", integral), ("full((2,), 1.0)", real), ("full((2,), True)", "bool"),
+        ("full((2,), 1j)", cplx), ("arange(5)", integral), ("arange(5.0)", real),
+        ("arange(0, 1, 0.5)", real), ("linspace(0, 1, 5)", real),
+        ("linspace(0, 1j, 5)", cplx), ("asarray([1, 2])", integral),
+        ("asarray([1.0, 2])", real), ("asarray([True])", "bool"), ("asarray([1j, 2])", cplx),
+        ("asarray(3.5)", real), ("fft.fftfreq(4)", real), ("fft.rfftfreq(4)", real),
     ]
-    failures = [f"{text} -> {dtype_of(t)}, want {want}" for text, t, want in cases
-                if dtype_of(t) != want]
+    failures = []
+    for text, want in cases:
+        try:
+            got = dtype_of(eval("rill." + text))  # noqa: S307 - the call as written above
+        except Exception as e:  # noqa: BLE001
+            failures.append(f"{text}: {type(e).__name__}: {str(e)[:120]}")
+            continue
+        if got != want:
+            failures.append(f"{text} -> {got}, want {want}")
     assert not failures, failures_message(failures)
 
 
@@ -653,8 +659,19 @@ def test_creation_dtype_keyword(name):
 def test_astype_every_pair():
     failures = []
     for a in spec.ALL:
-        x = to_rill(sample(a))
+        values = sample(a)
+        x = to_rill(values)
         for b in spec.ALL:
+            if a in spec.COMPLEX_FLOATING and b not in spec.COMPLEX_FLOATING + spec.BOOL:
+                # the standard: casting complex to a real-valued dtype should not be permitted
+                # (the caller says which part to keep); rill refuses it. Complex to bool is
+                # defined: nonzero is True.
+                try:
+                    rill.astype(x, rdtype(b))
+                    failures.append(f"astype({a} -> {b}) accepted")
+                except rill.Error:
+                    pass
+                continue
             try:
                 y = rill.astype(x, rdtype(b))
             except Exception as e:  # noqa: BLE001
@@ -662,8 +679,8 @@ def test_astype_every_pair():
                 continue
             if dtype_of(y) != b:
                 failures.append(f"astype({a} -> {b}) -> {dtype_of(y)}")
-            elif not (a in spec.COMPLEX_FLOATING and b not in spec.COMPLEX_FLOATING):
-                want = sample(a).astype(b)
+            else:
+                want = values.astype(b)
                 if not np.array_equal(to_numpy(y), want):
                     failures.append(f"astype({a} -> {b}) values {to_numpy(y)} != {want}")
     assert not failures, failures_message(failures)
@@ -1069,7 +1086,9 @@ _SPECIAL = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2
 
 def assert_same(got, want, context, rtol=1e-10, atol=1e-12):
     if isinstance(want, tuple):
-        assert isinstance(got, tuple) and len(got) == len(want), (context, type(got))
+        # NumPy gives tuples where the standard writes List[array] (meshgrid,
+        # broadcast_arrays): a sequence of the same arrays is what is checked
+        assert isinstance(got, (tuple, list)) and len(got) == len(want), (context, type(got))
         if hasattr(want, "_fields"):
             assert tuple(got._fields) == tuple(want._fields), (context, got._fields)
         for g, w in zip(got, want):
