@@ -274,6 +274,35 @@ def _np_fftshift(x, axes=None, inverse=False):
     return x
 
 
+_SORTED = lambda r: np.array([-1.0, 0.0, 0.0, 0.5, 1.5])  # noqa: E731 (a repeated entry)
+_PROBES = lambda r: np.array([[-2.0, 0.0, 0.5], [0.25, 1.5, 3.0]])  # noqa: E731 (hits and misses)
+
+
+def _np_searchsorted(a, v, side):
+    """For each probe, how many entries lie before it: < for 'left', <= for 'right'."""
+    below = (lambda e, p: e < p) if side == "left" else (lambda e, p: e <= p)
+    return np.array([sum(below(e, p) for e in a) for p in np.ravel(v)],
+                    dtype=np.int64).reshape(np.shape(v))
+
+
+def _np_diff1(x):
+    return x[..., 1:] - x[..., :-1]
+
+
+def _np_meshgrid(xs, indexing):
+    """Output k varies along axis k of the grid (axes 0 and 1 swapped for 'xy')."""
+    shape = [len(x) for x in xs]
+    if indexing == "xy" and len(xs) > 1:
+        shape[0], shape[1] = shape[1], shape[0]
+    outs = []
+    for k, x in enumerate(xs):
+        axis = {0: 1, 1: 0}.get(k, k) if indexing == "xy" and len(xs) > 1 else k
+        view = [1] * len(xs)
+        view[axis] = len(x)
+        outs.append(np.broadcast_to(x.reshape(view), shape))
+    return tuple(outs)
+
+
 LA = rill.linalg
 TL = torch.linalg
 
@@ -925,6 +954,52 @@ OPS = [
       for name in ("fftshift", "ifftshift")
       for suffix, kw, shapes in (("", {}, [((3, 4),), ((5,),)]),
                                  ("_axes1", dict(axes=(1,)), [((2, 5),)]))],
+    # ---- search, set and manipulation functions of the Array API (static shapes; nonzero
+    # and the unique_* family have data-dependent shapes, which capture refuses) -------------
+    *[Op(f"searchsorted_{side}", (lambda s: lambda a, v: rill.searchsorted(a, v, side=s))(side),
+         (lambda s: lambda a, v: _np_searchsorted(a, v, s))(side),
+         (lambda s: lambda a, v: torch.searchsorted(a, v, side=s))(side),
+         [(_SORTED, _PROBES), (_SORTED, lambda r: np.array(0.5)), (_SORTED, (0,))],
+         grad=False)
+      for side in ("left", "right")],
+    Op("searchsorted_sorter", lambda a, v, s: rill.searchsorted(a, v, side="right", sorter=s),
+       lambda a, v, s: _np_searchsorted(a[s], v, "right"),
+       lambda a, v, s: torch.searchsorted(a, v, side="right", sorter=s),
+       [(lambda r: np.array([1.5, -1.0, 0.5, 0.0, 0.0]), _PROBES,
+         lambda r: np.array([1, 3, 4, 2, 0]))], grad=False),
+    *[Op(f"isin{'_invert' if inv else ''}", (lambda i: lambda a, b: rill.isin(a, b, invert=i))(inv),
+         (lambda i: lambda a, b: np.array([[(v in set(b.tolist())) != i for v in row]
+                                           for row in a.reshape(-1, a.shape[-1])]
+                                          ).reshape(a.shape))(inv),
+         (lambda i: lambda a, b: torch.isin(a, b, invert=i))(inv),
+         [(ints((3, 4), 0, 8), ints((5,), 0, 8)), (ints((2, 3), 0, 4), ints((0,), 0, 4))],
+         grad=False, dtypes=())
+      for inv in (False, True)],
+    Op("count_nonzero", lambda x: rill.count_nonzero(x, axis=1),
+       lambda x: np.sum(x != 0, axis=1), lambda x: torch.count_nonzero(x, 1),
+       [(ints((3, 4), 0, 3),), (ints((2, 0), 0, 3),)], grad=False, dtypes=()),
+    Op("count_nonzero_all_keepdims", lambda x: rill.count_nonzero(x, keepdims=True),
+       lambda x: np.full((1, 1), np.sum(x != 0)),
+       lambda x: torch.count_nonzero(x).reshape(1, 1), [(ints((3, 4), 0, 3),)], grad=False,
+       dtypes=()),
+    Op("diff", lambda x: rill.diff(x), lambda x: x[..., 1:] - x[..., :-1],
+       lambda x: torch.diff(x), [((3, 5),), ((4,),), ((2, 1),)]),
+    Op("diff_n2_axis0", lambda x: rill.diff(x, axis=0, n=2), lambda x: x[2:] - 2 * x[1:-1] + x[:-2],
+       lambda x: torch.diff(x, 2, 0), [((5, 3),)]),
+    Op("diff_prepend_append", lambda x, p, a: rill.diff(x, prepend=p, append=a),
+       lambda x, p, a: _np_diff1(np.concatenate([p, x, a], axis=-1)),
+       lambda x, p, a: torch.diff(x, prepend=p, append=a), [((3, 4), (3, 2), (3, 1))]),
+    *[Op(f"meshgrid_{ix}", (lambda i: lambda *xs: tuple(rill.meshgrid(*xs, indexing=i)))(ix),
+         (lambda i: lambda *xs: _np_meshgrid(xs, i))(ix),
+         (lambda i: lambda *xs: torch.meshgrid(*xs, indexing=i))(ix),
+         [((3,), (4,)), ((2,), (3,), (4,))])
+      for ix in ("xy", "ij")],
+    Op("unstack", lambda x: rill.unstack(x, axis=1), lambda x: tuple(np.moveaxis(x, 1, 0)),
+       lambda x: torch.unbind(x, 1), [((3, 4),), ((2, 3, 2),)]),
+    Op("broadcast_arrays", lambda *xs: tuple(rill.broadcast_arrays(*xs)),
+       lambda *xs: tuple(np.broadcast_to(x, np.broadcast_shapes(*(y.shape for y in xs)))
+                         for x in xs),
+       lambda *xs: torch.broadcast_tensors(*xs), [((3, 1), (4,)), ((), (2, 3), (1, 3))]),
 ]
 
 
