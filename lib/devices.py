@@ -199,8 +199,9 @@ def colocate_with(tensor):
     records beside `tensor` (its variable, or the op that makes it).
 
     >>> import rill
+    >>> from rill.devices import colocate_with
     >>> w = rill.zeros(3, device="cpu:1")
-    >>> with rill.colocate_with(w):
+    >>> with colocate_with(w):
     ...     rill.ones(3).device
     device('cpu:1')
     """
