@@ -1205,6 +1205,25 @@ def _m(*shape, dtype="float64", low=-2.0, high=2.0):
     return sample(dtype, shape, low, high)
 
 
+def _np_only(xp, **kwargs):
+    """Keywords NumPy needs where the standard has a default rill must supply."""
+    return kwargs if xp is np else {}
+
+
+def _rill_only(xp, **kwargs):
+    """Keywords of the standard that NumPy 2.4 lacks; NumPy's default is the reference."""
+    return kwargs if xp is rill else {}
+
+
+def _sorting(xp, A, name, a, axis=-1, **kwargs):
+    """sort/argsort with descending=True; NumPy's reference is a stable ascending sort of the
+    negated values (ties keep the lower index first, as the standard's stable sort asks)."""
+    if xp is rill:
+        return getattr(rill, name)(A(a), axis=axis, descending=True, **kwargs)
+    order = np.argsort(-a, axis=axis, stable=True)
+    return order if name == "argsort" else np.take_along_axis(a, order, axis=axis)
+
+
 def _spd(n, dtype="float64"):
     a = _m(n, n, dtype=dtype)
     return a @ a.conj().T + n * np.eye(n)
@@ -1336,7 +1355,8 @@ _VALUE_CASES = {
                lambda xp, A: xp.concat((A(_m(2, 3)), A(_m(2, 1))), axis=-1),
                lambda xp, A: xp.concat([A(_m(2, 3)), A(_m(3))], axis=None),
                lambda xp, A: xp.concat([A(_m(0, 3)), A(_m(1, 3))])],
-    "expand_dims": [lambda xp, A: xp.expand_dims(A(_m(2, 3))),
+    # NumPy 2.4 still requires expand_dims' axis; the standard defaults it to 0
+    "expand_dims": [lambda xp, A: xp.expand_dims(A(_m(2, 3)), **_np_only(xp, axis=0)),
                     lambda xp, A: xp.expand_dims(A(_m(2, 3)), axis=-1),
                     lambda xp, A: xp.expand_dims(A(_m()), axis=0)],
     "flip": [lambda xp, A: xp.flip(A(_m(2, 3))), lambda xp, A: xp.flip(A(_m(2, 3)), axis=1),
@@ -1384,13 +1404,15 @@ _VALUE_CASES = {
     "unique_inverse": [lambda xp, A: xp.unique_inverse(A(np.array([[3.0, 1.0], [3.0, 2.0]])))],
     "unique_values": [lambda xp, A: xp.unique_values(A(np.array([2.0, -1.0, 2.0]))),
                       lambda xp, A: xp.unique_values(A(_m(0)))],
+    # NumPy 2.4 has no `descending`: _sorting gives the standard's answer (stable: among
+    # equal elements the lower index first, in descending order too)
     "argsort": [lambda xp, A: xp.argsort(A(np.array([3.0, 1.0, 2.0, 1.0]))),
-                lambda xp, A: xp.argsort(A(np.array([[3.0, 1.0, 3.0], [0.0, 0.0, 1.0]])),
-                                         axis=0, descending=True),
-                lambda xp, A: xp.argsort(A(np.array([2.0, 1.0, 2.0, 1.0])), descending=True,
-                                         stable=True)],
+                lambda xp, A: _sorting(xp, A, "argsort",
+                                       np.array([[3.0, 1.0, 3.0], [0.0, 0.0, 1.0]]), axis=0),
+                lambda xp, A: _sorting(xp, A, "argsort", np.array([2.0, 1.0, 2.0, 1.0]),
+                                       stable=True)],
     "sort": [lambda xp, A: xp.sort(A(_m(2, 3))), lambda xp, A: xp.sort(A(_m(2, 3)), axis=0),
-             lambda xp, A: xp.sort(A(_m(4)), descending=True),
+             lambda xp, A: _sorting(xp, A, "sort", _m(4)),
              lambda xp, A: xp.sort(A(_m(0)))],
     # linalg
     "linalg.cholesky": [lambda xp, A: xp.linalg.cholesky(A(_spd(3))),
@@ -1448,10 +1470,13 @@ _VALUE_CASES = {
         lambda xp, A: xp.linalg.vector_norm(A(_m(3, dtype="complex128")))],
     # fft
     # (NumPy's default float is float64, rill's float32: name the dtype)
-    "fft.fftfreq": [lambda xp, A: xp.fft.fftfreq(5, dtype=xp.float64),
-                    lambda xp, A: xp.fft.fftfreq(4, d=0.5, dtype=xp.float64)],
-    "fft.rfftfreq": [lambda xp, A: xp.fft.rfftfreq(5, d=2.0, dtype=xp.float64),
-                     lambda xp, A: xp.fft.rfftfreq(4, dtype=xp.float64)],
+    # (NumPy 2.4's fftfreq has no dtype= yet: its default float64 is the reference)
+    "fft.fftfreq": [lambda xp, A: xp.fft.fftfreq(5, **_rill_only(xp, dtype=rill.float64)),
+                    lambda xp, A: xp.fft.fftfreq(4, d=0.5,
+                                                 **_rill_only(xp, dtype=rill.float64))],
+    "fft.rfftfreq": [lambda xp, A: xp.fft.rfftfreq(5, d=2.0,
+                                                   **_rill_only(xp, dtype=rill.float64)),
+                     lambda xp, A: xp.fft.rfftfreq(4, **_rill_only(xp, dtype=rill.float64))],
     "fft.fftshift": [lambda xp, A: xp.fft.fftshift(A(_m(5))),
                      lambda xp, A: xp.fft.fftshift(A(_m(2, 5)), axes=1)],
     "fft.ifftshift": [lambda xp, A: xp.fft.ifftshift(A(_m(5))),
