@@ -14,9 +14,9 @@ ran where and when.
 """
 from __future__ import annotations
 
+import queue
 import threading
 from collections import namedtuple
-from concurrent.futures import ThreadPoolExecutor
 
 from .executor import Program, _execute
 from .passes.partition import split_results
@@ -41,17 +41,41 @@ class StepArgs(list):
     __slots__ = ("transport", "timeline", "start")
 
 
-_EXECUTORS: dict = {}
-_EXECUTORS_LOCK = threading.Lock()
+class _Worker:
+    """A device's executor thread: runs what it is handed, in order, and releases the lock
+    handed with it when done. (A bare queue and lock: a step's hand-offs are on its critical
+    path, and a futures pool costs several times more per hand-off.)"""
+
+    def __init__(self, device):
+        self.queue: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._loop, name=f"rill-{device}", daemon=True).start()
+
+    def _loop(self):
+        while True:
+            fn, arg, done = self.queue.get()
+            try:
+                fn(arg)
+            finally:
+                done.release()
+
+    def submit(self, fn, arg):
+        """Run fn(arg) on this thread; returns a lock that is released when it is done."""
+        done = threading.Lock()
+        done.acquire()
+        self.queue.put((fn, arg, done))
+        return done
 
 
-def _executor(device) -> ThreadPoolExecutor:
+_WORKERS: dict = {}
+_WORKERS_LOCK = threading.Lock()
+
+
+def _worker(device) -> _Worker:
     """The thread of a device (one per device for the process)."""
-    with _EXECUTORS_LOCK:
-        found = _EXECUTORS.get(device)
+    with _WORKERS_LOCK:
+        found = _WORKERS.get(device)
         if found is None:
-            found = _EXECUTORS[device] = ThreadPoolExecutor(
-                max_workers=1, thread_name_prefix=f"rill-{device}")
+            found = _WORKERS[device] = _Worker(device)
         return found
 
 
@@ -84,10 +108,10 @@ class PartitionedProgram:
             finally:
                 step.transport.finished(d)
 
-        futures = [_executor(d).submit(run, d) for d in self.devices[1:]]
+        pending = [_worker(d).submit(run, d) for d in self.devices[1:]]
         run(self.devices[0])
-        for f in futures:
-            f.result()
+        for done in pending:
+            done.acquire()
         if step.timeline is not None:
             self.last_timeline = sorted(step.timeline, key=lambda e: (e.start, str(e.device)))
         failed = getattr(step.transport, "error", None)

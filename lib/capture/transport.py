@@ -45,11 +45,15 @@ class Aborted(Exception):
 
 
 class _Slot:
-    __slots__ = ("event", "buffer", "source")
+    """One key's hand-over: `full` is held until the send (or an abort) releases it."""
+
+    __slots__ = ("full", "buffer", "source", "released")
 
     def __init__(self):
-        self.event = threading.Event()
+        self.full = threading.Lock()
+        self.full.acquire()
         self.buffer = self.source = None
+        self.released = False
 
 
 def move(buffer, source, dest):
@@ -69,35 +73,40 @@ class Rendezvous(Transport):
         self.lock = threading.Lock()
         self.error = None        # (device, error) of the first partition that failed
         self.done: set = set()   # devices whose partition ran to its end
-        self.waiting: list = []  # slots with a recv waiting on them, to wake on abort
 
     def _slot(self, key: str) -> _Slot:
         with self.lock:
             slot = self.slots.get(key)
             if slot is None:
                 slot = self.slots[key] = _Slot()
+                if self.error is not None:  # the step failed: a later recv must not wait
+                    slot.released = True
+                    slot.full.release()
             return slot
+
+    def _release(self, slot: _Slot) -> None:
+        with self.lock:
+            if slot.released:
+                return
+            slot.released = True
+        slot.full.release()
 
     def send(self, key, buffer, source, dest) -> None:
         slot = self._slot(key)
         slot.buffer, slot.source = buffer, source
-        slot.event.set()
+        self._release(slot)
 
     def recv(self, key, source, dest):
         slot = self._slot(key)
-        if not slot.event.is_set():
+        if not slot.full.acquire(timeout=self.timeout):
             with self.lock:
-                self.waiting.append(slot)
-            if not slot.event.wait(self.timeout):
-                with self.lock:
-                    finished = source in self.done
-                state = ("its partition finished without sending it (the graph has no send "
-                         "for this key)" if finished else
-                         "its partition is still running: raise RILL_RECV_TIMEOUT if a step "
-                         "legitimately takes longer")
-                raise DistributedError(
-                    f"recv of {key!r} on {dest} got nothing from {source} within "
-                    f"{self.timeout:g} s: {state}", op="recv")
+                finished = source in self.done
+            state = ("its partition finished without sending it (the graph has no send for "
+                     "this key)" if finished else
+                     "its partition is still running: raise RILL_RECV_TIMEOUT if a step "
+                     "legitimately takes longer")
+            raise DistributedError(f"recv of {key!r} on {dest} got nothing from {source} "
+                                   f"within {self.timeout:g} s: {state}", op="recv")
         if self.error is not None and slot.source is None:
             raise Aborted(f"partition on {self.error[0]} failed")
         return move(slot.buffer, slot.source, dest)
@@ -106,9 +115,9 @@ class Rendezvous(Transport):
         with self.lock:
             if self.error is None:
                 self.error = (device, error)
-            waiting, self.waiting = self.waiting, []
-        for slot in waiting:  # woken with no source: recv raises Aborted
-            slot.event.set()
+            slots = list(self.slots.values())
+        for slot in slots:  # woken with no source: a waiting recv raises Aborted
+            self._release(slot)
 
     def finished(self, device) -> None:
         with self.lock:
