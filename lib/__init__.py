@@ -32,7 +32,10 @@ from .ops.elementwise import (
     silu, softplus, erf, floor, ceil, round, trunc, isnan, isinf, isfinite, logical_not,
     add, subtract, multiply, divide, floor_divide, remainder, power, maximum, minimum, arctan2,
     equal, not_equal, less, less_equal, greater, greater_equal, logical_and, logical_or,
-    logical_xor, bitwise_and, bitwise_or, bitwise_xor, where, clip, cast, scaled_add)
+    logical_xor, bitwise_and, bitwise_or, bitwise_xor, where, clip, cast, scaled_add,
+    acos, asin, atan, acosh, asinh, atanh, arcsinh, arccosh, arctanh, log10, logaddexp, hypot,
+    copysign, nextafter, signbit, positive, negative, bitwise_invert, bitwise_left_shift,
+    bitwise_right_shift, conj, real, imag)
 from .ops.reduce import (sum, mean, prod, max, min, argmax, argmin, var, std, logsumexp, all,
                          any, cumsum, cumprod, norm, cumulative_sum, cumulative_prod, cummax,
                          cummin, logcumsumexp)

@@ -120,6 +120,10 @@ class GpuBackend:
     # -- memory -------------------------------------------------------------------------------
     def allocate(self, shape, storage_dtype):
         """A new uninitialized buffer: the one place gpu memory is taken."""
+        if np.dtype(storage_dtype).kind == "c":
+            raise DeviceError("complex tensors are CPU-only in rill (the gpu kernels have no "
+                              "complex arithmetic); keep them on the cpu: .to('cpu')",
+                              op="gpu")
         xp = self.xp
         if self.interpreted:
             buffer = np.empty(shape, dtype=storage_dtype)

@@ -92,10 +92,14 @@ def _irfft_vjp(g, out, x, axes, n, norm):
 
 
 _AXES = A.TupleOf(A.INT)
-fft_p = primitive("fft", _fft_infer, _fft_vjp,
+# Complex tensors live on the CPU only (the gpu device has no complex buffers), so the
+# transforms have NumPy kernels only.
+_CPU = "complex tensors are CPU-only in rill; the transforms run through numpy.fft"
+fft_p = primitive("fft", _fft_infer, _fft_vjp, cpu_only=_CPU,
                   attrs={"axes": _AXES, "inverse": A.BOOL, "norm": A.Choice(*NORMS)})
-rfft_p = primitive("rfft", _rfft_infer, _rfft_vjp, attrs={"axes": _AXES, "norm": A.Choice(*NORMS)})
-irfft_p = primitive("irfft", _irfft_infer, _irfft_vjp,
+rfft_p = primitive("rfft", _rfft_infer, _rfft_vjp, cpu_only=_CPU,
+                   attrs={"axes": _AXES, "norm": A.Choice(*NORMS)})
+irfft_p = primitive("irfft", _irfft_infer, _irfft_vjp, cpu_only=_CPU,
                     attrs={"axes": _AXES, "n": A.INT, "norm": A.Choice(*NORMS)})
 # Each rule above is already the conjugate-transpose PyTorch's convention asks for.
 COMPLEX_RULES.update({"fft", "rfft", "irfft"})

@@ -244,14 +244,28 @@ def _one_axis(axis, op):
     return None if axis is None else as_axis(axis, op)
 
 
-def sum(x, axis=None, keepdims: bool = False):  # noqa: A001
-    """Sum over `axis` (all axes by default). Bool and integer sums are int64.
+def _accumulated(prim, op, x, axis, keepdims, dtype):
+    """sum/prod in `dtype` (x cast first) or in the standard's default for x: bool and signed
+    integers in int64, unsigned integers in uint64, floats and complex in their own type.
+
+    The primitive accumulates integers in int64; for unsigned inputs that is the same sum
+    modulo 2**64, so it is reinterpreted as uint64 afterwards."""
+    if dtype is not None:
+        x = promotion.cast(x, dt.as_dtype(dtype, op))
+    out = bind(prim, x, axis=as_axes(axis, op), keepdims=as_bool(keepdims, "keepdims", op))
+    if getattr(x, "dtype", None) is not None and x.dtype.kind == "u":
+        out = promotion.cast(out, dt.uint64)
+    return out
+
+
+def sum(x, axis=None, keepdims: bool = False, *, dtype=None):  # noqa: A001
+    """Sum over `axis` (all axes by default), in `dtype` if given. Bool and signed integer
+    sums are int64, unsigned ones uint64 (the Array API's rule).
 
     >>> rill.sum(rill.tensor([[1., 2.], [3., 4.]]), axis=0)
     tensor([4., 6.])
     """
-    return bind(sum_p, x, axis=as_axes(axis, "sum"),
-                keepdims=as_bool(keepdims, "keepdims", "sum"))
+    return _accumulated(sum_p, "sum", x, axis, keepdims, dtype)
 
 
 def mean(x, axis=None, keepdims: bool = False):
@@ -259,9 +273,9 @@ def mean(x, axis=None, keepdims: bool = False):
                 keepdims=as_bool(keepdims, "keepdims", "mean"))
 
 
-def prod(x, axis=None, keepdims: bool = False):
-    return bind(prod_p, x, axis=as_axes(axis, "prod"),
-                keepdims=as_bool(keepdims, "keepdims", "prod"))
+def prod(x, axis=None, keepdims: bool = False, *, dtype=None):
+    """Product over `axis`, in `dtype` if given (integer dtypes as `sum`)."""
+    return _accumulated(prod_p, "prod", x, axis, keepdims, dtype)
 
 
 def max(x, axis=None, keepdims: bool = False):  # noqa: A001

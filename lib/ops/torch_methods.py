@@ -455,7 +455,8 @@ METHODS = {
     **{name: _cast_method(name, d) for name, d in _CASTS.items()},
     "type": _type, "type_as": lambda self, other: _to(self, other.dtype), "to": _to,
     "cpu": lambda self: creation.to_device(self, "cpu"), "cuda": _cuda,
-    "get_device": _get_device,
+    "get_device": _get_device, "conj": E.conj, "angle": lambda self: E.arctan2(E.imag(self),
+                                                                                 E.real(self)),
     "multinomial": random.multinomial, "bernoulli": random.bernoulli,
     "nonzero": searching.torch_nonzero, "unique": T.unique, "count_nonzero": searching.count_nonzero,
     **{name: getattr(indexing, name) for name in (
@@ -470,6 +471,8 @@ METHODS = {
 
 PROPERTIES = {
     "data": property(_data, _set_data),
+    "real": property(E.real, doc="The real part (the tensor itself for real dtypes)."),
+    "imag": property(E.imag, doc="The imaginary part (zeros for real dtypes)."),
     "is_cuda": property(lambda self: self.device.kind == "gpu",
                         doc="True on the gpu device (PyTorch's name)."),
     "is_gpu": property(lambda self: self.device.kind == "gpu", doc="True on the gpu device."),
