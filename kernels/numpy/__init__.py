@@ -7,3 +7,4 @@ never written in place: a kernel that updates returns a new array.
 from . import creation, elementwise, indexing, linalg, random, reduce, shape, sorting  # noqa: F401
 from . import activation, checks, conv, normalization, pooling, updates  # noqa: F401
 from . import decompositions  # noqa: F401
+from . import attention  # noqa: F401

@@ -930,37 +930,71 @@ def poisson_nll_loss(input, target, log_input: bool = True, full: bool = False,
 # ---- attention -----------------------------------------------------------------------------
 
 @reports_as("scaled_dot_product_attention")
-def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p: float = 0.0,
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: float = 0.0,
                                  is_causal: bool = False, scale: float | None = None,
-                                 generator=None):
-    """softmax(q @ k^T * scale + mask) @ v over (..., L, E) queries and (..., S, E) keys.
+                                 enable_gqa: bool = False):
+    """softmax(query @ key^T * scale + mask) @ value over (..., L, E) queries and (..., S, E)
+    keys, as torch.nn.functional.scaled_dot_product_attention.
 
-    attn_mask: bool (True = may attend, as PyTorch) or float (added to the scores);
-    is_causal masks keys after each query.
+    attn_mask: bool (True = may attend) or float (added to the scores), broadcastable to
+    (..., L, S); is_causal masks the keys after each query (query i sees keys 0..i); scale
+    defaults to 1/sqrt(E); enable_gqa lets key and value have fewer heads (axis -3) than the
+    query, each shared by a group of query heads. A row left with no key gives 0. Leading
+    axes broadcast.
+
+    Runs the fused primitive (rill.ops.attention: one kernel forward, one backward, no
+    (L, S) mask made for is_causal) except with dropout_p > 0, complex inputs or a float
+    mask that requires grad, which take the composite of matmul, softmax and dropout (the
+    mask then gets its gradient).
 
     >>> q = rill.ones(2, 4, 8)
     >>> rill.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True).shape
     (2, 4, 8)
     """
     op = "scaled_dot_product_attention"
-    q, k, v = promotion.common_float((arg.as_tensor(q, "query", op), arg.as_tensor(k, "key", op),
-                                      arg.as_tensor(v, "value", op)))
+    q, k, v = promotion.common_float((arg.as_tensor(query, "query", op),
+                                      arg.as_tensor(key, "key", op),
+                                      arg.as_tensor(value, "value", op)))
     attn_mask = arg.optional_tensor(attn_mask, "attn_mask", op)
     dropout_p = arg.as_float(dropout_p, "dropout_p", op)
     is_causal = arg.as_bool(is_causal, "is_causal", op)
     scale = None if scale is None else arg.as_float(scale, "scale", op)
+    enable_gqa = arg.as_bool(enable_gqa, "enable_gqa", op)
     if q.ndim < 2 or k.ndim < 2 or v.ndim < 2 or q.shape[-1] != k.shape[-1] or \
             k.shape[-2] != v.shape[-2]:
-        raise ShapeError(f"expects q (..., L, E), k (..., S, E), v (..., S, Ev); got "
-                         f"{q.shape}, {k.shape}, {v.shape}", op="scaled_dot_product_attention")
+        raise ShapeError(f"expects query (..., L, E), key (..., S, E), value (..., S, Ev); "
+                         f"got {q.shape}, {k.shape}, {v.shape}", op=op)
     if is_causal and attn_mask is not None:
-        raise ArgumentError("give either attn_mask or is_causal, not both",
-                            op="scaled_dot_product_attention")
+        raise ArgumentError("give either attn_mask or is_causal, not both", op=op)
+    if not 0.0 <= dropout_p <= 1.0:
+        raise ArgumentError(f"dropout_p must be in [0, 1], got {dropout_p}", op=op)
+    if enable_gqa:
+        k, v = _shared_heads(q, k, "key"), _shared_heads(q, v, "value")
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    batch = broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    if attn_mask is not None:
+        if attn_mask.dtype.kind != "b" and not attn_mask.dtype.is_floating:
+            raise DTypeError(f"attn_mask must be bool or floating, got {attn_mask.dtype}",
+                             op=op)
+        scores_shape = broadcast_shapes(attn_mask.shape, batch + (q.shape[-2], k.shape[-2]))
+        batch = scores_shape[:-2]
+    if not dropout_p and q.dtype.kind == "f" and \
+            (attn_mask is None or not attn_mask.requires_grad):
+        from ..ops.attention import attention
+        q, k, v = (t if t.shape[:-2] == batch else broadcast_to(t, batch + t.shape[-2:])
+                   for t in (q, k, v))
+        if attn_mask is not None:
+            if attn_mask.dtype.kind == "b":
+                attn_mask = where(attn_mask, zeros((), dtype=q.dtype, device=q.device),
+                                  float("-inf"))
+            elif attn_mask.dtype is not q.dtype:
+                attn_mask = _E.cast(attn_mask, q.dtype)
+            if attn_mask.ndim < q.ndim:
+                attn_mask = reshape(attn_mask, (1,) * (q.ndim - attn_mask.ndim) + attn_mask.shape)
+        return attention(q, k, v, attn_mask, scale=scale, is_causal=is_causal)
     scores = matmul(q, swapaxes(k, -1, -2)) * scale
     if is_causal:
-        attn_mask = tril(ones(q.shape[-2], k.shape[-2], dtype=dt.bool_,
-                              device=q.device))
+        attn_mask = tril(ones(q.shape[-2], k.shape[-2], dtype=dt.bool_, device=q.device))
     if attn_mask is not None:
         if attn_mask.dtype.kind == "b":
             scores = where(attn_mask, scores, float("-inf"))
@@ -968,5 +1002,22 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p: float = 0.0
             scores = scores + attn_mask
     weights = softmax(scores, axis=-1)
     if dropout_p:
-        weights = dropout(weights, dropout_p, True, generator=generator)
+        weights = dropout(weights, dropout_p, True)
     return matmul(weights, v)
+
+
+def _shared_heads(q, t, what):
+    """key or value with its heads (axis -3) repeated to the query's (enable_gqa): each of
+    its heads serves q_heads // heads consecutive query heads."""
+    if q.ndim < 3 or t.ndim < 3:
+        raise ShapeError(f"enable_gqa needs heads on axis -3: query {q.shape}, {what} "
+                         f"{t.shape}", op="scaled_dot_product_attention")
+    heads, q_heads = t.shape[-3], q.shape[-3]
+    if heads == q_heads:
+        return t
+    if heads == 0 or q_heads % heads:
+        raise ShapeError(f"enable_gqa: the query's {q_heads} heads must be a multiple of the "
+                         f"{what}'s {heads}", op="scaled_dot_product_attention")
+    group = q_heads // heads
+    wide = broadcast_to(expand_dims(t, -3), t.shape[:-2] + (group,) + t.shape[-2:])
+    return reshape(wide, t.shape[:-3] + (q_heads,) + t.shape[-2:])

@@ -1,0 +1,127 @@
+"""Fused attention CPU kernels (formulas in rill/ops/attention.py).
+
+NumPy's batched matmul runs the products over all leading axes at once; the softmax works in
+place on the scores buffer, which becomes the probabilities. float16 and bfloat16 compute in
+float32; float32 and float64 stay as they are. Without causal masking the whole (..., L, S)
+score block is made at once; with it, queries go in blocks of ROWS rows, and a block stops
+at its last query's key (the keys after it are masked for every row in the block), so no
+score above the diagonal blocks is computed and no mask is ever larger than a ROWS x ROWS
+triangle (cached). A row with no key left (a mask of -inf everywhere) gives 0 and lse -inf,
+as PyTorch does.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from rill.ops import attention as _declared  # noqa: F401  (declares the primitives)
+from rill.ops.primitive import register_kernels
+
+ROWS = 256  # query rows per block under causal masking
+
+
+def _compute(dtype):
+    return np.float64 if dtype == np.float64 else np.float32
+
+
+def _blocks(length, keys, is_causal):
+    """(first row, end row, keys used) per block of queries."""
+    if not is_causal or length <= ROWS:
+        return [(0, length, min(length, keys) if is_causal else keys)]
+    return [(r0, min(r0 + ROWS, length), min(r0 + ROWS, length, keys))
+            for r0 in range(0, length, ROWS)]
+
+
+@functools.lru_cache(maxsize=32)
+def _above_diagonal(rows, cols):
+    """True where key b of the diagonal block comes after query a (b > a)."""
+    return np.triu(np.ones((rows, cols), dtype=bool), 1)
+
+
+def _scores(qs, kt, mask, r0, r1, kend, is_causal):
+    """q @ k^T * scale (+ mask) for query rows [r0, r1) and keys [0, kend), causal positions
+    set to -inf: a new buffer."""
+    s = np.matmul(qs[..., r0:r1, :], kt[..., :kend])
+    if mask is not None:
+        s += mask[..., r0:r1 if mask.shape[-2] > 1 else slice(None),
+                  :kend if mask.shape[-1] > 1 else slice(None)]
+    if is_causal and r0 < kend - 1:
+        # Only keys r0+1 .. kend-1 can come after a query of this block.
+        np.copyto(s[..., r0:kend], -np.inf, where=_above_diagonal(r1 - r0, kend - r0))
+    return s
+
+
+def _inputs(q, k, v, mask):
+    c = _compute(q.dtype)
+    return (q.astype(c, copy=False), k.astype(c, copy=False), v.astype(c, copy=False),
+            None if not mask else mask[0].astype(c, copy=False), c)
+
+
+def _attention(q, k, v, *mask, scale, is_causal):
+    q, k, v, mask, c = _inputs(q, k, v, mask)
+    length, keys = q.shape[-2], k.shape[-2]
+    if keys == 0 or length == 0:
+        return (np.zeros(q.shape[:-1] + v.shape[-1:], q.dtype),
+                np.full(q.shape[:-1], -np.inf, c))
+    out = np.empty(q.shape[:-1] + v.shape[-1:], c)  # every row is written below
+    lse = np.empty(q.shape[:-1], c)
+    qs = q * c(scale)
+    kt = np.swapaxes(k, -1, -2)
+    for r0, r1, kend in _blocks(length, keys, is_causal):
+        p = _scores(qs, kt, mask, r0, r1, kend, is_causal)
+        m = p.max(axis=-1, keepdims=True)
+        if mask is not None:  # only a mask can leave a row with no key
+            m[m == -np.inf] = 0
+        p -= m
+        np.exp(p, out=p)
+        total = p.sum(axis=-1, keepdims=True)
+        o = out[..., r0:r1, :]
+        np.matmul(p, v[..., :kend, :], out=o)
+        with np.errstate(divide="ignore"):
+            np.divide(o, total, out=o, where=total > 0)
+            lse[..., r0:r1] = (m + np.log(total))[..., 0]
+    return out.astype(q.dtype, copy=False), lse
+
+
+def _attention_grad(g, q, k, v, out, lse, *mask, scale, is_causal):
+    dtype = q.dtype
+    q, k, v, mask, c = _inputs(q, k, v, mask)
+    g, out, lse = g.astype(c, copy=False), out.astype(c, copy=False), lse.astype(c, copy=False)
+    length, keys = q.shape[-2], k.shape[-2]
+    blocks = _blocks(length, keys, is_causal)
+    if keys == 0 or length == 0:
+        return np.zeros(q.shape, dtype), np.zeros(k.shape, dtype), np.zeros(v.shape, dtype)
+    dq = np.empty(q.shape, c)  # every row is written below; dk and dv accumulate (or are
+    # written once, when one block reaches every key)
+    once = len(blocks) == 1 and blocks[0][2] == keys
+    new = np.empty if once else np.zeros
+    dk, dv = new(k.shape, c), new(v.shape, c)
+    if mask is not None:  # rows with no key: exp(-inf - inf) = 0 rather than nan
+        lse = np.where(lse == -np.inf, np.inf, lse)
+    # D = rowsum(dP * P) = rowsum(g * out)
+    rowdot = np.einsum("...i,...i->...", g, out)[..., None]
+    qs = q * c(scale)
+    kt = np.swapaxes(k, -1, -2)
+    for r0, r1, kend in blocks:
+        p = _scores(qs, kt, mask, r0, r1, kend, is_causal)
+        p -= lse[..., r0:r1, None]
+        np.exp(p, out=p)
+        gb = g[..., r0:r1, :]
+        pt = np.swapaxes(p, -1, -2)
+        dp = np.matmul(gb, np.swapaxes(v[..., :kend, :], -1, -2))
+        dp -= rowdot[..., r0:r1, :]
+        dp *= p  # now dS, the gradient of the scores
+        dq_block = dq[..., r0:r1, :]
+        np.matmul(dp, k[..., :kend, :], out=dq_block)
+        dq_block *= c(scale)
+        if once:
+            np.matmul(pt, gb, out=dv[..., :kend, :])
+            np.matmul(np.swapaxes(dp, -1, -2), qs[..., r0:r1, :], out=dk[..., :kend, :])
+        else:
+            dv[..., :kend, :] += np.matmul(pt, gb)
+            dk[..., :kend, :] += np.matmul(np.swapaxes(dp, -1, -2), qs[..., r0:r1, :])
+    return dq.astype(dtype, copy=False), dk.astype(dtype, copy=False), dv.astype(dtype, copy=False)
+
+
+register_kernels("cpu", {"attention": _attention, "attention_grad": _attention_grad})
