@@ -24,7 +24,7 @@ import numpy as np
 
 from . import dtypes as _dt
 from .devices import device as _as_device
-from .errors import CheckpointError
+from .errors import ArgumentError, CheckpointError
 from .sparse import SparseRows
 from .tensor import Tensor, new_tensor
 
@@ -72,9 +72,11 @@ def save(obj, path) -> str:
     return write(plan(obj, path), path)
 
 
-def load(path, device=None):
+def load(path, device=None, *, map_location=None, weights_only=None):
     """Read a file written by `save`, verifying every byte; tensors come back on the cpu,
-    or on `device` if given.
+    or on `device` if given. PyTorch's spellings work too: `map_location` is `device` (a
+    device or its name), and `weights_only` is accepted and changes nothing, because loading
+    never runs code whatever the file holds.
 
     >>> import os, tempfile
     >>> from rill.serialization import save, load
@@ -102,6 +104,15 @@ def load(path, device=None):
         size = os.fstat(f.fileno()).st_size
         manifest, data_start = _read_manifest(f, path, size)
         entries = _check_manifest(manifest, path, size - data_start)
+        if map_location is not None:
+            if device is not None:
+                raise ArgumentError("got both device= and map_location=, which mean the same; "
+                                    "pass one", op="load")
+            if callable(map_location) or isinstance(map_location, dict):
+                raise ArgumentError("map_location must name one device (a function or a "
+                                    "dict of devices is PyTorch's storage remapping, which "
+                                    "rill files do not need)", op="load")
+            device = map_location
         target = None if device is None else _as_device(device)
         tensors, cursor = [], data_start
         for e in entries:
