@@ -176,8 +176,9 @@ def test_device_map_moves_a_saved_device_or_the_load_is_refused(tmp_path, monkey
     x, _ = _batches(1)[0]
     want = f(x).numpy()
     f.save(tmp_path / "g", x)
+    assert set(rill.load_graph(tmp_path / "g").partitions()) == {"cpu", "cpu:1"}
     moved = rill.load_graph(tmp_path / "g", device_map={"cpu:1": "cpu"})
-    assert moved.graph.devices() == [CPU]
+    assert moved.graph.devices() == [CPU] and list(moved.partitions()) == ["cpu"]
     np.testing.assert_array_equal(moved(x).numpy(), want)
     # a machine without cpu:1, as one without a gpu: refused, naming it and the fix
     from rill.capture import schema

@@ -483,6 +483,12 @@ class LoadedGraph:
                         f"on {v.device}{also}, got {dtype}{list(shape)} on {device}")
         return f"no saved variant of {self.name} takes these arguments"
 
+    def partitions(self) -> dict:
+        """{device name: Graph} of the first saved variant, as it runs here (one device: the
+        whole graph)."""
+        from .passes.partition import partition, split
+        return {str(d): g for d, g in split(partition(self.graph)).items()}
+
     def state_dict(self) -> dict:
         """{name: tensor} of the graph's variables (their current values)."""
         return {_key(v): (v.owner if v.kind == "value" else v.owner.grad)
