@@ -2,3 +2,4 @@
 from .checkpoint import Checkpoint, RestoreReport
 from .manager import CheckpointManager
 from .progress import Progress, progress
+from ..summary import SummaryWriter

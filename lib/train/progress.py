@@ -6,6 +6,9 @@ bar would be noise, so it prints plain lines instead, every `every_steps` steps 
 `every_seconds` seconds, whichever comes first, and once at the end:
 
     train  step 50/200  loss 0.4312  123.4 it/s  elapsed 0:00:04  eta 0:00:12
+
+With `writer=` (a rill.train.SummaryWriter) every metric passed is also logged to
+TensorBoard as the scalar `<description>/<name>` at the current step.
 """
 from __future__ import annotations
 
@@ -31,7 +34,7 @@ class Progress:
     def __init__(self, total: int | None = None, description: str = "train", *,
                  unit: str = "it", plain: bool | None = None, file=None,
                  every_steps: int | None = None, every_seconds: float = 10.0,
-                 clock=time.monotonic, iterable=None):
+                 clock=time.monotonic, iterable=None, writer=None):
         if total is not None:
             check_number(total, "total", "Progress", integer=True, low=0)
         if every_steps is not None:
@@ -49,6 +52,10 @@ class Progress:
         self._file = file  # None: whatever sys.stdout is when a line is written
         self._clock = clock
         self._iterable = iterable
+        if writer is not None and not callable(getattr(writer, "add_scalar", None)):
+            raise ArgumentError(f"writer must be a SummaryWriter (something with add_scalar), "
+                                f"got {type(writer).__name__}", op="Progress")
+        self.writer = writer
         self._start = clock()
         self._last_line = (0, self._start)  # (steps, time) of the last plain line
         self._closed = False
@@ -66,6 +73,8 @@ class Progress:
         """Count `n` more steps done, and show `metrics` (numbers, or one-element tensors)."""
         self.steps += n
         self.metrics.update({k: _number(v) for k, v in metrics.items()})
+        if self.writer is not None:
+            self._log(metrics)
         if self._rich is not None:
             self._rich.update(self._task, advance=n, metrics=format_metrics(self.metrics))
             return
@@ -91,6 +100,8 @@ class Progress:
         if self._closed:
             return
         self._closed = True
+        if self.writer is not None:
+            self.writer.flush()
         if self._rich is not None:
             self._rich.stop()
         elif self._last_line[0] != self.steps or self.steps == 0:
@@ -136,6 +147,14 @@ class Progress:
 
     def _out(self):
         return self._file if self._file is not None else sys.stdout
+
+    def _log(self, metrics: dict) -> None:
+        """Each one-number metric as a scalar at the current step; others (a whole tensor,
+        text) are shown but not logged."""
+        for name in metrics:
+            value = self.metrics[name]
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                self.writer.add_scalar(f"{self.description}/{name}", value, self.steps)
 
 
 def progress(iterable, total: int | None = None, description: str = "train", **options):
