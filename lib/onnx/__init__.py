@@ -1,0 +1,12 @@
+"""ONNX export and import: `rill.onnx.export(f, example_args, path)` writes a captured graph
+as an ONNX model (run it with onnxruntime, view it in Netron); `rill.onnx.load(path)` reads
+one back as a rill captured function whose initializers are trainable parameters.
+
+The `onnx` package is imported only when one of these runs (`pip install "rill[onnx]"`), so
+`import rill` stays light. See docs/ONNX.md for what maps and what does not.
+"""
+from .errors import ONNXError
+from .export import export
+from .load import load
+
+__all__ = ["export", "load", "ONNXError"]
