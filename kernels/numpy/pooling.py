@@ -3,6 +3,12 @@
 Both passes loop over the window's taps, each a strided slice of the whole batch: a few
 large vectorized passes instead of an argmax over a tiny trailing axis (which NumPy runs
 several times slower). Taps are numbered in row-major order over the window.
+
+The forward keeps four passes per tap, two of them over one-byte arrays: a comparison, the
+running maximum, and the winner as max(winner, won * t) (tap numbers only grow, so a win
+is the larger number). NaN is left out of that loop and handled only when a window holds
+one (see `_nan_winners`). The backward writes each tap's share straight into its pixels
+when windows do not overlap (the usual stride == kernel), instead of adding into zeros.
 """
 from __future__ import annotations
 
@@ -26,45 +32,72 @@ def _winner_type(kernel_size):
     return np.int8 if int(np.prod(kernel_size)) < 128 else np.int32
 
 
+_LEAD = (slice(None), slice(None))
+
+
 def max_pool2d(x, kernel_size, stride, padding, dilation):
     xp = x
     if any(padding):  # -inf never wins a window that holds a real pixel
         xp = np.pad(x, ((0, 0), (0, 0)) + tuple((p, p) for p in padding),
                     constant_values=-np.inf)
     small = _winner_type(kernel_size)
-    best = winner = None
-    lead = (slice(None), slice(None))
-    for t, where in enumerate(_geometry(x.shape[2:], kernel_size, stride, padding, dilation)):
-        tap = xp[lead + where]
-        if best is None:
-            # Keep the input's memory order (convolutions hand over channel-major images):
-            # a reordering copy would cost more than the pooling.
-            best = tap.copy(order="K")
-            winner = np.zeros(best.shape, dtype=small)
-            continue
-        # Strictly greater keeps the first maximum; a NaN (tap != tap) wins over any number
-        # and, once held, is never beaten (np.maximum propagates it), as in PyTorch.
-        wins = tap > best
-        wins |= tap != tap
-        # Branch-free, on one-byte tap numbers: masked writes (copyto/where) run several
-        # times slower on masks this unpredictable, and int64 arithmetic moves 8x the bytes.
-        won = wins.view(np.int8).astype(small, copy=False)
-        winner += won * small(t) - won * winner
+    taps = [xp[_LEAD + where] for where in
+            _geometry(x.shape[2:], kernel_size, stride, padding, dilation)]
+    # Keep the input's memory order (convolutions hand over channel-major images): a
+    # reordering copy would cost more than the pooling. *_like keep that order too.
+    best = taps[0].copy(order="K")
+    winner = np.zeros_like(best, dtype=small)
+    wins = np.empty_like(best, dtype=np.bool_)
+    won = np.empty_like(best, dtype=small)
+    for t, tap in enumerate(taps[1:], 1):
+        # Strictly greater keeps the first maximum. Branch-free on one-byte arrays: masked
+        # writes (copyto/where) run several times slower on masks this unpredictable.
+        np.greater(tap, best, out=wins)
+        np.multiply(wins, small(t), out=won)
+        np.maximum(winner, won, out=winner)
         np.maximum(best, tap, out=best)
+    if np.isnan(best).any():  # np.maximum has carried a NaN into its window's maximum
+        _nan_winners(taps, best, winner)
     return best, winner
+
+
+def _nan_winners(taps, best, winner):
+    """Winners where a window holds NaN: as PyTorch, a NaN beats any number and a later NaN
+    beats an earlier one (the comparisons above never pick a NaN)."""
+    holds = np.isnan(best)
+    for t, tap in enumerate(taps):
+        winner[holds & np.isnan(tap)] = t
+
+
+def _disjoint(kernel_size, stride, dilation):
+    """Whether no pixel belongs to two windows (each window's extent fits in its stride)."""
+    return all(st >= d * (k - 1) + 1 for k, st, d in zip(kernel_size, stride, dilation))
+
+
+def _tiled(spatial, kernel_size, stride, padding, dilation):
+    """Whether the windows cover every pixel exactly once (then no zero-fill is needed)."""
+    return not any(padding) and all(
+        d == 1 and st == k and s % k == 0 for s, k, st, d in
+        zip(spatial, kernel_size, stride, dilation))
 
 
 def max_pool2d_grad(g, winners, input_shape, kernel_size, stride, padding, dilation):
     n, c, *spatial = input_shape
     padded = tuple(s + 2 * p for s, p in zip(spatial, padding))
+    fill = np.empty if _tiled(spatial, kernel_size, stride, padding, dilation) else np.zeros
     if g.strides[0] < g.strides[1]:  # channel-major, as a convolution's gradient comes
-        out = np.zeros((c, n) + padded, dtype=g.dtype).swapaxes(0, 1)
+        out = fill((c, n) + padded, dtype=g.dtype).swapaxes(0, 1)
     else:
-        out = np.zeros((n, c) + padded, dtype=g.dtype)
-    lead = (slice(None), slice(None))
+        out = fill((n, c) + padded, dtype=g.dtype)
+    disjoint = _disjoint(kernel_size, stride, dilation)
+    mask = np.empty_like(winners, dtype=np.bool_)
     for t, where in enumerate(_geometry(spatial, kernel_size, stride, padding, dilation)):
-        out[lead + where] += g * (winners == t)
-    return out[lead + tuple(slice(p, p + s) for p, s in zip(padding, spatial))]
+        np.equal(winners, t, out=mask)
+        if disjoint:  # each pixel is this tap of one window only: write, do not add
+            np.multiply(g, mask, out=out[_LEAD + where])
+        else:
+            out[_LEAD + where] += g * mask
+    return out[_LEAD + tuple(slice(p, p + s) for p, s in zip(padding, spatial))]
 
 
 register_kernels("cpu", {"max_pool2d": max_pool2d, "max_pool2d_grad": max_pool2d_grad,
