@@ -248,7 +248,7 @@ STATISTICAL = [
              "reduction"),
     Function("argmin", "x, /, *, axis=None, keepdims=False", INDEX, "real numeric",
              "reduction"),
-    Function("count_nonzero", "x, /, *, axis=None, keepdims=False", DEFAULT_INT, "any",
+    Function("count_nonzero", "x, /, *, axis=None, keepdims=False", INDEX, "any",
              "reduction"),
 ]
 
