@@ -18,8 +18,7 @@ def emit_graph(b, graph, input_names) -> list:
         if node.op == "input":
             outs = [input_names[node.attrs["index"]]]
         elif node.op == "constant":
-            value = np.asarray(node.attrs["value"], dtype=node.outputs[0].dtype.storage)
-            outs = [b.const(value)]
+            outs = [_constant(b, node)]
         elif node.op == "read":
             outs = [b.root.variable_names[id(graph.variables[node.attrs["var"]])]]
         elif node.op in CONTROL:
@@ -33,6 +32,22 @@ def emit_graph(b, graph, input_names) -> list:
             raise unsupported(node)
         env.update(zip(node.outputs, outs))
     return [_lookup(env, v, None) for v in graph.outputs]
+
+
+def _constant(b, node):
+    value = np.asarray(node.attrs["value"], dtype=node.outputs[0].dtype.storage)
+    twin = b.alternative(node)
+    if twin is not None and np.shape(twin.attrs["value"]) != value.shape:
+        # a filled tensor of the batch's size (zeros folded from `full`): Expand at run time
+        shape = b.shape(value.shape, np.shape(twin.attrs["value"]))
+        return b.op("Expand", [b.const(value.reshape(-1)[:1].reshape(())), shape])
+    return b.const(value)
+
+
+def uniform(value) -> bool:
+    """Whether an array holds one value everywhere (so only its shape can follow a batch)."""
+    value = np.asarray(value)
+    return value.size > 0 and bool(np.all(value == value.reshape(-1)[0]))
 
 
 def unsupported(node) -> ONNXError:

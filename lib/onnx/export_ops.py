@@ -591,3 +591,22 @@ def _cross_entropy(b, node, ins):
     labels = b.op("Cast", [ins[1]], to=onnx_type_of("int64"))
     return [b.op("SoftmaxCrossEntropyLoss", [ins[0], labels], reduction=a["reduction"],
                  ignore_index=a["ignore_index"])]
+
+
+@_row("attention")
+def _attention(b, node, ins):
+    """softmax(q @ k^T * scale + mask) @ v, the causal mask as a constant; the row
+    statistics output (kept for rill's backward) has no use in an exported graph."""
+    q, k, v = ins[:3]
+    d = _out_dtype(node)
+    ndim = node.inputs[0].ndim
+    perm = list(range(ndim - 2)) + [ndim - 1, ndim - 2]
+    scores = b.op("MatMul", [q, b.op("Transpose", [k], perm=perm)])
+    scores = b.op("Mul", [scores, b.scalar_like(node.attrs["scale"], d)])
+    if len(ins) > 3:
+        scores = b.op("Add", [scores, ins[3]])
+    if node.attrs["is_causal"]:
+        length, keys = node.inputs[0].shape[-2], node.inputs[1].shape[-2]
+        hidden = np.triu(np.ones((length, keys), bool), k=1)
+        scores = b.op("Add", [scores, b.const(np.where(hidden, -np.inf, 0).astype(d.storage))])
+    return [b.op("MatMul", [b.op("Softmax", [scores], axis=-1), v]), None]
