@@ -10,10 +10,10 @@ tensor([2., 4.])
 from .dtypes import (DType, bfloat16, bool_, float16, float32, float64, int8, int16, int32,
                      int64, uint8, uint16, uint32, uint64, complex64, complex128,
                      promote_types)
-from .devices import Device, device
+from .devices import Device, device, colocate_with
 from .errors import (Error, ArgumentError, DeviceError, DTypeError, GradientError,
                      IndexingError, KernelError, ShapeError, CheckpointError, DataError, CaptureError,
-                     DistributedError,
+                     DistributedError, PlacementError,
                      install_traceback_filter)
 from .tensor import Tensor
 from .sparse import SparseRows
