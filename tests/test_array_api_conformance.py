@@ -913,6 +913,15 @@ def test_setitem_follows_getitem():
     np.testing.assert_array_equal(to_numpy(y), b)
 
 
+def test_setitem_with_integer_arrays():
+    a, x = _indexed()
+    rows, cols = np.array([0, 3, -1]), np.array([1, 4, 0])
+    b = a.copy()
+    b[rows, cols] = -2.0
+    x[to_rill(rows), to_rill(cols)] = -2.0
+    np.testing.assert_array_equal(to_numpy(x), b)
+
+
 def test_iteration_over_1d():
     x = to_rill(np.array([1.0, 2.0, 3.0]))
     assert [float(v) for v in x] == [1.0, 2.0, 3.0]
@@ -975,6 +984,53 @@ def test_inplace_scalars_and_shapes():
         n /= 2  # true division of integers is floating: not x's dtype
     with pytest.raises(rill.Error):
         n += to_rill(np.ones(3, dtype=np.int64))
+
+
+# Errors the standard requires (or, with "should", recommends) of functions.
+_MUST_RAISE = {
+    "broadcast_to to an incompatible shape": lambda x: rill.broadcast_to(x, (2, 4)),
+    "broadcast_arrays of incompatible shapes": lambda x: rill.broadcast_arrays(
+        x, to_rill(np.ones(4))),
+    "squeeze of an axis longer than 1": lambda x: rill.squeeze(x, axis=0),
+    "reshape to another size": lambda x: rill.reshape(x, (2, 2)),
+    "concat of mismatched shapes": lambda x: rill.concat([x, to_rill(np.ones((2, 2)))]),
+    "stack of mismatched shapes": lambda x: rill.stack([x, to_rill(np.ones(4))]),
+    "matmul of mismatched inner dims": lambda x: rill.matmul(x, to_rill(np.ones(4))),
+    "matmul of a 0-d operand": lambda x: rill.matmul(x, to_rill(np.array(2.0))),
+    "astype complex to float": lambda x: rill.astype(to_rill(np.ones(2, np.complex64)),
+                                                      rill.float32),
+    "reshape(copy=False) that must copy": lambda x: rill.reshape(
+        rill.permute_dims(to_rill(np.ones((2, 3))), (1, 0)), (6,), copy=False),
+    "asarray(copy=False) of a list": lambda x: rill.asarray([1.0, 2.0], copy=False),
+    "permute_dims with a repeated axis": lambda x: rill.permute_dims(
+        to_rill(np.ones((2, 3))), (0, 0)),
+    "vecdot of mismatched lengths": lambda x: rill.vecdot(x, to_rill(np.ones(4))),
+    "linalg.cross of length 4": lambda x: rill.linalg.cross(to_rill(np.ones(4)),
+                                                            to_rill(np.ones(4))),
+}
+
+
+@pytest.mark.parametrize("case", list(_MUST_RAISE))
+def test_standard_errors(case):
+    with pytest.raises(rill.Error):
+        _MUST_RAISE[case](to_rill(np.arange(3.0)))
+
+
+def test_copy_keywords():
+    x = to_rill(np.arange(3.0))
+    assert rill.astype(x, rill.float64, copy=False) is x  # the standard: x itself
+    y = rill.astype(x, rill.float64, copy=True)
+    assert y is not x
+    y[0] = 9.0
+    assert float(x[0]) == 0.0
+    z = rill.asarray(x, copy=True)
+    z[1] = 9.0
+    assert float(x[1]) == 1.0
+    w = rill.reshape(x, (3, 1), copy=True)
+    w[2, 0] = 9.0
+    assert float(x[2]) == 2.0
+    assert rill.reshape(x, (1, 3), copy=False).shape == (1, 3)
+    assert rill.asarray(x, copy=False).shape == (3,)
 
 
 # ---------------------------------------------------------------------------------------------
