@@ -1049,9 +1049,81 @@ NN_OPS = [
          (lambda r, fu: lambda x, y, v: TF.gaussian_nll_loss(x, y, v, fu, reduction=r))(red, full),
          [((3, 4), (3, 4), uniform((3, 4), 0.3, 2.0))])
       for red, full in (("mean", False), ("sum", True), ("none", False))],
+    # ---- more activation composites, pixel shuffle, F.pad, adaptive_max_pool1d -------------
+    *[Op(name, fn, ref, tfn, [((3, 4),), ((),), ((2, 0),)], (-4.5, 4.5))
+      for name, fn, ref, tfn in (
+          # torch's own float64 celu/hardsigmoid backward is off by ~1e-8 (single-precision
+          # constants): the torch side is their documented formula in plain torch ops.
+          ("celu", lambda x: RF.celu(x, 0.7), lambda x: np.where(x > 0, x, 0.7 * np.expm1(x / 0.7)),
+           lambda x: torch.where(x > 0, x, 0.7 * torch.expm1(x / 0.7))),
+          ("hardsigmoid", RF.hardsigmoid, lambda x: np.clip(x / 6 + 0.5, 0, 1),
+           lambda x: torch.clamp(x / 6 + 0.5, 0, 1)),
+          ("hardtanh", lambda x: RF.hardtanh(x, -1.5, 2.0), lambda x: np.clip(x, -1.5, 2.0),
+           lambda x: TF.hardtanh(x, -1.5, 2.0)),
+          ("relu6", RF.relu6, lambda x: np.clip(x, 0, 6), TF.relu6),
+          ("softsign", RF.softsign, lambda x: x / (1 + np.abs(x)), TF.softsign),
+          ("tanhshrink", RF.tanhshrink, lambda x: x - np.tanh(x), TF.tanhshrink),
+          ("threshold", lambda x: RF.threshold(x, 0.5, -2.0), lambda x: np.where(x > 0.5, x, -2.0),
+           lambda x: TF.threshold(x, 0.5, -2.0)))],
+    Op("prelu", RF.prelu, lambda x, w: np.where(x > 0, x, _channel_view(w, x) * x), TF.prelu,
+       [((2, 3, 4), (3,)), ((2, 3, 2, 2), (1,)), ((4, 3), (3,))]),
+    Op("pixel_shuffle", lambda x: RF.pixel_shuffle(x, 2), lambda x: _np_pixel_shuffle(x, 2),
+       lambda x: TF.pixel_shuffle(x, 2), [((1, 8, 2, 3),), ((4, 3, 2),)]),
+    Op("pixel_unshuffle", lambda x: RF.pixel_unshuffle(x, 2), lambda x: _np_pixel_unshuffle(x, 2),
+       lambda x: TF.pixel_unshuffle(x, 2), [((1, 2, 4, 6),), ((3, 2, 4),)]),
+    *[Op(f"F_pad_{mode}", (lambda m: lambda x: RF.pad(x, (2, 1, 1, 0), mode=m))(mode),
+         (lambda n: lambda x: np.pad(x, ((0, 0),) * (x.ndim - 2) + ((1, 0), (2, 1)),
+                                     mode=n))(nm),
+         (lambda m: lambda x: TF.pad(x, (2, 1, 1, 0), mode=m))(mode), [((1, 2, 3, 4),)])
+      for mode, nm in (("constant", "constant"), ("reflect", "reflect"),
+                       ("replicate", "edge"), ("circular", "wrap"))],
+    Op("F_pad_negative", lambda x: RF.pad(x, (-1, 2), value=0.5),
+       lambda x: np.pad(x[..., 1:], ((0, 0), (0, 2)), constant_values=0.5),
+       lambda x: TF.pad(x, (-1, 2), value=0.5), [((3, 4),)]),
+    # return_indices=True is refused by rill's adaptive max pooling for now (an ArgumentError).
+    Op("adaptive_max_pool1d", lambda x: RF.adaptive_max_pool1d(x, 3),
+       lambda x: _np_adaptive_max1d(x, 3)[0], lambda x: TF.adaptive_max_pool1d(x, 3),
+       [(distinct((2, 3, 7)),), (distinct((2, 5)),)]),
 ]
 
 
 def _tuple(s):
     return (s,) if isinstance(s, int) else tuple(s)
 
+
+
+def _channel_view(w, x):
+    """prelu's weight along x's channel axis (1, or 0 for 1-d input)."""
+    if w.size == 1 or x.ndim < 2:
+        return w.reshape(())  if w.size == 1 else w
+    return w.reshape((1, -1) + (1,) * (x.ndim - 2))
+
+
+def _np_pixel_shuffle(x, r):
+    """out[.., c, h*r + i, w*r + j] = x[.., c*r*r + i*r + j, h, w]."""
+    *lead, c, h, w = x.shape
+    out = np.zeros((*lead, c // (r * r), h * r, w * r))
+    for idx in np.ndindex(*lead):
+        for ch, i, j, hh, ww in np.ndindex(c // (r * r), r, r, h, w):
+            out[idx + (ch, hh * r + i, ww * r + j)] = x[idx + (ch * r * r + i * r + j, hh, ww)]
+    return out
+
+
+def _np_pixel_unshuffle(x, r):
+    *lead, c, h, w = x.shape
+    out = np.zeros((*lead, c * r * r, h // r, w // r))
+    for idx in np.ndindex(*lead):
+        for ch, i, j, hh, ww in np.ndindex(c, r, r, h // r, w // r):
+            out[idx + (ch * r * r + i * r + j, hh, ww)] = x[idx + (ch, hh * r + i, ww * r + j)]
+    return out
+
+
+def _np_adaptive_max1d(x, n):
+    """(maxima, index in the length axis) of cells [floor(i L / n), ceil((i + 1) L / n))."""
+    length = x.shape[-1]
+    vals, idx = np.zeros(x.shape[:-1] + (n,)), np.zeros(x.shape[:-1] + (n,), dtype=np.int64)
+    for i in range(n):
+        lo, hi = math.floor(i * length / n), math.ceil((i + 1) * length / n)
+        idx[..., i] = lo + np.argmax(x[..., lo:hi], axis=-1)
+        vals[..., i] = np.max(x[..., lo:hi], axis=-1)
+    return vals, idx
