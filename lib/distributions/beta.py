@@ -5,13 +5,16 @@ from ..ops.shape import broadcast_to, stack
 from . import constraints
 from .dirichlet import Dirichlet
 from .distribution import Distribution
-from .gamma_sampler import standard_gamma
+from .implicit import rsample_standard_gamma
 from .utils import broadcast_all
 
 
 class Beta(Distribution):
     """The beta distribution on [0, 1] with weights concentration1 (of x) and concentration0
-    (of 1 - x); has_rsample is False (see Gamma)."""
+    (of 1 - x). rsample is X / (X + Y) for X ~ Gamma(concentration1), Y ~ Gamma(concentration0),
+    each differentiable in its concentration (see Gamma)."""
+
+    has_rsample = True
 
     arg_constraints = {"concentration1": constraints.positive,
                        "concentration0": constraints.positive}
@@ -37,10 +40,10 @@ class Beta(Distribution):
         total = self.concentration1 + self.concentration0
         return self.concentration1 * self.concentration0 / (total * total * (total + 1))
 
-    def sample(self, sample_shape=()):
+    def rsample(self, sample_shape=()):
         shape = self._extended_shape(sample_shape)
-        x = standard_gamma(broadcast_to(self.concentration1.detach(), shape), shape)
-        y = standard_gamma(broadcast_to(self.concentration0.detach(), shape), shape)
+        x = rsample_standard_gamma(broadcast_to(self.concentration1, shape), shape)
+        y = rsample_standard_gamma(broadcast_to(self.concentration0, shape), shape)
         return x / (x + y)
 
     def log_prob(self, value):

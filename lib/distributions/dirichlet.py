@@ -7,14 +7,16 @@ from ..ops import elementwise as E, reduce as R
 from ..ops.shape import broadcast_to
 from . import constraints
 from .distribution import Distribution
-from .gamma_sampler import standard_gamma
+from .implicit import rsample_standard_gamma
 from .special import digamma, lgamma
 from .utils import as_parameter, xlogy
 
 
 class Dirichlet(Distribution):
-    """Concentrations along the last dimension (the event); has_rsample is False (see
-    Gamma)."""
+    """Concentrations along the last dimension (the event). rsample normalizes independent
+    Gamma(concentration) draws, each differentiable in its concentration (see Gamma)."""
+
+    has_rsample = True
 
     arg_constraints = {"concentration": constraints.independent(constraints.positive, 1)}
     support = constraints.simplex
@@ -46,9 +48,9 @@ class Dirichlet(Distribution):
         c, total = self.concentration, self._total
         return c * (total - c) / (total * total * (total + 1))
 
-    def sample(self, sample_shape=()):
+    def rsample(self, sample_shape=()):
         shape = self._extended_shape(sample_shape)
-        draws = standard_gamma(broadcast_to(self.concentration.detach(), shape), shape)
+        draws = rsample_standard_gamma(broadcast_to(self.concentration, shape), shape)
         info = dt.finfo(draws.dtype)
         return E.clip(draws / R.sum(draws, axis=-1, keepdims=True), info.tiny, 1 - info.eps)
 

@@ -6,7 +6,7 @@ from ..ops import elementwise as E
 from ..ops.shape import broadcast_to
 from . import constraints
 from .distribution import Distribution
-from .gamma_sampler import standard_gamma
+from .implicit import rsample_standard_gamma
 from .special import digamma, lgamma
 from .utils import broadcast_all, xlogy
 
@@ -14,9 +14,11 @@ from .utils import broadcast_all, xlogy
 class Gamma(Distribution):
     """The gamma distribution with shape `concentration` and inverse scale `rate`.
 
-    has_rsample is False: torch differentiates its samples implicitly (through the CDF's
-    derivative in the concentration), which rill does not implement yet.
+    rsample differentiates a draw in the concentration implicitly, through the CDF's
+    derivative (implicit.py), and in the rate as draw / rate.
     """
+
+    has_rsample = True
 
     arg_constraints = {"concentration": constraints.positive, "rate": constraints.positive}
     support = constraints.nonnegative
@@ -38,10 +40,10 @@ class Gamma(Distribution):
     def variance(self):
         return self.concentration / (self.rate * self.rate)
 
-    def sample(self, sample_shape=()):
+    def rsample(self, sample_shape=()):
         shape = self._extended_shape(sample_shape)
-        draws = standard_gamma(broadcast_to(self.concentration.detach(), shape), shape)
-        return E.clip(draws / self.rate.detach(), dt.finfo(draws.dtype).tiny, None)
+        draws = rsample_standard_gamma(broadcast_to(self.concentration, shape), shape)
+        return E.clip(draws / self.rate, dt.finfo(draws.dtype).tiny, None)
 
     def log_prob(self, value):
         self._validate_sample(value)
