@@ -752,7 +752,8 @@ OPS = [
        [(with_spectrum((3, 3), [2.0, 1.0, 0.5]),), (with_spectrum((2, 4, 4), [2, 1.5, 1, .5]),),
         (with_spectrum((3, 3), [2.0, 1.0, 0.0]),), ((1, 1),)], dtypes=("float32",)),
     Op("det_empty", LA.det, lambda x: np_det(x), TL.det, [((0, 0),), ((2, 0, 0),)], dtypes=()),
-    Op("slogdet", lambda x: tuple(LA.slogdet(x)), lambda x: _np_slogdet(x), lambda x: tuple(TL.slogdet(x)),
+    Op("slogdet", lambda x: tuple(LA.slogdet(x)), lambda x: _np_slogdet(x),
+       lambda x: tuple(TL.slogdet(x)),
        [(with_spectrum((3, 3), [2.0, 1.0, 0.5]),), (with_spectrum((2, 4, 4), [2, 1.5, 1, .5]),),
         (with_spectrum((2, 2), [0.05, 0.01]),)], dtypes=("float32",)),
     Op("slogdet_singular", lambda x: tuple(LA.slogdet(x)), lambda x: _np_slogdet(x),
@@ -1000,6 +1001,38 @@ OPS = [
        lambda *xs: tuple(np.broadcast_to(x, np.broadcast_shapes(*(y.shape for y in xs)))
                          for x in xs),
        lambda *xs: torch.broadcast_tensors(*xs), [((3, 1), (4,)), ((), (2, 3), (1, 3))]),
+    # ---- PyTorch-named composites ---------------------------------------------------------
+    Op("bmm", rill.bmm, lambda x, y: np.stack([a @ b for a, b in zip(x, y)]), torch.bmm,
+       [((2, 3, 4), (2, 4, 5)), ((1, 2, 0), (1, 0, 3))]),
+    Op("mm", rill.mm, lambda x, y: np.einsum("ij,jk->ik", x, y), torch.mm, [((3, 4), (4, 2))]),
+    Op("mv", rill.mv, lambda x, v: np.einsum("ij,j->i", x, v), torch.mv, [((3, 4), (4,))]),
+    Op("narrow", lambda x: rill.narrow(x, 1, 1, 2), lambda x: x[:, 1:3],
+       lambda x: torch.narrow(x, 1, 1, 2), [((3, 4),), ((2, 5, 2),)]),
+    Op("chunk", lambda x: tuple(rill.chunk(x, 3, 0)), lambda x: (x[:2], x[2:4], x[4:]),
+       lambda x: torch.chunk(x, 3, 0), [((5, 2),)]),
+    Op("unsqueeze", lambda x: rill.unsqueeze(x, -1), lambda x: x[..., None],
+       lambda x: torch.unsqueeze(x, -1), [((3, 4),), ((),)]),
+    Op("repeat_interleave_flat", lambda x: rill.repeat_interleave(x, 2),
+       lambda x: np.array([v for v in x.reshape(-1) for _ in range(2)]),
+       lambda x: torch.repeat_interleave(x, 2), [((2, 3),)]),
+    # Counts as a list: a tensor of counts fixes the output's length by data, which capture
+    # cannot (a CaptureError naming the fix).
+    Op("repeat_interleave_counts", lambda x: rill.repeat_interleave(x, [2, 0, 3], dim=0),
+       lambda x: np.concatenate([np.repeat(x[i:i + 1], n, axis=0)
+                                 for i, n in enumerate((2, 0, 3))]),
+       lambda x: torch.repeat_interleave(x, torch.tensor([2, 0, 3]), dim=0), [((3, 2),)]),
+    Op("clamp_tensors", rill.clamp, lambda x, lo, hi: np.minimum(np.maximum(x, lo), hi),
+       torch.clamp, [((3, 4), lambda r: np.full((4,), -0.5), lambda r: np.full((3, 1), 0.8))]),
+    Op("clamp_min_only", lambda x: rill.clamp(x, min=0.25), lambda x: np.maximum(x, 0.25),
+       lambda x: torch.clamp(x, min=0.25), [((3, 4),)]),
+    *[Op(f"isclose{'_equal_nan' if en else ''}",
+         (lambda e: lambda x, y: rill.isclose(x, y, rtol=1e-3, atol=1e-6, equal_nan=e))(en),
+         (lambda e: lambda x, y: _np_isclose(x, y, 1e-3, 1e-6, e))(en),
+         (lambda e: lambda x, y: torch.isclose(x, y, rtol=1e-3, atol=1e-6, equal_nan=e))(en),
+         [(lambda r: np.array([1.0, 1.0, 0.0, np.nan, np.inf, -np.inf, 100.0, 5e-7]),
+           lambda r: np.array([1.0005, 1.002, 2e-6, np.nan, np.inf, np.inf, 100.09, 0.0]))],
+         grad=False, dtypes=())
+      for en in (False, True)],
 ]
 
 
@@ -1371,4 +1404,18 @@ def _torch_cumulative(x, axis, kind, include_initial):
         shape[axis] = 1
         out = torch.cat([torch.full(shape, 0.0 if kind == "sum" else 1.0, dtype=x.dtype), out],
                         axis)
+    return out
+
+
+def _np_isclose(x, y, rtol, atol, equal_nan):
+    """|x - y| <= atol + rtol |y|, infinities close only to themselves, NaN to NaN if asked."""
+    out = np.zeros(x.shape, dtype=bool)
+    for i in np.ndindex(x.shape):
+        a, b = x[i], y[i]
+        if np.isnan(a) or np.isnan(b):
+            out[i] = equal_nan and np.isnan(a) and np.isnan(b)
+        elif np.isinf(a) or np.isinf(b):
+            out[i] = a == b
+        else:
+            out[i] = abs(a - b) <= atol + rtol * abs(b)
     return out

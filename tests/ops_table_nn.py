@@ -430,12 +430,12 @@ def np_avg_pool_nd(x, rank, kernel_size, stride=None, padding=0, ceil_mode=False
     for pos in np.ndindex(*size):
         lo = [p * st[d] - pad[d] for d, p in enumerate(pos)]
         hi = [min(lo[d] + k[d], spatial[d] + pad[d]) for d in range(rank)]
-        padded_count = math.prod(h - l for l, h in zip(lo, hi))
+        padded_count = math.prod(b - a for a, b in zip(lo, hi))
         lo = [max(v, 0) for v in lo]
         hi = [min(h, spatial[d]) for d, h in enumerate(hi)]
-        window = x[(slice(None), slice(None)) + tuple(slice(l, h) for l, h in zip(lo, hi))]
+        window = x[(slice(None), slice(None)) + tuple(slice(a, b) for a, b in zip(lo, hi))]
         divisor = (divisor_override or (padded_count if count_include_pad
-                                        else math.prod(h - l for l, h in zip(lo, hi))))
+                                        else math.prod(b - a for a, b in zip(lo, hi))))
         out[(slice(None), slice(None)) + pos] = window.sum(axis=tuple(range(2, 2 + rank))) / divisor
     return out
 
@@ -925,7 +925,8 @@ NN_OPS = [
        lambda x, w, b=None: np_conv_transpose_nd(x, w, b, stride=2, padding=1, output_padding=1),
        lambda x, w, b=None: TF.conv_transpose1d(x, w, b, stride=2, padding=1, output_padding=1),
        [((2, 3, 4), (3, 2, 3), (2,)), ((1, 2, 5), (2, 1, 2))]),
-    Op("max_pool1d", lambda x: RF.max_pool1d(x, 3, 2, 1), lambda x: np_max_pool_nd(x, 1, 3, 2, 1)[0],
+    Op("max_pool1d", lambda x: RF.max_pool1d(x, 3, 2, 1),
+       lambda x: np_max_pool_nd(x, 1, 3, 2, 1)[0],
        lambda x: TF.max_pool1d(x, 3, 2, 1), [(distinct((2, 3, 7)),), (distinct((2, 6)),)]),
     Op("max_pool1d_ceil_dilation",
        lambda x: RF.max_pool1d(x, 2, 2, 0, dilation=2, ceil_mode=True, return_indices=True),
