@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from ..errors import ArgumentError, check_number
+from ..errors import ArgumentError, Error, check_number
 from ..ops.arguments import as_float, as_int
 from . import hparams as hp
 from . import messages
@@ -237,7 +237,7 @@ def _hparam(value, name, op):
         return value
     try:
         return as_scalar(value, f"hyper-parameter {name!r}", op)
-    except ArgumentError:
+    except Error:  # a list, a tensor of many elements, ...
         raise ArgumentError(f"hyper-parameter {name!r} must be a number, str, bool or "
                             f"one-element tensor, got {type(value).__name__}", op=op) from None
 
