@@ -305,8 +305,15 @@ def test_rsample_is_reparameterized():
 
 
 @pytest.mark.parametrize("dist", [D.Gamma(1.0, 1.0), D.Beta(1.0, 1.0),
-                                  D.Dirichlet(rill.tensor([1.0, 1.0])),
-                                  D.Bernoulli(probs=0.3), D.Categorical(logits=rill.zeros(3))],
+                                  D.Dirichlet(rill.tensor([1.0, 1.0]))],
+                         ids=lambda d: type(d).__name__)
+def test_rsample_of_gamma_family_is_reparameterized(dist):
+    # implicit reparameterization; gradients are checked in test_distributions_rsample.py
+    assert dist.has_rsample
+    assert dist.rsample((2,)).shape == dist.sample((2,)).shape
+
+
+@pytest.mark.parametrize("dist", [D.Bernoulli(probs=0.3), D.Categorical(logits=rill.zeros(3))],
                          ids=lambda d: type(d).__name__)
 def test_rsample_refused_without_reparameterization(dist):
     assert not dist.has_rsample
