@@ -1085,6 +1085,19 @@ NN_OPS = [
     Op("adaptive_max_pool1d", lambda x: RF.adaptive_max_pool1d(x, 3),
        lambda x: _np_adaptive_max1d(x, 3)[0], lambda x: TF.adaptive_max_pool1d(x, 3),
        [(distinct((2, 3, 7)),), (distinct((2, 5)),)]),
+    # ---- interpolate (sizes given: the source coordinate is out_index * in / out) ---------
+    *[Op(f"interpolate_{mode.replace('-', '_')}{'_corners' if ac else ''}",
+         (lambda m, s, a: lambda x: RF.interpolate(x, size=s, mode=m, align_corners=a))(
+             mode, size, ac),
+         (lambda m, s, a: lambda x: _np_interpolate(x, s, m, a))(mode, size, ac),
+         (lambda m, s, a: lambda x: TF.interpolate(x, size=s, mode=m, align_corners=a))(
+             mode, size, ac), [(s,) for s in shapes])
+      for mode, size, ac, shapes in (
+          ("nearest", (5, 3), None, [(1, 2, 3, 4)]),
+          ("nearest-exact", (5, 3), None, [(1, 2, 3, 4)]),
+          ("linear", 7, False, [(2, 3, 4)]), ("linear", 2, True, [(2, 3, 5)]),
+          ("bilinear", (5, 3), False, [(1, 2, 3, 4)]), ("bilinear", (4, 6), True, [(2, 1, 3, 4)]),
+          ("trilinear", (3, 4, 2), False, [(1, 1, 2, 3, 3)]))],
 ]
 
 
@@ -1128,3 +1141,29 @@ def _np_adaptive_max1d(x, n):
         idx[..., i] = lo + np.argmax(x[..., lo:hi], axis=-1)
         vals[..., i] = np.max(x[..., lo:hi], axis=-1)
     return vals, idx
+
+
+def _np_interpolate(x, size, mode, align_corners):
+    """Separable resampling, one spatial axis at a time, by PyTorch's documented source
+    coordinates: nearest floor(j * in / out), nearest-exact floor((j + 0.5) * in / out);
+    linear (j + 0.5) * in / out - 0.5 clamped at 0, or j * (in - 1) / (out - 1) with
+    align_corners."""
+    rank = x.ndim - 2
+    for d, out in enumerate(_ntuple(size, rank)):
+        axis, n = 2 + d, x.shape[2 + d]
+        moved = np.moveaxis(x, axis, -1)
+        result = np.zeros(moved.shape[:-1] + (out,))
+        for j in range(out):
+            if mode in ("nearest", "nearest-exact"):
+                shift = 0.5 if mode == "nearest-exact" else 0.0
+                result[..., j] = moved[..., min(math.floor((j + shift) * n / out), n - 1)]
+                continue
+            if align_corners:
+                src = j * (n - 1) / (out - 1) if out > 1 else 0.0
+            else:
+                src = max((j + 0.5) * n / out - 0.5, 0.0)
+            i0 = min(math.floor(src), n - 1)
+            i1, t = min(i0 + 1, n - 1), src - i0
+            result[..., j] = (1 - t) * moved[..., i0] + t * moved[..., i1]
+        x = np.moveaxis(result, -1, axis)
+    return x
