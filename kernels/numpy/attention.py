@@ -44,8 +44,8 @@ def _scores(qs, kt, mask, r0, r1, kend, is_causal):
     set to -inf: a new buffer."""
     s = np.matmul(qs[..., r0:r1, :], kt[..., :kend])
     if mask is not None:
-        s += mask[..., r0:r1 if mask.shape[-2] > 1 else slice(None),
-                  :kend if mask.shape[-1] > 1 else slice(None)]
+        rows = slice(r0, r1) if mask.shape[-2] > 1 else slice(None)  # else broadcast
+        s += mask[..., rows, :kend] if mask.shape[-1] > 1 else mask[..., rows, :]
     if is_causal and r0 < kend - 1:
         # Only keys r0+1 .. kend-1 can come after a query of this block.
         np.copyto(s[..., r0:kend], -np.inf, where=_above_diagonal(r1 - r0, kend - r0))
@@ -59,10 +59,11 @@ def _inputs(q, k, v, mask):
 
 
 def _attention(q, k, v, *mask, scale, is_causal):
+    dtype = q.dtype
     q, k, v, mask, c = _inputs(q, k, v, mask)
     length, keys = q.shape[-2], k.shape[-2]
     if keys == 0 or length == 0:
-        return (np.zeros(q.shape[:-1] + v.shape[-1:], q.dtype),
+        return (np.zeros(q.shape[:-1] + v.shape[-1:], dtype),
                 np.full(q.shape[:-1], -np.inf, c))
     out = np.empty(q.shape[:-1] + v.shape[-1:], c)  # every row is written below
     lse = np.empty(q.shape[:-1], c)
@@ -81,7 +82,7 @@ def _attention(q, k, v, *mask, scale, is_causal):
         with np.errstate(divide="ignore"):
             np.divide(o, total, out=o, where=total > 0)
             lse[..., r0:r1] = (m + np.log(total))[..., 0]
-    return out.astype(q.dtype, copy=False), lse
+    return out.astype(dtype, copy=False), lse
 
 
 def _attention_grad(g, q, k, v, out, lse, *mask, scale, is_causal):

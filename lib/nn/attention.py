@@ -161,8 +161,11 @@ class MultiheadAttention(Module):
                              f"{key.shape[-1]}, {value.shape[-1]}", op="MultiheadAttention")
         n, length, source = query.shape[0], query.shape[1], key.shape[1]
         q, k, v = (self._heads(t) for t in self._project(query, key, value))
-        mask = self._mask(attn_mask, key_padding_mask, is_causal, n, length, source, q.dtype,
-                          q.device)
+        # Causal masking alone reaches the fused attention kernel as its flag: no (L, S) mask.
+        causal_flag = bool(is_causal) and not need_weights and attn_mask is None and \
+            key_padding_mask is None
+        mask = None if causal_flag else self._mask(attn_mask, key_padding_mask, is_causal, n,
+                                                   length, source, q.dtype, q.device)
         dropout_p = self.dropout if self.training else 0.0
         if need_weights:
             scores = matmul(q * (1.0 / math.sqrt(self.head_dim)), swapaxes(k, -1, -2))
@@ -174,7 +177,8 @@ class MultiheadAttention(Module):
             out = matmul(weights, v)
         else:
             weights = None
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
+                                                 is_causal=causal_flag)
         out = self.out_proj(reshape(swapaxes(out, 1, 2), (n, length, self.embed_dim)))
         if weights is not None and average_attn_weights:
             weights = weights.mean(axis=1)
