@@ -1033,6 +1033,48 @@ OPS = [
            lambda r: np.array([1.0005, 1.002, 2e-6, np.nan, np.inf, np.inf, 100.09, 0.0]))],
          grad=False, dtypes=())
       for en in (False, True)],
+    # ---- complex inputs to the elementwise, reduction and matmul primitives ----------------
+    # z = a + 1j*b with a, b in (0.3, 1.5): off every branch cut and pole. Gradients in
+    # PyTorch's convention are checked through the real wrappers (finite differences too).
+    *[Op(f"{name}_complex", (lambda n: lambda a, b: _parts(_ew(n)(_cplx(a, b))))(name),
+         (lambda f: lambda a, b: _np_parts(f(a + 1j * b)))(ref),
+         (lambda t: lambda a, b: _torch_parts(t(_torch_cplx(a, b))))(tfn),
+         [((3, 4), (3, 4)), ((2, 1, 3), (2, 1, 3))], (0.3, 1.5), dtypes=("float32",))
+      for name, ref, tfn in (
+          ("exp", np.exp, torch.exp), ("expm1", np.expm1, torch.expm1),
+          ("exp2", np.exp2, torch.exp2), ("log", np.log, torch.log),
+          ("log1p", np.log1p, torch.log1p), ("log2", np.log2, torch.log2),
+          ("log10", np.log10, torch.log10), ("sqrt", np.sqrt, torch.sqrt),
+          ("rsqrt", lambda z: 1 / np.sqrt(z), torch.rsqrt), ("square", np.square, torch.square),
+          ("reciprocal", np.reciprocal, torch.reciprocal), ("neg", np.negative, torch.neg),
+          ("sin", np.sin, torch.sin), ("cos", np.cos, torch.cos), ("tan", np.tan, torch.tan),
+          ("sinh", np.sinh, torch.sinh), ("cosh", np.cosh, torch.cosh),
+          ("tanh", np.tanh, torch.tanh), ("arcsin", np.arcsin, torch.asin),
+          ("arccos", np.arccos, torch.acos), ("arctan", np.arctan, torch.atan),
+          ("arcsinh", np.arcsinh, torch.asinh), ("arccosh", np.arccosh, torch.acosh),
+          ("arctanh", np.arctanh, torch.atanh), ("sign", lambda z: z / np.abs(z), torch.sgn))],
+    *[Op(f"{name}_complex", (lambda n: lambda a, b, c, d: _parts(_ew(n)(_cplx(a, b),
+                                                                    _cplx(c, d))))(name),
+         (lambda f: lambda a, b, c, d: _np_parts(f(a + 1j * b, c + 1j * d)))(ref),
+         (lambda t: lambda a, b, c, d: _torch_parts(t(_torch_cplx(a, b), _torch_cplx(c, d))))(
+             tfn),
+         [((3, 4), (3, 4), (3, 4), (3, 4)), ((3, 1), (3, 1), (1, 4), (1, 4))], (0.3, 1.5),
+         dtypes=("float32",))
+      for name, ref, tfn in (("add", np.add, torch.add), ("subtract", np.subtract, torch.sub),
+                             ("multiply", np.multiply, torch.mul),
+                             ("divide", np.divide, torch.div), ("power", np.power, torch.pow))],
+    Op("matmul_complex", lambda a, b, c, d: _parts(rill.matmul(_cplx(a, b), _cplx(c, d))),
+       lambda a, b, c, d: _np_parts(np.einsum("...ij,...jk->...ik", a + 1j * b, c + 1j * d)),
+       lambda a, b, c, d: _torch_parts(_torch_cplx(a, b) @ _torch_cplx(c, d)),
+       [((3, 4), (3, 4), (4, 2), (4, 2)), ((2, 2, 3), (2, 2, 3), (3, 2), (3, 2))],
+       dtypes=("float32",)),
+    *[Op(f"{name}_complex", (lambda n: lambda a, b: _parts(getattr(rill, n)(_cplx(a, b),
+                                                                          axis=1)))(name),
+         (lambda f: lambda a, b: _np_parts(f(a + 1j * b, axis=1)))(ref),
+         (lambda t: lambda a, b: _torch_parts(t(_torch_cplx(a, b), 1)))(tfn),
+         [((3, 4), (3, 4)), ((2, 3, 2), (2, 3, 2))], (0.3, 1.5), dtypes=("float32",))
+      for name, ref, tfn in (("sum", np.sum, torch.sum), ("mean", np.mean, torch.mean),
+                             ("prod", np.prod, torch.prod))],
 ]
 
 
