@@ -277,6 +277,38 @@ def test_graph_of_a_captured_training_step_with_control_flow(tmp_path):
     assert "v0/assign" in nodes and nodes["v0/assign"].input[0] == "v0"
 
 
+@needs_tensorboard
+def test_graph_keeps_node_devices_and_joins_send_to_recv(tmp_path):
+    @rill.capture
+    def f(x):
+        with rill.device("cpu:1"):
+            y = rill.tanh(x) * 2.0
+        return y + 1.0
+
+    x = rill.ones((3,))
+    with SummaryWriter(tmp_path / "placed") as w:
+        w.add_graph(f, x)
+    graph = f.graph_for(x)
+    nodes = _check_graph(accumulator(tmp_path / "placed").Graph(), graph)
+    assert nodes["tanh"].device == "cpu:1" and nodes["x0"].device == "cpu"
+    # one graph holding both sides of a transfer (as partitioning makes them): the recv
+    # is drawn after its send
+    cpu = graph.nodes[0].device
+    cpu1 = next(n.device for n in graph.nodes if n.op == "tanh")
+    from rill.capture.ir import Graph
+    g = Graph(name="transfer")
+    x0 = g.add("input", attrs={"index": 0}, out_specs=[((3,), rill.float32)], device=cpu)
+    g.add("send", [x0.outputs[0]], {"key": "1:cpu->cpu:1", "to": cpu1}, device=cpu)
+    recv = g.add("recv", [], {"key": "1:cpu->cpu:1", "from": cpu}, [((3,), rill.float32)],
+                 device=cpu1)
+    g.outputs.append(recv.outputs[0])
+    with SummaryWriter(tmp_path / "transfer") as w:
+        w.add_graph(g)
+    nodes = {n.name: n for n in accumulator(tmp_path / "transfer").Graph().node}
+    assert nodes["recv"].input == ["^send"] and nodes["recv"].device == "cpu:1"
+    assert nodes["send"].input == ["x0"] and nodes["send"].attr["key"].s == b"1:cpu->cpu:1"
+
+
 # ---- files: flushing, closing, purging ---------------------------------------------------------
 
 @needs_tensorboard
@@ -401,12 +433,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _get_json(url: str, deadline: float):
-    """GET url until it answers 200 with non-empty JSON, or the deadline passes."""
+def _get_json(url: str, deadline: float, post=None):
+    """GET url (POST the JSON `post`) until it answers 200 with non-empty JSON, or the
+    deadline passes."""
     last = None
     while time.monotonic() < deadline:
         try:
-            with urllib.request.urlopen(url, timeout=5) as reply:
+            request = url if post is None else urllib.request.Request(
+                url, data=json.dumps(post).encode(), headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(request, timeout=5) as reply:
                 data = json.loads(reply.read())
             if data:
                 return data
@@ -423,6 +458,8 @@ def test_tensorboard_server_serves_the_run(tmp_path):
         for step in range(4):
             w.add_scalar("loss", 0.5 * step, step)
         w.add_graph(rill.nn.Linear(2, 2), rill.ones((1, 2)))
+        w.add_text("notes", "*hello*", 2)
+        w.add_hparams({"lr": 0.1, "optimizer": "adam"}, {"accuracy": 0.75}, run_name="trial")
     port = _free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "tensorboard.main", "--logdir", str(tmp_path), "--host",
@@ -438,6 +475,15 @@ def test_tensorboard_server_serves_the_run(tmp_path):
                                     timeout=10) as reply:
             pbtxt = reply.read().decode()
         assert 'op: "linear"' in pbtxt and 'input: "x0"' in pbtxt
+        text = _get_json(f"{base}/data/plugin/text/text?run=exp&tag=notes", deadline)
+        assert [(t["step"], t["text"]) for t in text] == [(2, "<p><em>hello</em></p>")]
+        query = {"experimentName": "", "allowedStatuses": ["STATUS_SUCCESS"], "colParams": [],
+                 "startIndex": 0, "sliceSize": 10}
+        groups = _get_json(f"{base}/data/plugin/hparams/session_groups", deadline, query)
+        group, = groups["sessionGroups"]
+        assert group["name"] == "exp/trial" and group["hparams"] == {"lr": 0.1,
+                                                                     "optimizer": "adam"}
+        assert [m["value"] for m in group["metricValues"]] == [0.75]
     finally:
         server.terminate()
         try:
