@@ -1,2 +1,178 @@
+"""rill.onnx.load: an ONNX model as a rill captured function.
+
+The model becomes an `ONNXModule` (a rill.nn.Module) whose floating-point initializers are
+Parameters and whose forward runs each ONNX node as rill ops; `load` returns it captured, so
+calling it records a graph of rill primitives with the weights as graph state. Gradients
+flow to the parameters (`f.module.parameters()`) and an optimizer fine-tunes them.
+
+rill graphs have static shapes, so the inputs that give shapes (Reshape's shape, Slice's
+starts, ...) must be known when the graph is traced: initializers, Constant nodes, Shape
+of a tensor, or arithmetic on those. Those nodes run eagerly during the trace
+(`outside_capture`) and their results enter the graph as constants.
+"""
+from __future__ import annotations
+
+import re
+from contextlib import nullcontext
+
+from .errors import ONNXError, require_onnx
+
+
 def load(path):
-    raise NotImplementedError
+    """Read the ONNX model at `path` (or a ModelProto) as a rill captured function; its
+    `module` attribute is the ONNXModule holding the initializers as Parameters. Raises
+    ONNXError naming every op type it cannot translate."""
+    onnx = require_onnx()
+    from ..capture.function import capture
+    model = path if isinstance(path, onnx.ModelProto) else onnx.load(str(path))
+    module = ONNXModule(model)
+    return capture(module, name=model.graph.name or "onnx_model")
+
+
+def _model_opset(model) -> int:
+    for entry in model.opset_import:
+        if entry.domain in ("", "ai.onnx"):
+            return entry.version
+    return 1
+
+
+def _op_types(graph, found=None):
+    """Every (domain, op type) in a graph and its subgraphs."""
+    from onnx import helper
+    found = set() if found is None else found
+    for node in graph.node:
+        found.add((node.domain, node.op_type))
+        for attr in node.attribute:
+            value = helper.get_attribute_value(attr)
+            for sub in (value if isinstance(value, list) else [value]):
+                if hasattr(sub, "node"):
+                    _op_types(sub, found)
+    return found
+
+
+from ..nn.module import Module  # noqa: E402  (after the lazy-import note above)
+
+
+class ONNXModule(Module):
+    """An ONNX graph run with rill ops. `initializer_names` maps each Parameter's attribute
+    name to its ONNX name; inputs are taken in the order of the graph's inputs."""
+
+    def __init__(self, model):
+        super().__init__()
+        import numpy as np
+        from onnx import numpy_helper
+        from .. import ops
+        from ..nn.parameter import Parameter
+        from .import_ops import TABLE
+        self.opset = _model_opset(model)
+        missing = sorted(f"{d + '.' if d not in ('', 'ai.onnx') else ''}{op}"
+                         for d, op in _op_types(model.graph)
+                         if d not in ("", "ai.onnx") or op not in TABLE)
+        if missing:
+            raise ONNXError(f"the model uses ONNX ops rill does not translate: "
+                            f"{', '.join(missing)}", op="load")
+        self._graph = model.graph
+        self.initializer_names: dict = {}
+        self._constants: dict = {}  # ONNX name -> NumPy array (integer, bool initializers)
+        used: set = set()
+        for init in model.graph.initializer:
+            array = numpy_helper.to_array(init)
+            if array.dtype.kind == "f":
+                attr = _attr_name(init.name, used)
+                setattr(self, attr, Parameter(ops.creation.tensor(np.array(array))))
+                self.initializer_names[attr] = init.name
+            else:
+                self._constants[init.name] = np.array(array)
+        fed = set(self._constants) | set(self.initializer_names.values())
+        self.input_names = [i.name for i in model.graph.input if i.name not in fed]
+        self.output_names = [o.name for o in model.graph.output]
+
+    def forward(self, *inputs):
+        if len(inputs) != len(self.input_names):
+            raise ONNXError(f"the model takes {len(self.input_names)} inputs "
+                            f"({', '.join(self.input_names)}), got {len(inputs)}", op="load")
+        from ..eager.context import outside_capture
+        from ..ops.creation import as_tensor
+        run = Runner(self.opset)
+        with outside_capture():
+            for name, array in self._constants.items():
+                run.set(name, as_tensor(array), static=True)
+        for attr, name in self.initializer_names.items():
+            run.set(name, getattr(self, attr))
+        for name, x in zip(self.input_names, inputs):
+            run.set(name, as_tensor(x))
+        run.graph(self._graph)
+        outs = [run.get(name) for name in self.output_names]
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _attr_name(name: str, used: set) -> str:
+    base = re.sub(r"\W", "_", name)
+    if not base or base[0].isdigit():
+        base = "w_" + base
+    attr, k = base, 1
+    while attr in used:
+        attr, k = f"{base}_{k}", k + 1
+    used.add(attr)
+    return attr
+
+
+class Runner:
+    """Runs ONNX nodes on rill tensors. A value is static when it follows from constants
+    alone; static nodes run eagerly even during a trace, so shapes are known."""
+
+    def __init__(self, opset: int, parent: "Runner | None" = None):
+        self.opset = opset
+        self.parent = parent
+        self.values: dict = {}
+        self.static: set = set()
+
+    def set(self, name, value, static: bool = False):
+        self.values[name] = value
+        if static:
+            self.static.add(name)
+        else:
+            self.static.discard(name)
+
+    def get(self, name):
+        scope = self
+        while scope is not None:
+            if name in scope.values:
+                return scope.values[name]
+            scope = scope.parent
+        raise ONNXError(f"value {name!r} is used before it is produced", op="load")
+
+    def is_static(self, name) -> bool:
+        scope = self
+        while scope is not None:
+            if name in scope.values:
+                return name in scope.static
+            scope = scope.parent
+        return False
+
+    def child(self) -> "Runner":
+        return Runner(self.opset, self)
+
+    def graph(self, graph):
+        from ..eager.context import outside_capture
+        from .import_ops import ALWAYS_STATIC, NEVER_STATIC, TABLE
+        from onnx import helper
+        for node in graph.node:
+            ins = [self.get(n) if n else None for n in node.input]
+            attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+            static = node.op_type not in NEVER_STATIC and \
+                all(self.is_static(n) for n in node.input if n)
+            context = outside_capture() if static else nullcontext()
+            try:
+                with context:
+                    outs = TABLE[node.op_type](self, node, ins, attrs)
+            except ONNXError:
+                raise
+            except Exception as e:  # noqa: BLE001 - say which node failed
+                raise ONNXError(f"{node.op_type} node {node.name or node.output[0]!r}: "
+                                f"{type(e).__name__}: {e}", op=node.op_type) from e
+            if not isinstance(outs, (list, tuple)):
+                outs = [outs]
+            for name, value in zip(node.output, outs):
+                if name and value is not None:
+                    self.set(name, value, static or node.op_type in ALWAYS_STATIC)

@@ -1,0 +1,145 @@
+"""ONNX If, Loop and Scan -> rill (rows of import_ops.TABLE).
+
+If with a condition known at trace time runs one branch; otherwise it becomes rill.cond.
+Loop and Scan are unrolled (their trip counts must be known when the graph is traced, and
+a Loop's condition must not depend on data): rill's graph then holds each trip's ops.
+"""
+from __future__ import annotations
+
+from .errors import ONNXError
+from .import_ops import const, known, rill, row
+
+MAX_UNROLL = 10_000
+
+
+def _run_body(run, graph, feeds):
+    """Run a subgraph in a child scope; feeds: [(name, tensor, static)]; its outputs and
+    whether each is static."""
+    scope = run.child()
+    for (name, value, static) in feeds:
+        scope.set(name, value, static)
+    scope.graph(graph)
+    names = [o.name for o in graph.output]
+    return [scope.get(n) for n in names], [scope.is_static(n) for n in names]
+
+
+@row("If")
+def _if(run, node, ins, a):
+    pred = ins[0]
+    if run.is_static(node.input[0]):
+        branch = a["then_branch"] if bool(known(node, pred, "cond").reshape(-1)[0]) \
+            else a["else_branch"]
+        return _run_body(run, branch, [])[0]
+    pred = pred.reshape(()).astype(rill().bool)
+    return list(rill().cond(pred, lambda: tuple(_run_body(run, a["then_branch"], [])[0]),
+                            lambda: tuple(_run_body(run, a["else_branch"], [])[0])))
+
+
+class _DataDependent(Exception):
+    pass
+
+
+@row("Loop")
+def _loop(run, node, ins, a):
+    try:
+        return _unrolled_loop(run, node, ins, a)
+    except _DataDependent:
+        return _while_loop(run, node, ins, a)
+
+
+def _unrolled_loop(run, node, ins, a):
+    body = a["body"]
+    trips = ins[0] if ins and ins[0] is not None else None
+    cond = ins[1] if len(ins) > 1 and ins[1] is not None else None
+    carried = list(ins[2:])
+    carried_static = [run.is_static(n) for n in node.input[2:]]
+    limit = MAX_UNROLL
+    if trips is not None:
+        limit = int(known(node, trips, "trip count").reshape(-1)[0])
+    if cond is not None and not run.is_static(node.input[1]):
+        raise _DataDependent
+    going = True if cond is None else bool(known(node, cond, "condition").reshape(-1)[0])
+    names = [i.name for i in body.input]
+    stacks: list = []
+    i = 0
+    while going and i < limit:
+        feeds = [(names[0], const(i, "int64"), True), (names[1], const(True), True)]
+        feeds += list(zip(names[2:], carried, carried_static))
+        outs, static = _run_body(run, body, feeds)
+        if not static[0]:
+            raise _DataDependent
+        going = bool(known(node, outs[0], "condition").reshape(-1)[0])
+        n = len(carried)
+        carried, carried_static = outs[1:1 + n], static[1:1 + n]
+        stacks.append(outs[1 + n:])
+        i += 1
+    if i == MAX_UNROLL and going:
+        raise ONNXError(f"Loop ran {MAX_UNROLL} trips without stopping", op="Loop")
+    n_scans = len(node.output) - len(carried)
+    if n_scans and not stacks:
+        raise ONNXError("Loop with zero trips and scan outputs is not supported", op="Loop")
+    return carried + [rill().stack([s[k] for s in stacks]) for k in range(n_scans)]
+
+
+def _while_loop(run, node, ins, a):
+    """A Loop whose condition depends on data: rill.while_loop (no scan outputs)."""
+    r = rill()
+    body = a["body"]
+    carried = list(ins[2:])
+    if len(node.output) > len(carried):
+        raise ONNXError("Loop with a data-dependent condition and scan outputs is not "
+                        "supported (the stacked outputs' length would depend on data)",
+                        op="Loop")
+    limit = None if not ins or ins[0] is None else \
+        int(known(node, ins[0], "trip count").reshape(-1)[0])
+    cond = const(True) if len(ins) < 2 or ins[1] is None else ins[1].reshape(()).astype(r.bool)
+    names = [i.name for i in body.input]
+
+    def step(c):
+        feeds = [(names[0], c[0], False), (names[1], c[1], False)]
+        feeds += [(n, v, False) for n, v in zip(names[2:], c[2:])]
+        outs, _ = _run_body(run, body, feeds)
+        return (c[0] + 1, outs[0].reshape(()).astype(r.bool)) + tuple(outs[1:])
+
+    init = (const(0, "int64"), cond) + tuple(carried)
+    final = r.while_loop(lambda c: c[1], step, init, max_iterations=limit)
+    return list(final[2:])
+
+
+@row("Scan")
+def _scan(run, node, ins, a):
+    r = rill()
+    body = a["body"]
+    n_scan = a["num_scan_inputs"]
+    n_state = len(ins) - n_scan
+    if run.opset < 9:
+        raise ONNXError("Scan before opset 9 is not supported", op="Scan")
+    states = list(ins[:n_state])
+    state_static = [run.is_static(n) for n in node.input[:n_state]]
+    xs = ins[n_state:]
+    in_axes = list(a.get("scan_input_axes", [0] * n_scan))
+    in_dirs = list(a.get("scan_input_directions", [0] * n_scan))
+    length = xs[0].shape[in_axes[0] % xs[0].ndim]
+    names = [i.name for i in body.input]
+    ys: list = []
+    for t in range(length):
+        slices = []
+        for x, axis, direction in zip(xs, in_axes, in_dirs):
+            axis = axis % x.ndim
+            step = length - 1 - t if direction else t
+            slices.append(r.take(x, r.tensor(step), axis=axis))
+        feeds = list(zip(names[:n_state], states, state_static))
+        feeds += [(n, s, False) for n, s in zip(names[n_state:], slices)]
+        outs, static = _run_body(run, body, feeds)
+        states, state_static = outs[:n_state], static[:n_state]
+        ys.append(outs[n_state:])
+    n_out = len(body.output) - n_state
+    out_axes = list(a.get("scan_output_axes", [0] * n_out))
+    out_dirs = list(a.get("scan_output_directions", [0] * n_out))
+    stacked = []
+    for k in range(n_out):
+        rows = [y[k] for y in ys]
+        if out_dirs[k]:
+            rows = rows[::-1]
+        stacked.append(r.stack(rows, axis=out_axes[k] % (rows[0].ndim + 1)))
+    return states + stacked

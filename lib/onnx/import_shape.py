@@ -1,0 +1,341 @@
+"""ONNX shape, indexing and creation ops -> rill ops (rows of import_ops.TABLE)."""
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import ONNXError
+from .import_ops import axis_of, const, ints, known, rill, row
+
+
+@row("Shape")
+def _shape(run, node, ins, a):
+    shape = list(ins[0].shape)
+    n = len(shape)
+    start, end = a.get("start", 0), a.get("end", n)
+    start, end = max(0, min(n, start + n if start < 0 else start)), \
+        max(0, min(n, end + n if end < 0 else end))
+    return const(np.asarray(shape[start:end], np.int64))
+
+
+@row("Size")
+def _size(run, node, ins, a):
+    return const(np.asarray(ins[0].size, np.int64))
+
+
+@row("Constant")
+def _constant(run, node, ins, a):
+    from onnx import numpy_helper
+    if "value" in a:
+        return const(numpy_helper.to_array(a["value"]))
+    for key, dtype in (("value_float", np.float32), ("value_floats", np.float32),
+                       ("value_int", np.int64), ("value_ints", np.int64)):
+        if key in a:
+            return const(np.asarray(a[key], dtype))
+    raise ONNXError(f"Constant with {sorted(a)} is not supported", op="Constant")
+
+
+@row("ConstantOfShape")
+def _constant_of_shape(run, node, ins, a):
+    from onnx import numpy_helper
+    value = numpy_helper.to_array(a["value"]).reshape(-1) if "value" in a else \
+        np.zeros(1, np.float32)
+    shape = tuple(ints(node, ins[0], "shape"))
+    return const(np.full(shape, value[0], dtype=value.dtype))
+
+
+@row("Reshape")
+def _reshape(run, node, ins, a):
+    x = ins[0]
+    shape = ints(node, ins[1], "shape")
+    if not a.get("allowzero", 0):  # 0 copies the input's size on that axis
+        shape = [x.shape[i] if s == 0 else s for i, s in enumerate(shape)]
+    return x.reshape(tuple(shape))
+
+
+@row("Flatten")
+def _flatten(run, node, ins, a):
+    x = ins[0]
+    axis = axis_of(a.get("axis", 1), x.ndim)
+    lead = int(np.prod(x.shape[:axis], dtype=np.int64))
+    return x.reshape((lead, int(np.prod(x.shape[axis:], dtype=np.int64))))
+
+
+@row("Transpose")
+def _transpose(run, node, ins, a):
+    x = ins[0]
+    perm = a.get("perm", list(range(x.ndim))[::-1])
+    return rill().permute_dims(x, tuple(perm))
+
+
+def _axes(run, node, ins, a, since=13):
+    if run.opset >= since:
+        return None if len(ins) < 2 or ins[1] is None else ints(node, ins[1], "axes")
+    return a.get("axes")
+
+
+@row("Squeeze")
+def _squeeze(run, node, ins, a):
+    x = ins[0]
+    axes = _axes(run, node, ins, a)
+    if axes is None:
+        axes = [i for i, s in enumerate(x.shape) if s == 1]
+    axes = {axis_of(i, x.ndim) for i in axes}
+    return x.reshape(tuple(s for i, s in enumerate(x.shape) if i not in axes))
+
+
+@row("Unsqueeze")
+def _unsqueeze(run, node, ins, a):
+    x = ins[0]
+    axes = _axes(run, node, ins, a)
+    out_ndim = x.ndim + len(axes)
+    axes = {axis_of(i, out_ndim) for i in axes}
+    sizes = iter(x.shape)
+    return x.reshape(tuple(1 if i in axes else next(sizes) for i in range(out_ndim)))
+
+
+@row("Concat")
+def _concat(run, node, ins, a):
+    parts = [x for x in ins if x is not None]
+    return rill().concat(parts, axis=axis_of(a["axis"], parts[0].ndim))
+
+
+@row("Split")
+def _split(run, node, ins, a):
+    x = ins[0]
+    axis = axis_of(a.get("axis", 0), x.ndim)
+    n = x.shape[axis]
+    if run.opset >= 13 and len(ins) > 1 and ins[1] is not None:
+        sizes = ints(node, ins[1], "split")
+    elif "split" in a:
+        sizes = list(a["split"])
+    else:
+        parts = a.get("num_outputs", len(node.output))
+        size = -(-n // parts)  # ceil: the last part may be smaller
+        sizes = [size] * (n // size) + ([n % size] if n % size else [])
+    bounds = np.cumsum([0] + sizes)
+    return [rill().take(x, rill().arange(int(lo), int(hi)), axis=axis)
+            for lo, hi in zip(bounds[:-1], bounds[1:])]
+
+
+@row("Slice")
+def _slice(run, node, ins, a):
+    x = ins[0]
+    if run.opset >= 10:
+        starts, ends = ints(node, ins[1], "starts"), ints(node, ins[2], "ends")
+        axes = ints(node, ins[3], "axes") if len(ins) > 3 and ins[3] is not None else \
+            list(range(len(starts)))
+        steps = ints(node, ins[4], "steps") if len(ins) > 4 and ins[4] is not None else \
+            [1] * len(starts)
+    else:
+        starts, ends = list(a["starts"]), list(a["ends"])
+        axes = list(a.get("axes", range(len(starts))))
+        steps = [1] * len(starts)
+    key = [slice(None)] * x.ndim
+    for start, end, axis, step in zip(starts, ends, axes, steps):
+        axis = axis_of(axis, x.ndim)
+        n = x.shape[axis]
+        start, end = start + n if start < 0 else start, end + n if end < 0 else end
+        if step > 0:  # ONNX clamps the bounds into the axis, then counts as range() does
+            key[axis] = slice(min(max(start, 0), n), min(max(end, 0), n), step)
+        else:
+            end = min(max(end, -1), n - 1)
+            key[axis] = slice(min(max(start, 0), n - 1), None if end < 0 else end, step)
+    return x[tuple(key)]
+
+
+@row("Gather")
+def _gather(run, node, ins, a):
+    x, idx = ins
+    axis = axis_of(a.get("axis", 0), x.ndim)
+    n = x.shape[axis]
+    idx = rill().where(idx < 0, idx + n, idx)  # ONNX allows negative indices
+    return rill().take(x, idx, axis=axis)
+
+
+@row("GatherElements")
+def _gather_elements(run, node, ins, a):
+    x, idx = ins
+    axis = axis_of(a.get("axis", 0), x.ndim)
+    idx = rill().where(idx < 0, idx + x.shape[axis], idx)
+    return rill().take_along_axis(x, idx, axis=axis)
+
+
+@row("GatherND")
+def _gather_nd(run, node, ins, a):
+    r = rill()
+    x, idx = ins
+    b = a.get("batch_dims", 0)
+    if b:
+        raise ONNXError("GatherND with batch_dims is not supported", op="GatherND")
+    k = idx.shape[-1]
+    key = tuple(idx[..., i] for i in range(k))
+    return x[key] if k else r.broadcast_to(x, idx.shape[:-1] + x.shape)
+
+
+@row("ScatterElements", "Scatter")
+def _scatter_elements(run, node, ins, a):
+    r = rill()
+    x, idx, updates = ins
+    axis = axis_of(a.get("axis", 0), x.ndim)
+    idx = r.where(idx < 0, idx + x.shape[axis], idx)
+    reduction = a.get("reduction", "none")
+    reduction = reduction.decode() if isinstance(reduction, bytes) else reduction
+    if reduction == "none":
+        return r.scatter(x, axis, idx, updates)
+    if reduction == "add":
+        return r.scatter_add(x, idx, updates, axis=axis)
+    return r.scatter_reduce(x, axis, idx, updates, {"mul": "prod", "max": "amax",
+                                                     "min": "amin"}[reduction])
+
+
+@row("ScatterND")
+def _scatter_nd(run, node, ins, a):
+    r = rill()
+    x, idx, updates = ins
+    reduction = a.get("reduction", "none")
+    reduction = reduction.decode() if isinstance(reduction, bytes) else reduction
+    key = tuple(idx[..., i] for i in range(idx.shape[-1]))
+    if reduction == "none":
+        return r.index_set(x, key, updates)
+    if reduction == "add":
+        return r.index_add(x, key, updates)
+    if reduction == "mul":
+        return r.index_set(x, key, x[key] * updates)
+    pick = r.maximum if reduction == "max" else r.minimum
+    return r.index_set(x, key, pick(x[key], updates))
+
+
+@row("Expand")
+def _expand(run, node, ins, a):
+    x = ins[0]
+    shape = ints(node, ins[1], "shape")
+    out = np.broadcast_shapes(tuple(x.shape), tuple(shape))
+    return rill().broadcast_to(x, out)
+
+
+@row("Tile")
+def _tile(run, node, ins, a):
+    return rill().tile(ins[0], tuple(ints(node, ins[1], "repeats")))
+
+
+@row("Range")
+def _range(run, node, ins, a):
+    start, limit, delta = (known(node, v, "bounds").item() for v in ins)
+    dtype = ins[0].dtype
+    n = max(int(np.ceil((limit - start) / delta)), 0)
+    return const((start + delta * np.arange(n)).astype(dtype.storage))
+
+
+@row("Pad")
+def _pad(run, node, ins, a):
+    x = ins[0]
+    if run.opset >= 11:
+        pads = ints(node, ins[1], "pads")
+        value = known(node, ins[2], "constant_value").item() if len(ins) > 2 and \
+            ins[2] is not None else 0
+        axes = ints(node, ins[3], "axes") if len(ins) > 3 and ins[3] is not None else \
+            list(range(x.ndim))
+    else:
+        pads, value, axes = list(a["pads"]), a.get("value", 0.0), list(range(x.ndim))
+    mode = a.get("mode", "constant")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    widths = [(0, 0)] * x.ndim
+    k = len(axes)
+    for i, axis in enumerate(axes):
+        widths[axis_of(axis, x.ndim)] = (pads[i], pads[i + k])
+    if any(lo < 0 or hi < 0 for lo, hi in widths):  # negative pads crop
+        key = tuple(slice(-lo if lo < 0 else 0, hi if hi < 0 else None) for lo, hi in widths)
+        x = x[key]
+        widths = [(max(lo, 0), max(hi, 0)) for lo, hi in widths]
+    mode = {"edge": "edge", "reflect": "reflect", "wrap": "wrap"}.get(mode, "constant")
+    if mode == "constant":
+        return rill().pad(x, tuple(widths), mode="constant", value=value)
+    return rill().pad(x, tuple(widths), mode=mode)
+
+
+@row("Trilu")
+def _trilu(run, node, ins, a):
+    k = ints(node, ins[1], "k")[0] if len(ins) > 1 and ins[1] is not None else 0
+    return (rill().triu if a.get("upper", 1) else rill().tril)(ins[0], k)
+
+
+@row("TopK")
+def _topk(run, node, ins, a):
+    import rill as r
+    x = ins[0]
+    k = ints(node, ins[1], "k")[0] if run.opset >= 10 else a["k"]
+    axis = axis_of(a.get("axis", -1), x.ndim)
+    values, indices = r.topk(x, k, axis=axis, largest=bool(a.get("largest", 1)))
+    return [values, indices.astype(r.int64)]
+
+
+@row("OneHot")
+def _one_hot(run, node, ins, a):
+    r = rill()
+    indices, depth, values = ins
+    depth = int(known(node, depth, "depth").reshape(-1)[0])
+    axis = a.get("axis", -1)
+    out_ndim = indices.ndim + 1
+    axis = axis_of(axis, out_ndim)
+    idx = r.where(indices < 0, indices + depth, indices).astype(r.int64)
+    positions = r.arange(depth).reshape(tuple(-1 if i == axis else 1 for i in range(out_ndim)))
+    hot = r.equal(r.expand_dims(idx, axis=axis), positions)
+    return r.where(hot, values[1], values[0])
+
+
+@row("EyeLike")
+def _eye_like(run, node, ins, a):
+    from .dtypes import rill_dtype
+    x = ins[0]
+    dtype = rill_dtype(a["dtype"]) if "dtype" in a else x.dtype
+    return const(np.eye(x.shape[0], x.shape[1], a.get("k", 0), dtype=dtype.storage))
+
+
+@row("Dropout")
+def _dropout(run, node, ins, a):  # inference: the input, and a mask of ones
+    x = ins[0]
+    return [x, rill().ones(x.shape, dtype=rill().bool)]
+
+
+@row("DepthToSpace")
+def _depth_to_space(run, node, ins, a):
+    x = ins[0]
+    n, c, h, w = x.shape
+    s = a["blocksize"]
+    mode = a.get("mode", "DCR")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if mode == "DCR":
+        y = x.reshape((n, s, s, c // (s * s), h, w))
+        y = rill().permute_dims(y, (0, 3, 4, 1, 5, 2))
+    else:
+        y = x.reshape((n, c // (s * s), s, s, h, w))
+        y = rill().permute_dims(y, (0, 1, 4, 2, 5, 3))
+    return y.reshape((n, c // (s * s), h * s, w * s))
+
+
+@row("SpaceToDepth")
+def _space_to_depth(run, node, ins, a):
+    x = ins[0]
+    n, c, h, w = x.shape
+    s = a["blocksize"]
+    y = x.reshape((n, c, h // s, s, w // s, s))
+    y = rill().permute_dims(y, (0, 3, 5, 1, 2, 4))
+    return y.reshape((n, c * s * s, h // s, w // s))
+
+
+@row("Einsum")
+def _einsum(run, node, ins, a):
+    equation = a["equation"]
+    equation = equation.decode() if isinstance(equation, bytes) else equation
+    return rill().einsum(equation.replace(" ", ""), *ins)
+
+
+@row("Det")
+def _det(run, node, ins, a):
+    return rill().linalg.det(ins[0])
+
+
+@row("NonZero")
+def _nonzero(run, node, ins, a):
+    found = known(node, ins[0], "input (its result's shape depends on its values)")
+    return const(np.stack(np.nonzero(found)).astype(np.int64).reshape(found.ndim, -1))
