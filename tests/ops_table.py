@@ -735,6 +735,14 @@ OPS = [
        lambda x: _eigh_signed(torch, TL.eigh, x),
        [(symmetric_with((3, 3), [-1.5, 0.4, 2.0]),),
         (symmetric_with((2, 4, 4), [-2.0, -0.5, 1.0, 2.5]),)], dtypes=("float32",)),
+    # A repeated eigenvalue: the projector onto its eigenspace does not depend on the basis
+    # LAPACK picks inside it, so it is differentiable, and rill's rule (ties dropped) is exact.
+    # PyTorch's eigh gradient is not finite there; finite differences only.
+    Op("eigh_repeated_eigenspace_projector",
+       lambda x: _top_projector(rill, LA.eigh(_sym(rill, x))[1], 2),
+       lambda x: _top_projector(np, np_eigh(_sym(np, x))[1], 2), None,
+       [(symmetric_with((3, 3), [-1.0, 2.0, 2.0]),), (symmetric_with((2, 4, 4), [-1, 0.5, 2, 2]),)],
+       dtypes=("float32",)),
     Op("eigvalsh", lambda x: LA.eigvalsh(_sym(rill, x)), lambda x: np_eigh(_sym(np, x))[0],
        lambda x: TL.eigvalsh(_sym(torch, x)),
        [(symmetric_with((3, 3), [-1.5, 0.4, 2.0]),), (lambda r: np.array([[-0.7]]),)],
@@ -1501,3 +1509,9 @@ def _np_isclose(x, y, rtol, atol, equal_nan):
         else:
             out[i] = abs(a - b) <= atol + rtol * abs(b)
     return out
+
+
+def _top_projector(lib, vectors, k):
+    """V_k V_k^T over the last k eigenvectors (ascending order: the top k eigenvalues)."""
+    top = vectors[..., -k:]
+    return top @ lib.swapaxes(top, -1, -2)
