@@ -92,10 +92,21 @@ class PartitionedProgram:
         self.recv_timeout = recv_timeout
         self.transport = transport
         self.last_timeline = None
+        self.keys = [n.attrs["key"] for g in self.parts.values() for n in g.nodes
+                     if n.op == "send"]
+        self._tables: list = []  # Rendezvous tables of clean steps, ready for reuse
+
+    def _transport(self):
+        if self.transport is not Rendezvous:
+            return self.transport(self.recv_timeout)
+        try:
+            return self._tables.pop()  # atomic: concurrent calls never share a table
+        except IndexError:
+            return Rendezvous(self.recv_timeout, self.keys)
 
     def __call__(self, args):
         step = StepArgs(args)
-        step.transport = self.transport(self.recv_timeout)
+        step.transport = self._transport()
         step.timeline = [] if self.timeline else None
         step.start = now()
         results: dict = {}
@@ -117,6 +128,8 @@ class PartitionedProgram:
         failed = getattr(step.transport, "error", None)
         if failed is not None:
             raise failed[1]
+        if isinstance(step.transport, Rendezvous) and step.transport.reset():
+            self._tables.append(step.transport)
         return [results[d][i] for d, i in self.where]
 
     def _run_part(self, d, step):

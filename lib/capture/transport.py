@@ -65,16 +65,36 @@ def move(buffer, source, dest):
 
 
 class Rendezvous(Transport):
-    """The in-process transport of one step: a table of slots keyed by rendezvous key."""
+    """The in-process transport of one step: a table of slots keyed by rendezvous key.
 
-    def __init__(self, timeout: float | None = None):
+    `keys` (the graph's send keys, when known) makes their slots up front, so the step's
+    sends and recvs find them without taking the table's lock; `reset()` readies the table
+    for another step after a clean one, so a program reuses its slots instead of making a
+    lock per pair per step (a step's hand-offs are on its critical path)."""
+
+    def __init__(self, timeout: float | None = None, keys=()):
         self.timeout = RECV_TIMEOUT if timeout is None else timeout
-        self.slots: dict = {}
+        self.slots: dict = {key: _Slot() for key in keys}
         self.lock = threading.Lock()
         self.error = None        # (device, error) of the first partition that failed
         self.done: set = set()   # devices whose partition ran to its end
 
+    def reset(self) -> bool:
+        """Ready the table for another step; False (unusable) unless the last step ended
+        cleanly, every send met by its recv (so each slot's lock is held again)."""
+        if self.error is not None or not all(s.released and s.full.locked()
+                                             for s in self.slots.values()):
+            return False
+        for slot in self.slots.values():
+            slot.buffer = slot.source = None
+            slot.released = False
+        self.done.clear()
+        return True
+
     def _slot(self, key: str) -> _Slot:
+        slot = self.slots.get(key)  # made up front: no lock (dict reads are atomic)
+        if slot is not None:
+            return slot
         with self.lock:
             slot = self.slots.get(key)
             if slot is None:
