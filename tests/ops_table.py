@@ -870,6 +870,12 @@ OPS = [
          [(with_spectrum((3, 4), [2.2, 1.1, 0.4]),), (with_spectrum((2, 3, 3), [2.0, 1.0, 0.5]),)],
          dtypes=("float32",))
       for o in ("fro", "nuc", 1, -1, 2, -2, math.inf, -math.inf)],
+    # Repeated singular values: the nuclear norm's gradient U V^T does not depend on the basis
+    # inside the repeated pair (torch's svd gradient is not finite there: FD only).
+    Op("matrix_norm_nuc_repeated", lambda x: LA.matrix_norm(x, ord="nuc"),
+       lambda x: _np_matrix_norm(x, "nuc"), None,
+       [(with_spectrum((3, 3), [2.0, 1.0, 1.0]),), (with_spectrum((4, 3), [1.5, 1.5, 0.5]),)],
+       dtypes=("float32",)),
     Op("matrix_norm_keepdims", lambda x: LA.matrix_norm(x, keepdims=True),
        lambda x: np.sqrt(np.sum(x * x, axis=(-2, -1), keepdims=True)),
        lambda x: TL.matrix_norm(x, keepdim=True), [((2, 3, 4),)]),
