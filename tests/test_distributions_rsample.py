@@ -26,8 +26,10 @@ def implicit_reference(alpha, x):
     step, of P below the mean and of Q = 1 - P above it (each where it is accurate)."""
     upper = x > alpha
 
+    def cdf(s):  # -Q has P's derivative in alpha
+        return np.where(upper, -sp.gammaincc(s, x), sp.gammainc(s, x))
+
     def slope(h):
-        cdf = lambda s: np.where(upper, -sp.gammaincc(s, x), sp.gammainc(s, x))  # noqa: E731
         return (cdf(alpha + h) - cdf(alpha - h)) / (2 * h)
 
     h = 1e-3 * alpha
