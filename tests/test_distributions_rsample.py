@@ -211,3 +211,12 @@ def test_the_primitive_says_why_it_is_cpu_only():
     from rill.distributions.implicit import standard_gamma_grad_p
     assert "cpu" in standard_gamma_grad_p.kernels and "gpu" not in standard_gamma_grad_p.kernels
     assert "NumPy on the CPU" in standard_gamma_grad_p.cpu_only
+
+
+@pytest.mark.skipif(not rill.gpu.is_available(), reason="no gpu device (RILL_TRITON_INTERPRET=1 "
+                    "makes one)")
+def test_gpu_parameters_that_need_gradients_are_refused_with_the_fix():
+    alpha = rill.tensor([1.5], dtype=rill.float32, device="gpu", requires_grad=True)
+    with pytest.raises(rill.DeviceError, match="CPU only.*cpu device, or use sample"):
+        D.Gamma(alpha, 1.0).rsample()
+    assert D.Gamma(alpha, 1.0).sample((2,)).shape == (2, 1)  # draws without gradients run
