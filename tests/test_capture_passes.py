@@ -198,13 +198,15 @@ def test_dce_keeps_what_a_kept_node_is_ordered_after():
     assert [a.op for a in neg.after] == ["exp"]
 
 
-def test_dce_drops_an_unused_random_draw_and_keeps_a_used_one():
+def test_dce_keeps_an_unused_random_draw():
+    # The unused draw advances the generator, so the later draws depend on it: dropping it
+    # would make the graph draw other numbers than eager code under the same seed.
     gen = rill.Generator(0)
     g = traced(lambda x: (rill.rand(3, generator=gen), x + rill.randn(3, generator=gen))[1],
                rill.ones(3))
     assert g.count("uniform") == 1 and g.count("normal") == 1
     new = dce(g).lint()
-    assert new.count("uniform") == 0 and new.count("normal") == 1
+    assert new.count("uniform") == 1 and new.count("normal") == 1
 
 
 def test_dce_keeps_a_check_nobody_uses():

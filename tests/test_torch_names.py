@@ -303,3 +303,19 @@ def test_unique_and_nonzero_as_pytorch():
     same(r.nonzero(as_tuple=True), t.nonzero(as_tuple=True))
     same(rill.nonzero(r), np.nonzero(a))  # the standard's: a tuple
     assert int(r.count_nonzero()) == int(t.count_nonzero())
+
+
+def test_an_unused_draw_still_advances_the_generator_under_capture():
+    def f(x):
+        unused = rill.rand(3)  # noqa: F841 - its draw moves the generator, as eagerly
+        return x + rill.rand(3)
+
+    x = rill.zeros(3)
+    captured = rill.capture(f)
+    for _ in range(2):
+        rill.manual_seed(7)
+        want = (f(x), rill.rand(2))
+        rill.manual_seed(7)
+        got = (captured(x), rill.rand(2))
+        same(got[0], want[0].numpy())
+        same(got[1], want[1].numpy())

@@ -5,11 +5,12 @@ Tracing records everything the Python code did, including work whose result is t
 passes leave orphans behind (constants a fold consumed, nodes a simplification bypassed).
 
 A node is live if an output of the graph, an `assign` (a side effect on a variable), a
-`check` (the dataflow assert: eager code would have raised, used or not), or an `input` (the
-signature: graph.inputs are found by their nodes) needs it, through its input values or its
-`after` edges (a kept node keeps the nodes it is ordered after). Everything else goes,
-random draws included: a draw nobody uses need not happen (it only advances the generator,
-which no one can rely on inside one captured call).
+`check` (the dataflow assert: eager code would have raised, used or not), a random draw, or
+an `input` (the signature: graph.inputs are found by their nodes) needs it, through its input
+values or its `after` edges (a kept node keeps the nodes it is ordered after). Everything else
+goes. A draw whose value nobody uses still advances its generator, so every later draw (in
+this call and the next ones) depends on it: dropping it would make the captured function
+draw other numbers than the same code run eagerly under the same seed.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ ROOTS = frozenset({"assign", "input"})  # kept whether or not anything uses them
 def dce(graph: Graph) -> Graph:
     live: set = set()
     stack = [v.node for v in graph.outputs]
-    stack += [n for n in graph.nodes if n.op in ROOTS or effect(n) == "check"]
+    stack += [n for n in graph.nodes if n.op in ROOTS or effect(n) in ("check", "random")]
     while stack:
         node = stack.pop()
         if node in live:
