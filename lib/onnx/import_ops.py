@@ -422,4 +422,4 @@ def _cumprod(run, node, ins, a):
     return out.astype(ins[0].dtype)
 
 
-from . import import_shape, import_nn, import_control  # noqa: E402,F401  (register their rows)
+from . import import_attention, import_control, import_nn, import_shape  # noqa: E402,F401,I001

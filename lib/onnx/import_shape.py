@@ -231,8 +231,9 @@ def _pad(run, node, ins, a):
     x = ins[0]
     if run.opset >= 11:
         pads = ints(node, ins[1], "pads")
-        value = known(node, ins[2], "constant_value").item() if len(ins) > 2 and \
-            ins[2] is not None else 0
+        value = ins[2] if len(ins) > 2 and ins[2] is not None else 0
+        if not isinstance(value, int) and run.is_static(node.input[2]):
+            value = known(node, value, "constant_value").item()
         axes = ints(node, ins[3], "axes") if len(ins) > 3 and ins[3] is not None else \
             list(range(x.ndim))
     else:
@@ -248,6 +249,13 @@ def _pad(run, node, ins, a):
         x = x[key]
         widths = [(max(lo, 0), max(hi, 0)) for lo, hi in widths]
     mode = {"edge": "edge", "reflect": "reflect", "wrap": "wrap"}.get(mode, "constant")
+    if mode == "constant" and not isinstance(value, (int, float, bool)):
+        # a fill value computed in the graph: pad with zeros, then fill where nothing was
+        r = rill()
+        inside = r.pad(r.ones(x.shape, dtype=r.bool), tuple(widths), mode="constant",
+                       value=False)
+        return r.where(inside, r.pad(x, tuple(widths), mode="constant", value=0),
+                       value.reshape(()).astype(x.dtype))
     if mode == "constant":
         return rill().pad(x, tuple(widths), mode="constant", value=value)
     return rill().pad(x, tuple(widths), mode=mode)

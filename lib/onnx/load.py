@@ -18,14 +18,18 @@ from contextlib import nullcontext
 from .errors import ONNXError, require_onnx
 
 
-def load(path):
+def load(path, constants=None):
     """Read the ONNX model at `path` (or a ModelProto) as a rill captured function; its
     `module` attribute is the ONNXModule holding the initializers as Parameters. Raises
-    ONNXError naming every op type it cannot translate."""
+    ONNXError naming every op type it cannot translate.
+
+    `constants` ({input name: array}) fixes graph inputs to values, as initializers would:
+    for models that take a shape, axes or a count as an input, which a rill graph (static
+    shapes) must know when it is traced. The function then takes the other inputs."""
     onnx = require_onnx()
     from ..capture.function import capture
     model = path if isinstance(path, onnx.ModelProto) else onnx.load(str(path))
-    module = ONNXModule(model)
+    module = ONNXModule(model, constants)
     return capture(module, name=model.graph.name or "onnx_model")
 
 
@@ -57,7 +61,7 @@ class ONNXModule(Module):
     """An ONNX graph run with rill ops. `initializer_names` maps each Parameter's attribute
     name to its ONNX name; inputs are taken in the order of the graph's inputs."""
 
-    def __init__(self, model):
+    def __init__(self, model, constants=None):
         super().__init__()
         import numpy as np
         from onnx import numpy_helper
@@ -83,6 +87,12 @@ class ONNXModule(Module):
                 self.initializer_names[attr] = init.name
             else:
                 self._constants[init.name] = np.array(array)
+        names = {i.name for i in model.graph.input}
+        for name, value in (constants or {}).items():
+            if name not in names:
+                raise ONNXError(f"constants names {name!r}, which is not an input of the "
+                                f"model (its inputs: {', '.join(sorted(names))})", op="load")
+            self._constants[name] = np.asarray(value)
         fed = set(self._constants) | set(self.initializer_names.values())
         self.input_names = [i.name for i in model.graph.input if i.name not in fed]
         self.output_names = [o.name for o in model.graph.output]
