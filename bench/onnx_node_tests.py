@@ -112,9 +112,10 @@ def check(got, want, rtol, atol) -> str | None:
 
 
 def run_case(model, data_sets, rtol, atol, fix_integers=False) -> str | None:
-    """None when the case passes, else why not. With `fix_integers`, integer and one-element inputs are
-    handed to load(constants=...) (a rill graph must know shapes, axes and counts when it is
-    traced; the node tests pass them as inputs where real models hold initializers)."""
+    """None when the case passes, else why not. With `fix_integers`, integer and one-element
+    inputs are handed to load(constants=...) (a rill graph must know shapes, axes and counts
+    when it is traced; the node tests pass them as inputs where real models hold
+    initializers)."""
     import rill
     import rill.onnx
     try:

@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from .errors import ONNXError
-from .import_ops import axis_of, const, rill, row
+from .import_ops import axis_of, rill, row
 
 
 def _text(value, default):
@@ -155,8 +155,6 @@ def _avg_pool(run, node, ins, a):
     ones = rill().ones(x.shape, dtype=x.dtype)
     count = pool(_pad_spatial(ones, before, after, 1.0 if include else 0.0), tuple(kernel),
                  **args)
-    if include and ceil:  # windows running past the padding count only the padded input
-        pass
     return total / count
 
 
@@ -311,5 +309,3 @@ def _cross_entropy(run, node, ins, a):
                 _text(a.get("reduction"), "mean"))
     return [loss, log_prob]
 
-
-_ = const  # shared helper, kept importable from here

@@ -1,0 +1,134 @@
+"""rill.onnx.load: models exported by rill (and written with onnx.helper) come back as rill
+captured functions that agree with onnxruntime, differentiate, and fine-tune."""
+import numpy as np
+import pytest
+
+import rill
+from rill import nn
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+import rill.onnx  # noqa: E402
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+RNG = np.random.default_rng(1)
+
+
+def tensor(*shape):
+    return rill.tensor(RNG.standard_normal(shape).astype(np.float32))
+
+
+def onnxruntime_outputs(path, *xs):
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return session.run(None, {i.name: x.numpy() for i, x in zip(session.get_inputs(), xs)})
+
+
+def cnn():
+    model = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),
+                          nn.MaxPool2d(2), nn.Flatten(), nn.Linear(4 * 4 * 4, 10))
+    return model.eval()
+
+
+@pytest.mark.parametrize("name", ["mlp", "cnn", "lstm", "transformer"])
+def test_round_trip(tmp_path, name):
+    if name == "mlp":
+        model, x = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 3)), tensor(5, 4)
+    elif name == "cnn":
+        model, x = cnn(), tensor(3, 1, 8, 8)
+    elif name == "lstm":
+        lstm = nn.LSTM(3, 5, batch_first=True)
+        model, x = (lambda x: lstm(x)[0]), tensor(2, 4, 3)
+    else:
+        model = nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, batch_first=True).eval()
+        x = tensor(2, 5, 8)
+    path = tmp_path / f"{name}.onnx"
+    rill.onnx.export(model, (x,), path)
+    loaded = rill.onnx.load(path)
+    assert isinstance(loaded, rill.capture(lambda t: t).__class__)  # a CapturedFunction
+    got = loaded(x)
+    np.testing.assert_allclose(got.numpy(), model(x).numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got.numpy(), onnxruntime_outputs(path, x)[0], rtol=1e-5,
+                               atol=1e-5)
+
+
+def test_round_trip_control_flow(tmp_path):
+    def f(x):
+        y = rill.cond(x.sum() > 0, lambda x: x * 2, lambda x: x - 1, x)
+        return rill.fori_loop(0, 3, lambda i, c: c * 0.5 + 1.0, y)
+
+    x = tensor(3, 4)
+    rill.onnx.export(f, (x,), tmp_path / "cf.onnx")
+    loaded = rill.onnx.load(tmp_path / "cf.onnx")
+    for arg in (x.abs(), -x.abs()):
+        np.testing.assert_allclose(loaded(arg).numpy(), f(arg).numpy(), rtol=1e-6)
+
+
+def test_gradients_and_fine_tuning(tmp_path):
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+    x, target = tensor(16, 4), tensor(16, 1)
+    rill.onnx.export(model, (x,), tmp_path / "m.onnx")
+    loaded = rill.onnx.load(tmp_path / "m.onnx")
+    params = list(loaded.module.parameters())
+    assert len(params) == 4 and all(p.requires_grad for p in params)
+    assert set(loaded.module.initializer_names.values()) == {"0.weight", "0.bias",
+                                                             "2.weight", "2.bias"}
+    # The gradient through the loaded graph equals the original model's.
+    loss = ((loaded(x) - target) ** 2).mean()
+    loss.backward()
+    want = ((model(x) - target) ** 2).mean()
+    want.backward()
+    by_name = dict(zip(loaded.module.initializer_names.values(), params))
+    for name, p in model.named_parameters():
+        np.testing.assert_allclose(by_name[name].grad.numpy(), p.grad.numpy(), rtol=1e-5,
+                                   atol=1e-6)
+    # A few optimizer steps lower the loss and change the outputs.
+    optimizer = rill.optim.SGD(params, lr=0.1)
+    before = loaded(x).numpy()
+    first = float(loss.item())
+    for _ in range(5):
+        optimizer.zero_grad()
+        loss = ((loaded(x) - target) ** 2).mean()
+        loss.backward()
+        optimizer.step()
+    assert not np.allclose(loaded(x).numpy(), before)
+    assert float(((loaded(x) - target) ** 2).mean().item()) < first
+
+
+def _single_node_model(op_type, inputs, outputs, initializers=(), **attrs):
+    node = helper.make_node(op_type, [i.name for i in inputs] + [t.name for t in initializers],
+                            [o.name for o in outputs], **attrs)
+    graph = helper.make_graph([node], "g", inputs, outputs, initializer=list(initializers))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_model_written_by_hand_matches_onnxruntime(tmp_path):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 6, 6])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    w = numpy_helper.from_array(RNG.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    model = _single_node_model("Conv", [x], [y], [w], strides=[2, 2], pads=[1, 0, 0, 1])
+    onnx.save(model, tmp_path / "conv.onnx")
+    arg = tensor(2, 3, 6, 6)
+    got = rill.onnx.load(tmp_path / "conv.onnx")(arg)
+    np.testing.assert_allclose(got.numpy(), onnxruntime_outputs(tmp_path / "conv.onnx", arg)[0],
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_unsupported_ops_are_named():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    model = _single_node_model("Unique", [x], [y])
+    with pytest.raises(rill.onnx.ONNXError, match="Unique"):
+        rill.onnx.load(model)
+
+
+def test_shape_inputs_must_be_known():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6])
+    shape = helper.make_tensor_value_info("shape", TensorProto.INT64, [2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    model = _single_node_model("Reshape", [x, shape], [y])
+    with pytest.raises(rill.onnx.ONNXError, match="shape must be known"):
+        rill.onnx.load(model)(tensor(2, 6), rill.tensor(np.array([3, 4])))
+    fixed = rill.onnx.load(model, constants={"shape": np.array([3, -1])})
+    assert fixed(tensor(2, 6)).shape == (3, 4)
+    with pytest.raises(rill.Error, match="not an input"):
+        rill.onnx.load(model, constants={"nope": np.array([1])})
