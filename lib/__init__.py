@@ -71,6 +71,7 @@ from .eager.grad import grad, value_and_grad
 from .eager.custom_vjp import custom_vjp
 
 from . import nn, optim, data, train, distributions, utils, linalg, summary
+from . import profiler  # noqa: F401 - rill.profiler.profile
 from . import fft  # noqa: F401 - rill.fft, the Array API fft extension
 from .ops import keywords as _keywords
 _keywords.install(nn.functional)  # F.softmax(x, dim=1), F.normalize(input=x), ...

@@ -297,49 +297,26 @@ class Graph:
     def _repr_html_(self) -> str:
         return f"<pre>{html.escape(str(self))}</pre>"
 
-    def to_dot(self) -> str:
+    def to_dot(self, collapse: bool | None = False) -> str:
         """The graph in Graphviz DOT: nodes labelled with op and spec, dashed control edges.
         A graph over several devices draws a box (cluster) per device, and each send/recv
-        pair as a bold red edge labelled with its rendezvous key."""
-        names = _Names()
-        ids = {n: f"n{i}" for i, n in enumerate(self.nodes)}
-        out = [f'digraph "{self.name}" {{', "  node [shape=box, fontname=monospace];"]
+        pair as a bold red edge labelled with its rendezvous key; control-flow bodies are
+        dashed boxes. `collapse=True` draws one box per line of user code (None: only when
+        the graph is large). See views.py."""
+        from .views import to_dot
+        return to_dot(self, collapse)
 
-        def declare(n, indent="  "):
-            label = n.op
-            if n.op in ("read", "assign"):
-                label += " " + self.variables[n.attrs["var"]].name
-            if n.op in ("send", "recv"):
-                label += " " + str(n.attrs.get("key"))
-            label += "\\n" + ", ".join(f"{names[v]}: {_spec(v)}" for v in n.outputs)
-            shape = ', shape=ellipse' if n.op in GRAPH_OPS else ''
-            if n.op in ("send", "recv"):
-                shape = ', shape=cds, style=filled, fillcolor="#f4cccc"'
-            out.append(f'{indent}{ids[n]} [label="{label}"{shape}];')
+    def to_svg(self, collapse: bool | None = None) -> str:
+        """The graph as SVG, drawn by Graphviz's `dot` (a CaptureError saying how to install
+        it when it is missing). Large graphs are collapsed by source line unless
+        `collapse=False`."""
+        from .views import to_svg
+        return to_svg(self, collapse)
 
-        devices = self.devices()
-        if len(devices) > 1:
-            for i, d in enumerate(devices):
-                out.append(f'  subgraph cluster_{i} {{\n    label="{d}"; style=rounded;')
-                for n in self.nodes:
-                    if n.device is d:
-                        declare(n, "    ")
-                out.append("  }")
-        else:
-            for n in self.nodes:
-                declare(n)
-        sends = {n.attrs.get("key"): n for n in self.nodes if n.op == "send"}
-        for n in self.nodes:
-            for v in n.inputs:
-                out.append(f"  {ids[v.node]} -> {ids[n]};")
-            for a in n.after:
-                out.append(f"  {ids[a]} -> {ids[n]} [style=dashed];")
-            if n.op == "recv" and n.attrs.get("key") in sends:
-                out.append(f"  {ids[sends[n.attrs['key']]]} -> {ids[n]} "
-                           "[color=red, penwidth=2];")
-        out.append("}")
-        return "\n".join(out)
-
+    def _repr_svg_(self) -> str | None:
+        # Jupyter draws the graph; without Graphviz (None) it falls back to _repr_html_.
+        from .views import dot_program, to_svg
+        return to_svg(self) if dot_program() is not None else None
 
 def _spec_of(v) -> tuple:
     return tuple(v.shape), v.dtype, v.device
