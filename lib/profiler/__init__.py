@@ -10,7 +10,7 @@ Eager ops and the nodes of captured functions are both recorded; with no profile
 cost is nil (see recorder.py).
 """
 from .events import Event
-from .profile import profile
+from .session import profile
 from .table import Average, KeyAverages, ProfileTable
 
 __all__ = ["profile", "Event", "Average", "KeyAverages", "ProfileTable"]
