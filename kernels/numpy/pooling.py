@@ -9,6 +9,7 @@ running maximum, and the winner as max(winner, won * t) (tap numbers only grow, 
 is the larger number). NaN is left out of that loop and handled only when a window holds
 one (see `_nan_winners`). The backward writes each tap's share straight into its pixels
 when windows do not overlap (the usual stride == kernel), instead of adding into zeros.
+Both split the batch over the cores (parallel.py).
 """
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ import itertools
 import numpy as np
 
 from rill.ops.primitive import register_kernels
+
+from rill.kernels.numpy import parallel
 
 
 def _geometry(spatial, kernel_size, stride, padding, dilation):
@@ -41,23 +44,30 @@ def max_pool2d(x, kernel_size, stride, padding, dilation):
         xp = np.pad(x, ((0, 0), (0, 0)) + tuple((p, p) for p in padding),
                     constant_values=-np.inf)
     small = _winner_type(kernel_size)
-    taps = [xp[_LEAD + where] for where in
-            _geometry(x.shape[2:], kernel_size, stride, padding, dilation)]
+    geometry = list(_geometry(x.shape[2:], kernel_size, stride, padding, dilation))
     # Keep the input's memory order (convolutions hand over channel-major images): a
-    # reordering copy would cost more than the pooling. *_like keep that order too.
-    best = taps[0].copy(order="K")
-    winner = np.zeros_like(best, dtype=small)
-    wins = np.empty_like(best, dtype=np.bool_)
-    won = np.empty_like(best, dtype=small)
-    for t, tap in enumerate(taps[1:], 1):
-        # Strictly greater keeps the first maximum. Branch-free on one-byte arrays: masked
-        # writes (copyto/where) run several times slower on masks this unpredictable.
-        np.greater(tap, best, out=wins)
-        np.multiply(wins, small(t), out=won)
-        np.maximum(winner, won, out=winner)
-        np.maximum(best, tap, out=best)
-    if np.isnan(best).any():  # np.maximum has carried a NaN into its window's maximum
-        _nan_winners(taps, best, winner)
+    # reordering copy would cost more than the pooling. empty_like keeps that order too.
+    best = np.empty_like(xp[_LEAD + geometry[0]])
+    winner = np.empty_like(best, dtype=small)
+
+    def pool(lo, hi):  # images lo:hi
+        taps = [xp[(slice(lo, hi), slice(None)) + where] for where in geometry]
+        b, w = best[lo:hi], winner[lo:hi]
+        np.copyto(b, taps[0])
+        w.fill(0)
+        wins = np.empty_like(b, dtype=np.bool_)
+        won = np.empty_like(b, dtype=small)
+        for t, tap in enumerate(taps[1:], 1):
+            # Strictly greater keeps the first maximum. Branch-free on one-byte arrays:
+            # masked writes (copyto/where) run several times slower on masks this
+            # unpredictable.
+            np.greater(tap, b, out=wins)
+            np.multiply(wins, small(t), out=won)
+            np.maximum(w, won, out=w)
+            np.maximum(b, tap, out=b)
+        if np.isnan(b).any():  # np.maximum has carried a NaN into its window's maximum
+            _nan_winners(taps, b, w)
+    parallel.split(pool, x.shape[0], x.size)
     return best, winner
 
 
@@ -90,13 +100,18 @@ def max_pool2d_grad(g, winners, input_shape, kernel_size, stride, padding, dilat
     else:
         out = fill((n, c) + padded, dtype=g.dtype)
     disjoint = _disjoint(kernel_size, stride, dilation)
-    mask = np.empty_like(winners, dtype=np.bool_)
-    for t, where in enumerate(_geometry(spatial, kernel_size, stride, padding, dilation)):
-        np.equal(winners, t, out=mask)
-        if disjoint:  # each pixel is this tap of one window only: write, do not add
-            np.multiply(g, mask, out=out[_LEAD + where])
-        else:
-            out[_LEAD + where] += g * mask
+    geometry = list(_geometry(spatial, kernel_size, stride, padding, dilation))
+
+    def route(lo, hi):  # images lo:hi
+        part, gs, ws = out[lo:hi], g[lo:hi], winners[lo:hi]
+        mask = np.empty_like(ws, dtype=np.bool_)
+        for t, where in enumerate(geometry):
+            np.equal(ws, t, out=mask)
+            if disjoint:  # each pixel is this tap of one window only: write, do not add
+                np.multiply(gs, mask, out=part[_LEAD + where])
+            else:
+                part[_LEAD + where] += gs * mask
+    parallel.split(route, n, out.size)
     return out[_LEAD + tuple(slice(p, p + s) for p, s in zip(padding, spatial))]
 
 
