@@ -17,11 +17,15 @@ Two figures:
                           the slope: (extra time of a 32-pair step - extra time of a 2-pair
                           step) / 30; the 2-pair step's extra time is reported too (it holds
                           the step's fixed cost of waking the second device's thread). Target:
-                          <= 20 us per pair for 4 bytes.
+                          <= 20 us per pair for 4 bytes. For scale, the floor of any hand-off
+                          between two Python threads is printed too: a token passed back and
+                          forth through two bare threading.Locks.
 
-The machine is shared and noisy: the two configurations are timed in alternation (A B, then
-B A, round after round) in one process and compared by the ratio of their medians; the load
-average before and after is printed. The BLAS NumPy uses is printed (threadpoolctl).
+The machine is shared and noisy: the configurations are timed in rotation (A B, then B A,
+round after round) in one process and compared by the ratio of their medians; the load
+average before and after is printed. A control runs in the same rotation: the two chains in
+NumPy alone, on one thread and on two, whose ratio is the most a second thread could give
+at the time. The BLAS NumPy uses is printed (threadpoolctl).
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/devices.py
     python bench/devices.py --quick         # smoke run, a few seconds
@@ -32,6 +36,7 @@ import argparse
 import os
 import platform
 import statistics
+import threading
 import time
 
 import numpy as np
@@ -63,17 +68,18 @@ def one_blas_thread():
     return threadpool_limits(limits=1, user_api="blas")
 
 
-def interleaved(a, b, rounds: int, inner: int = 1):
-    """Median seconds per call of a and b, timed alternately (a b, b a, ...): each sample is
-    the mean of `inner` consecutive calls."""
-    samples = {a: [], b: []}
+def interleaved(fns, rounds: int, inner: int = 1) -> list:
+    """Median seconds per call of each of `fns`, timed in rotation (a b c, b c a, ...): each
+    sample is the mean of `inner` consecutive calls."""
+    samples = [[] for _ in fns]
     for r in range(rounds):
-        for fn in ((a, b) if r % 2 == 0 else (b, a)):
+        for k in range(len(fns)):
+            i = (r + k) % len(fns)
             start = time.perf_counter()
             for _ in range(inner):
-                fn()
-            samples[fn].append((time.perf_counter() - start) / inner)
-    return statistics.median(samples[a]), statistics.median(samples[b])
+                fns[i]()
+            samples[i].append((time.perf_counter() - start) / inner)
+    return [statistics.median(s) for s in samples]
 
 
 # ---- two matmul chains ---------------------------------------------------------------------
@@ -111,14 +117,36 @@ def bench_chains(rounds: int):
     for got, want in zip(split(*split_args), one(*one_args)):  # bit-equal, or no figure
         np.testing.assert_array_equal(got.numpy(), want.numpy())
     counts = {d: g.count("matmul") for d, g in parts.items()}
-    t_split, t_one = interleaved(lambda: split(*split_args), lambda: one(*one_args), rounds)
+    # The control: the same chains in NumPy alone, one after the other on one thread and
+    # on two threads at once; their ratio is what the machine allows at that moment.
+    arrays = [t.numpy() for t in one_args]
+
+    def numpy_chain(x, weights):
+        for w in weights:
+            x = x @ w
+        return x
+
+    def numpy_one():
+        numpy_chain(arrays[0], arrays[2:2 + CHAIN])
+        numpy_chain(arrays[1], arrays[2 + CHAIN:])
+
+    def numpy_two():
+        thread = threading.Thread(target=numpy_chain, args=(arrays[1], arrays[2 + CHAIN:]))
+        thread.start()
+        numpy_chain(arrays[0], arrays[2:2 + CHAIN])
+        thread.join()
+
+    t_split, t_one, n_two, n_one = interleaved(
+        [lambda: split(*split_args), lambda: one(*one_args), numpy_two, numpy_one], rounds)
     print(f"two chains of {CHAIN} matmuls {SIZE}x{SIZE} float32, one BLAS thread per device "
           f"(matmuls per device: {counts})")
     print(f"  one device (cpu:0)       {t_one * 1e3:8.2f} ms per step (median of {rounds})")
     print(f"  two devices (cpu:0+1)    {t_split * 1e3:8.2f} ms per step")
     speedup = t_one / t_split
     print(f"  speedup                  {speedup:8.2f}x   (target >= 1.6x)")
-    return speedup
+    print(f"  NumPy alone, same chains: one thread {n_one * 1e3:.2f} ms, two threads "
+          f"{n_two * 1e3:.2f} ms: {n_one / n_two:.2f}x (what the machine allowed meanwhile)")
+    return speedup, n_one / n_two
 
 
 # ---- send/recv pairs -----------------------------------------------------------------------
@@ -144,7 +172,7 @@ def bench_pairs(shape, label: str, rounds: int, inner: int):
         sends = sum(g.count("send") for g in parts.values())
         assert sends == pairs, (sends, pairs)
         np.testing.assert_array_equal(split(x).numpy(), one(x).numpy())
-        t_split, t_one = interleaved(lambda: split(x), lambda: one(x), rounds, inner)
+        t_split, t_one = interleaved([lambda: split(x), lambda: one(x)], rounds, inner)
         extra[pairs] = (t_split - t_one, t_split, t_one)
     per_pair = (extra[32][0] - extra[2][0]) / 30
     print(f"send/recv between cpu:0 and cpu:1, {label}:")
@@ -153,6 +181,31 @@ def bench_pairs(shape, label: str, rounds: int, inner: int):
               f"extra {d * 1e6:8.1f} us per step")
     print(f"  per pair (slope)         {per_pair * 1e6:8.1f} us")
     return per_pair, extra[2][0]
+
+
+def lock_ping_pong(hops: int = 2000, runs: int = 5) -> float:
+    """The floor for a hand-off between two Python threads: seconds per hop of a token
+    passed back and forth through two bare threading.Locks (median of `runs`)."""
+    times = []
+    for _ in range(runs):
+        ping, pong = threading.Lock(), threading.Lock()
+        ping.acquire()
+        pong.acquire()
+
+        def other():
+            for _ in range(hops):
+                ping.acquire()
+                pong.release()
+
+        thread = threading.Thread(target=other)
+        thread.start()
+        start = time.perf_counter()
+        for _ in range(hops):
+            ping.release()
+            pong.acquire()
+        times.append((time.perf_counter() - start) / (2 * hops))
+        thread.join()
+    return statistics.median(times)
 
 
 def main():
@@ -168,17 +221,22 @@ def main():
     print(f"load average before: {', '.join(f'{x:.2f}' for x in load_before)}")
     with one_blas_thread():
         print(blas_info())
-        speedup = bench_chains(rounds)
+        speedup, control = bench_chains(rounds)
         small = bench_pairs((), "4 bytes", rounds * 5, 20)
         large = bench_pairs((1 << 20,), "4 MB", rounds * 5, 20)
+        floor = lock_ping_pong(200 if args.quick else 2000)
+    print(f"two Python threads passing a token through two bare Locks: {floor * 1e6:.1f} us "
+          "per hand-off (the floor under a send/recv pair between two threads)")
     load_after = os.getloadavg()
     print(f"load average after:  {', '.join(f'{x:.2f}' for x in load_after)}")
     print("summary:")
     print(f"  two-chain speedup {speedup:.2f}x (target >= 1.6x: "
-          f"{'met' if speedup >= 1.6 else 'missed'})")
+          f"{'met' if speedup >= 1.6 else 'missed'}); NumPy's two threads meanwhile "
+          f"{control:.2f}x")
     print(f"  send/recv pair: {small[0] * 1e6:.1f} us for 4 bytes (target <= 20 us: "
           f"{'met' if small[0] <= 20e-6 else 'missed'}), {large[0] * 1e6:.1f} us for 4 MB; "
-          f"a 2-pair step costs {small[1] * 1e6:.1f} us more than on one device")
+          f"a 2-pair step costs {small[1] * 1e6:.1f} us more than on one device; "
+          f"bare lock hand-off {floor * 1e6:.1f} us")
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ def test_devices_bench_quick_run():
     assert "BLAS: " in out and "load average before" in out and "load average after" in out
     assert "matmuls per device: {'cpu': 8, 'cpu:1': 8}" in out, out
     assert re.search(r"speedup\s+\d+\.\d\dx", out), out
+    assert "NumPy alone, same chains" in out and "bare Locks" in out, out
     for size in ("4 bytes", "4 MB"):
         assert f"send/recv between cpu:0 and cpu:1, {size}:" in out, out
     assert re.search(r"send/recv pair: -?\d+\.\d us for 4 bytes", out), out
