@@ -290,7 +290,7 @@ def test_the_primitive_checks_its_own_inputs():
     with pytest.raises(rill.ShapeError, match="attention.*same leading axes"):
         attention(ones(2, 3, 4), ones(3, 5, 4), ones(3, 5, 4), scale=1.0, is_causal=False)
     with pytest.raises(rill.ShapeError, match="attention.*mask"):
-        attention(ones(2, 3, 4), ones(2, 5, 4), ones(2, 5, 4), ones(3, 5), scale=1.0,
+        attention(ones(2, 3, 4), ones(2, 5, 4), ones(2, 5, 4), ones(4, 5), scale=1.0,
                   is_causal=False)
     with pytest.raises(rill.ArgumentError, match="attention.*scale"):
         attention(ones(2, 3, 4), ones(2, 5, 4), ones(2, 5, 4), scale="x", is_causal=False)

@@ -34,22 +34,34 @@ def _blocks(length, keys, is_causal):
 
 
 @functools.lru_cache(maxsize=32)
-def _above_diagonal(rows, cols):
-    """True where key b of the diagonal block comes after query a (b > a)."""
-    return np.triu(np.ones((rows, cols), dtype=bool), 1)
+def _after_query(keys, rows):
+    """True where key a of the diagonal block comes after query b (a > b), in the
+    (keys, queries) layout of the scores."""
+    return np.tril(np.ones((keys, rows), dtype=bool), -1)
 
 
-def _scores(qs, kt, mask, r0, r1, kend, is_causal):
-    """q @ k^T * scale (+ mask) for query rows [r0, r1) and keys [0, kend), causal positions
-    set to -inf: a new buffer."""
-    s = np.matmul(qs[..., r0:r1, :], kt[..., :kend])
+def _scores(k, qs_t, mask, r0, r1, kend, is_causal):
+    """Scores transposed, (..., keys, queries): k @ (q * scale)^T (+ mask^T) for keys
+    [0, kend) and queries [r0, r1), -inf where a key comes after its query; a new buffer.
+    Keys run down the rows so that the softmax reduces along axis -2, which NumPy does with
+    SIMD across the contiguous queries (along the last axis it is twice as slow here)."""
+    st = np.matmul(k[..., :kend, :], qs_t[..., r0:r1])
     if mask is not None:
         rows = slice(r0, r1) if mask.shape[-2] > 1 else slice(None)  # else broadcast
-        s += mask[..., rows, :kend] if mask.shape[-1] > 1 else mask[..., rows, :]
+        block = mask[..., rows, :kend] if mask.shape[-1] > 1 else mask[..., rows, :]
+        st += _transposed(block)
     if is_causal and r0 < kend - 1:
         # Only keys r0+1 .. kend-1 can come after a query of this block.
-        np.copyto(s[..., r0:kend], -np.inf, where=_above_diagonal(r1 - r0, kend - r0))
-    return s
+        np.copyto(st[..., r0:kend, :], -np.inf, where=_after_query(kend - r0, r1 - r0))
+    return st
+
+
+def _transposed(x):
+    """x with its last two axes swapped, as a contiguous copy: a GEMM operand or an addend
+    read transposed in place costs ~1.5x (the copy is one of q's or the mask's size)."""
+    out = np.empty(x.shape[:-2] + (x.shape[-1], x.shape[-2]), x.dtype)
+    np.copyto(out, np.swapaxes(x, -1, -2))
+    return out
 
 
 def _inputs(q, k, v, mask):
@@ -67,21 +79,20 @@ def _attention(q, k, v, *mask, scale, is_causal):
                 np.full(q.shape[:-1], -np.inf, c))
     out = np.empty(q.shape[:-1] + v.shape[-1:], c)  # every row is written below
     lse = np.empty(q.shape[:-1], c)
-    qs = q * c(scale)
-    kt = np.swapaxes(k, -1, -2)
+    qs_t = _transposed(q * c(scale))
     for r0, r1, kend in _blocks(length, keys, is_causal):
-        p = _scores(qs, kt, mask, r0, r1, kend, is_causal)
-        m = p.max(axis=-1, keepdims=True)
-        if mask is not None:  # only a mask can leave a row with no key
+        pt = _scores(k, qs_t, mask, r0, r1, kend, is_causal)
+        m = pt.max(axis=-2, keepdims=True)
+        if mask is not None:  # only a mask can leave a query with no key
             m[m == -np.inf] = 0
-        p -= m
-        np.exp(p, out=p)
-        total = p.sum(axis=-1, keepdims=True)
+        pt -= m
+        np.exp(pt, out=pt)
+        total = np.swapaxes(pt.sum(axis=-2, keepdims=True), -1, -2)
         o = out[..., r0:r1, :]
-        np.matmul(p, v[..., :kend, :], out=o)
+        np.matmul(np.swapaxes(pt, -1, -2), v[..., :kend, :], out=o)
         with np.errstate(divide="ignore"):
             np.divide(o, total, out=o, where=total > 0)
-            lse[..., r0:r1] = (m + np.log(total))[..., 0]
+            lse[..., r0:r1] = m[..., 0, :] + np.log(total[..., 0])
     return out.astype(dtype, copy=False), lse
 
 
@@ -98,30 +109,31 @@ def _attention_grad(g, q, k, v, out, lse, *mask, scale, is_causal):
     once = len(blocks) == 1 and blocks[0][2] == keys
     new = np.empty if once else np.zeros
     dk, dv = new(k.shape, c), new(v.shape, c)
-    if mask is not None:  # rows with no key: exp(-inf - inf) = 0 rather than nan
+    if mask is not None:  # queries with no key: exp(-inf - inf) = 0 rather than nan
         lse = np.where(lse == -np.inf, np.inf, lse)
-    # D = rowsum(dP * P) = rowsum(g * out)
-    rowdot = np.einsum("...i,...i->...", g, out)[..., None]
+    lse = lse[..., None, :]
+    # D = rowsum(dP * P) = rowsum(g * out), one per query
+    rowdot = np.einsum("...i,...i->...", g, out)[..., None, :]
     qs = q * c(scale)
-    kt = np.swapaxes(k, -1, -2)
+    qs_t = _transposed(qs)
+    g_t = _transposed(g)
     for r0, r1, kend in blocks:
-        p = _scores(qs, kt, mask, r0, r1, kend, is_causal)
-        p -= lse[..., r0:r1, None]
-        np.exp(p, out=p)
+        pt = _scores(k, qs_t, mask, r0, r1, kend, is_causal)
+        pt -= lse[..., r0:r1]
+        np.exp(pt, out=pt)  # P^T, (..., keys, queries)
         gb = g[..., r0:r1, :]
-        pt = np.swapaxes(p, -1, -2)
-        dp = np.matmul(gb, np.swapaxes(v[..., :kend, :], -1, -2))
-        dp -= rowdot[..., r0:r1, :]
-        dp *= p  # now dS, the gradient of the scores
+        dst = np.matmul(v[..., :kend, :], g_t[..., r0:r1])
+        dst -= rowdot[..., r0:r1]
+        dst *= pt  # now dS^T, the gradient of the scores
         dq_block = dq[..., r0:r1, :]
-        np.matmul(dp, k[..., :kend, :], out=dq_block)
+        np.matmul(np.swapaxes(dst, -1, -2), k[..., :kend, :], out=dq_block)
         dq_block *= c(scale)
         if once:
-            np.matmul(pt, gb, out=dv[..., :kend, :])
-            np.matmul(np.swapaxes(dp, -1, -2), qs[..., r0:r1, :], out=dk[..., :kend, :])
+            np.matmul(pt, gb, out=dv)
+            np.matmul(dst, qs[..., r0:r1, :], out=dk)
         else:
             dv[..., :kend, :] += np.matmul(pt, gb)
-            dk[..., :kend, :] += np.matmul(np.swapaxes(dp, -1, -2), qs[..., r0:r1, :])
+            dk[..., :kend, :] += np.matmul(dst, qs[..., r0:r1, :])
     return dq.astype(dtype, copy=False), dk.astype(dtype, copy=False), dv.astype(dtype, copy=False)
 
 

@@ -989,8 +989,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
                                   float("-inf"))
             elif attn_mask.dtype is not q.dtype:
                 attn_mask = _E.cast(attn_mask, q.dtype)
-            if attn_mask.ndim < q.ndim:
-                attn_mask = reshape(attn_mask, (1,) * (q.ndim - attn_mask.ndim) + attn_mask.shape)
+            if attn_mask.ndim < 2:
+                attn_mask = reshape(attn_mask, (1,) * (2 - attn_mask.ndim) + attn_mask.shape)
         return attention(q, k, v, attn_mask, scale=scale, is_causal=is_causal)
     scores = matmul(q, swapaxes(k, -1, -2)) * scale
     if is_causal:

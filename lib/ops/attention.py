@@ -1,7 +1,8 @@
 """scaled_dot_product_attention as a fused primitive, forward and back.
 
 Over batches of queries q (..., L, E), keys k (..., S, E) and values v (..., S, Ev) with the
-same leading axes, and an optional additive float mask broadcastable to (..., L, S):
+same leading axes, and an optional additive float mask (2-d or more) broadcastable to
+(..., L, S):
     s   = q @ k^T * scale + mask        (and s = -inf where is_causal and key j > query i)
     lse = logsumexp(s, axis=-1)         (per row; -inf for a row with no key left)
     out = exp(s - lse) @ v              (a row with no key left gives 0, as PyTorch)
@@ -47,9 +48,10 @@ def check_inputs(q, k, v, mask) -> tuple:
                              + ("" if mask is None else f", {mask.dtype}"))
     if mask is not None:
         full = tuple(q.shape[:-1]) + (k.shape[-2],)
-        if mask.ndim != q.ndim or any(m not in (1, f) for m, f in zip(mask.shape, full)):
+        if not 2 <= mask.ndim <= q.ndim or \
+                any(m not in (1, f) for m, f in zip(mask.shape[::-1], full[::-1])):
             raise ShapeError(f"mask {mask.shape} does not broadcast to the scores {full} "
-                             f"(give it {q.ndim} axes)")
+                             f"(give it 2 to {q.ndim} axes)")
     return tuple(q.shape[:-2])
 
 
@@ -116,7 +118,8 @@ attention_grad_p = primitive("attention_grad", _grad_infer, None, multiple_resul
 
 def attention(q, k, v, mask=None, *, scale: float, is_causal: bool):
     """The fused primitive's output (its row statistics dropped). Inputs as checked above:
-    same leading axes, one float dtype, mask additive. The public form, with PyTorch's
+    same leading axes, one float dtype, mask additive (2 or more axes, broadcast from
+    the right). The public form, with PyTorch's
     arguments, broadcasting, bool masks and dropout, is
     rill.nn.functional.scaled_dot_product_attention."""
     args = (q, k, v) if mask is None else (q, k, v, mask)
