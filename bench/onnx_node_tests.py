@@ -113,17 +113,19 @@ def check(got, want, rtol, atol) -> str | None:
 
 def run_case(model, data_sets, rtol, atol, fix_integers=False) -> str | None:
     """None when the case passes, else why not. With `fix_integers`, integer and one-element
-    inputs are handed to load(constants=...) (a rill graph must know shapes, axes and counts
-    when it is traced; the node tests pass them as inputs where real models hold
-    initializers)."""
+    inputs, and float inputs that give scales or regions (rill.onnx.load.trace_time_inputs),
+    are handed to load(constants=...) (a rill graph must know shapes, axes and counts when it
+    is traced; the node tests pass them as inputs where real models hold initializers)."""
     import rill
     import rill.onnx
+    from rill.onnx.load import trace_time_inputs
     try:
         names = [i.name for i in model.graph.input]
+        scales = trace_time_inputs(model.graph)
         for inputs, outputs in data_sets:
             fixed = {n: np.asarray(x) for n, x in zip(names, inputs)
                      if fix_integers and (np.asarray(x).dtype.kind in "iu" or
-                                          np.asarray(x).size == 1)}
+                                          np.asarray(x).size == 1 or n in scales)}
             fn = rill.onnx.load(model, constants=fixed)
             args = [rill.tensor(np.asarray(x)) for n, x in zip(names, inputs) if n not in fixed]
             with warnings.catch_warnings():

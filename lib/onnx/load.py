@@ -54,6 +54,24 @@ def _op_types(graph, found=None):
     return found
 
 
+def trace_time_inputs(graph) -> set:
+    """Names of the values a graph (or its subgraphs) feeds to inputs that must be known
+    when it is traced: those of import_ops.TRACE_TIME_INPUTS (scales, regions)."""
+    from onnx import helper
+    from .import_ops import TRACE_TIME_INPUTS
+    found = set()
+    for node in graph.node:
+        for i in TRACE_TIME_INPUTS.get(node.op_type, ()):
+            if i < len(node.input) and node.input[i]:
+                found.add(node.input[i])
+        for attr in node.attribute:
+            value = helper.get_attribute_value(attr)
+            for sub in (value if isinstance(value, list) else [value]):
+                if hasattr(sub, "node"):
+                    found |= trace_time_inputs(sub)
+    return found
+
+
 from ..nn.module import Module  # noqa: E402  (after the lazy-import note above)
 
 
@@ -79,9 +97,10 @@ class ONNXModule(Module):
         self.initializer_names: dict = {}
         self._constants: dict = {}  # ONNX name -> NumPy array (integer, bool initializers)
         used: set = set()
+        fixed = trace_time_inputs(model.graph)
         for init in model.graph.initializer:
             array = numpy_helper.to_array(init)
-            if array.dtype.kind == "f":
+            if array.dtype.kind == "f" and init.name not in fixed:
                 attr = _attr_name(init.name, used)
                 setattr(self, attr, Parameter(ops.creation.tensor(np.array(array))))
                 self.initializer_names[attr] = init.name
