@@ -40,7 +40,6 @@ import threading
 import time
 
 import numpy as np
-
 import rill
 
 CHAIN, SIZE = 8, 512
@@ -172,7 +171,7 @@ def bench_pairs(shape, label: str, rounds: int, inner: int):
         sends = sum(g.count("send") for g in parts.values())
         assert sends == pairs, (sends, pairs)
         np.testing.assert_array_equal(split(x).numpy(), one(x).numpy())
-        t_split, t_one = interleaved([lambda: split(x), lambda: one(x)], rounds, inner)
+        t_split, t_one = interleaved([lambda f=split: f(x), lambda f=one: f(x)], rounds, inner)
         extra[pairs] = (t_split - t_one, t_split, t_one)
     per_pair = (extra[32][0] - extra[2][0]) / 30
     print(f"send/recv between cpu:0 and cpu:1, {label}:")
@@ -192,12 +191,12 @@ def lock_ping_pong(hops: int = 2000, runs: int = 5) -> float:
         ping.acquire()
         pong.acquire()
 
-        def other():
+        def other(ping, pong):
             for _ in range(hops):
                 ping.acquire()
                 pong.release()
 
-        thread = threading.Thread(target=other)
+        thread = threading.Thread(target=other, args=(ping, pong))
         thread.start()
         start = time.perf_counter()
         for _ in range(hops):

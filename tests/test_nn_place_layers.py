@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 import rill
 from rill import nn, optim
 from rill.nn.utils import place_layers

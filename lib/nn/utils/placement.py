@@ -24,7 +24,8 @@ device('cpu')
 """
 from __future__ import annotations
 
-from ...devices import Device, device as as_device
+from ...devices import Device
+from ...devices import device as as_device
 from ...errors import ArgumentError
 from ...ops.arguments import as_int, describe
 from ...tensor import Tensor
