@@ -40,17 +40,37 @@ def _model_opset(model) -> int:
     return 1
 
 
-def _op_types(graph, found=None):
-    """Every (domain, op type) in a graph and its subgraphs."""
+def _model_opsets(model) -> dict:
+    """{domain: opset version}, the default domain as ""."""
+    return {_domain(e.domain): e.version for e in model.opset_import}
+
+
+def _domain(domain: str) -> str:
+    return "" if domain == "ai.onnx" else domain
+
+
+def _translated(domain, op, table) -> bool:
+    return _domain(domain) == "" and op in table
+
+
+def _op_types(graph, found=None, functions=None):
+    """Every (domain, op type) in a graph and its subgraphs, and in the bodies of the
+    model's local functions it calls."""
     from onnx import helper
     found = set() if found is None else found
+    functions = functions or {}
     for node in graph.node:
-        found.add((node.domain, node.op_type))
+        key = (node.domain, node.op_type)
+        if key in found:
+            continue
+        found.add(key)
+        if key in functions:
+            _op_types(functions[key], found, functions)
         for attr in node.attribute:
             value = helper.get_attribute_value(attr)
             for sub in (value if isinstance(value, list) else [value]):
                 if hasattr(sub, "node"):
-                    _op_types(sub, found)
+                    _op_types(sub, found, functions)
     return found
 
 
@@ -86,10 +106,14 @@ class ONNXModule(Module):
         from .. import ops
         from ..nn.parameter import Parameter
         from .import_ops import TABLE
+        from .import_function import has_body
         self.opset = _model_opset(model)
+        self.opsets = _model_opsets(model)
+        self.functions = {(f.domain, f.name): f for f in model.functions}
         missing = sorted(f"{d + '.' if d not in ('', 'ai.onnx') else ''}{op}"
-                         for d, op in _op_types(model.graph)
-                         if d not in ("", "ai.onnx") or op not in TABLE)
+                         for d, op in _op_types(model.graph, functions=self.functions)
+                         if not (_translated(d, op, TABLE) or
+                                 has_body(_domain(d), op, self.opsets, self.functions)))
         if missing:
             raise ONNXError(f"the model uses ONNX ops rill does not translate: "
                             f"{', '.join(missing)}", op="load")
@@ -122,7 +146,7 @@ class ONNXModule(Module):
                             f"({', '.join(self.input_names)}), got {len(inputs)}", op="load")
         from ..eager.context import outside_capture
         from ..ops.creation import as_tensor
-        run = Runner(self.opset)
+        run = Runner(self.opset, opsets=self.opsets, functions=self.functions)
         with outside_capture():
             for name, array in self._constants.items():
                 run.set(name, as_tensor(array), static=True)
@@ -150,9 +174,12 @@ class Runner:
     """Runs ONNX nodes on rill tensors. A value is static when it follows from constants
     alone; static nodes run eagerly even during a trace, so shapes are known."""
 
-    def __init__(self, opset: int, parent: "Runner | None" = None):
+    def __init__(self, opset: int, parent: "Runner | None" = None, opsets=None,
+                 functions=None):
         self.opset = opset
         self.parent = parent
+        self.opsets = dict(opsets or {"": opset})  # {domain: version}, for function bodies
+        self.functions = functions or {}  # the model's local functions by (domain, name)
         self.values: dict = {}
         self.static: set = set()
 
@@ -180,13 +207,16 @@ class Runner:
         return False
 
     def child(self) -> "Runner":
-        return Runner(self.opset, self)
+        return Runner(self.opset, self, self.opsets, self.functions)
 
     def graph(self, graph):
         from ..eager.context import outside_capture
+        from .import_function import run_function
         from .import_ops import ALWAYS_STATIC, NEVER_STATIC, TABLE
         from onnx import helper
         for node in graph.node:
+            translate = TABLE[node.op_type] if _translated(node.domain, node.op_type, TABLE) \
+                else run_function
             ins = [self.get(n) if n else None for n in node.input]
             attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
             static = node.op_type not in NEVER_STATIC and \
@@ -194,7 +224,7 @@ class Runner:
             context = outside_capture() if static else nullcontext()
             try:
                 with context:
-                    outs = TABLE[node.op_type](self, node, ins, attrs)
+                    outs = translate(self, node, ins, attrs)
             except ONNXError:
                 raise
             except Exception as e:  # noqa: BLE001 - say which node failed
