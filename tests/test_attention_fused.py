@@ -182,6 +182,23 @@ def test_cpu_query_blocks_agree_with_one_block(monkeypatch, is_causal):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
 
 
+@pytest.mark.parametrize("mask_shape", [None, (3, 1, 9, 11), (1, 2, 9, 11), (9, 11)])
+def test_cpu_batch_split_over_threads_agrees(monkeypatch, mask_shape):
+    from rill.kernels.numpy import parallel
+    *qkv, cot = arrays([(3, 2, 9, 4), (3, 2, 11, 4), (3, 2, 11, 5), (3, 2, 9, 5)], seed=9)
+    kw = {} if mask_shape is None else dict(
+        attn_mask=np.random.default_rng(10).standard_normal(mask_shape))
+    run_kw = {k: rill.tensor(v) for k, v in kw.items()}
+    whole = rill_run(qkv, cot, is_causal=mask_shape is None, **run_kw)[0]
+    monkeypatch.setattr(cpu_attention, "SPLIT_SCORES", 0)
+    monkeypatch.setattr(parallel, "THREADS", 2)
+    monkeypatch.setattr(parallel, "MIN_ELEMENTS", 0)
+    split = rill_run(qkv, cot, is_causal=mask_shape is None, **run_kw)[0]
+    for a, b in zip(split, whole):
+        np.testing.assert_array_equal(a, b)
+    assert_all_close(split, torch_run(qkv, cot, is_causal=mask_shape is None, **kw), np.float64)
+
+
 def test_float16_computes_in_float32():
     q, k, v, cot = arrays([(2, 6, 8), (2, 6, 8), (2, 6, 8), (2, 6, 8)], np.float16)
     got, out = rill_run([q, k, v], cot, is_causal=True)

@@ -8,6 +8,10 @@ at its last query's key (the keys after it are masked for every row in the block
 score above the diagonal blocks is computed and no mask is ever larger than a ROWS x ROWS
 triangle (cached). A row with no key left (a mask of -inf everywhere) gives 0 and lse -inf,
 as PyTorch does.
+
+The batch is split over the cores (kernels/numpy/parallel.py): NumPy releases the GIL in its
+ufunc loops and GEMMs, and per-head GEMMs this small run on one BLAS thread, so without the
+split the whole op ran on one core (PyTorch's CPU attention splits over batch and heads too).
 """
 from __future__ import annotations
 
@@ -18,7 +22,13 @@ import numpy as np
 from rill.ops import attention as _declared  # noqa: F401  (declares the primitives)
 from rill.ops.primitive import register_kernels
 
+from . import parallel
+
 ROWS = 256  # query rows per block under causal masking
+# Fewer scores than this run on the calling thread: a hand-off to the pool costs tens of
+# microseconds, and on a loaded host far more (measured at the GPT benchmark's 131k scores,
+# load 5 on 2 cores: 0.39 ms one thread, 0.45-3 ms split in two).
+SPLIT_SCORES = 1 << 20
 
 
 def _compute(dtype):
@@ -70,6 +80,35 @@ def _inputs(q, k, v, mask):
             None if not mask else mask[0].astype(c, copy=False), c)
 
 
+def _split_axis(shape):
+    """The leading axis the batch is split along over the cores (the first one longer than
+    1), or None."""
+    for axis, size in enumerate(shape[:-2]):
+        if size > 1:
+            return axis
+    return None
+
+
+def _over_batch(fn, q, keys, arrays, mask):
+    """Runs fn(*slices of `arrays`, mask slice) over parts of the batch, one per core (the
+    parts write disjoint slices of the outputs among `arrays`)."""
+    axis = _split_axis(q.shape)
+    scores = q.size // q.shape[-1] * keys
+    if axis is None or scores < SPLIT_SCORES:
+        fn(*arrays, mask)
+        return
+    lead = (slice(None),) * axis
+    mask_axis = None if mask is None else axis - (q.ndim - mask.ndim)
+    if mask_axis is not None and (mask_axis < 0 or mask.shape[mask_axis] == 1):
+        mask_axis = None  # the mask is broadcast along the split axis: every part reads it all
+
+    def part(lo, hi):
+        index = lead + (slice(lo, hi),)
+        fn(*[a[index] for a in arrays],
+           mask if mask_axis is None else mask[(slice(None),) * mask_axis + (slice(lo, hi),)])
+    parallel.split(part, q.shape[axis], scores)
+
+
 def _attention(q, k, v, *mask, scale, is_causal):
     dtype = q.dtype
     q, k, v, mask, c = _inputs(q, k, v, mask)
@@ -79,20 +118,23 @@ def _attention(q, k, v, *mask, scale, is_causal):
                 np.full(q.shape[:-1], -np.inf, c))
     out = np.empty(q.shape[:-1] + v.shape[-1:], c)  # every row is written below
     lse = np.empty(q.shape[:-1], c)
-    qs_t = _transposed(q * c(scale))
-    for r0, r1, kend in _blocks(length, keys, is_causal):
-        pt = _scores(k, qs_t, mask, r0, r1, kend, is_causal)
-        m = pt.max(axis=-2, keepdims=True)
-        if mask is not None:  # only a mask can leave a query with no key
-            m[m == -np.inf] = 0
-        pt -= m
-        np.exp(pt, out=pt)
-        total = np.swapaxes(pt.sum(axis=-2, keepdims=True), -1, -2)
-        o = out[..., r0:r1, :]
-        np.matmul(np.swapaxes(pt, -1, -2), v[..., :kend, :], out=o)
-        with np.errstate(divide="ignore"):
-            np.divide(o, total, out=o, where=total > 0)
-            lse[..., r0:r1] = m[..., 0, :] + np.log(total[..., 0])
+
+    def forward(q, k, v, out, lse, mask):
+        qs_t = _transposed(q * c(scale))
+        for r0, r1, kend in _blocks(length, keys, is_causal):
+            pt = _scores(k, qs_t, mask, r0, r1, kend, is_causal)
+            m = pt.max(axis=-2, keepdims=True)
+            if mask is not None:  # only a mask can leave a query with no key
+                m[m == -np.inf] = 0
+            pt -= m
+            np.exp(pt, out=pt)
+            total = np.swapaxes(pt.sum(axis=-2, keepdims=True), -1, -2)
+            o = out[..., r0:r1, :]
+            np.matmul(np.swapaxes(pt, -1, -2), v[..., :kend, :], out=o)
+            with np.errstate(divide="ignore"):
+                np.divide(o, total, out=o, where=total > 0)
+                lse[..., r0:r1] = m[..., 0, :] + np.log(total[..., 0])
+    _over_batch(forward, q, keys, (q, k, v, out, lse), mask)
     return out.astype(dtype, copy=False), lse
 
 
@@ -109,31 +151,34 @@ def _attention_grad(g, q, k, v, out, lse, *mask, scale, is_causal):
     once = len(blocks) == 1 and blocks[0][2] == keys
     new = np.empty if once else np.zeros
     dk, dv = new(k.shape, c), new(v.shape, c)
-    if mask is not None:  # queries with no key: exp(-inf - inf) = 0 rather than nan
-        lse = np.where(lse == -np.inf, np.inf, lse)
-    lse = lse[..., None, :]
-    # D = rowsum(dP * P) = rowsum(g * out), one per query
-    rowdot = np.einsum("...i,...i->...", g, out)[..., None, :]
-    qs = q * c(scale)
-    qs_t = _transposed(qs)
-    g_t = _transposed(g)
-    for r0, r1, kend in blocks:
-        pt = _scores(k, qs_t, mask, r0, r1, kend, is_causal)
-        pt -= lse[..., r0:r1]
-        np.exp(pt, out=pt)  # P^T, (..., keys, queries)
-        gb = g[..., r0:r1, :]
-        dst = np.matmul(v[..., :kend, :], g_t[..., r0:r1])
-        dst -= rowdot[..., r0:r1]
-        dst *= pt  # now dS^T, the gradient of the scores
-        dq_block = dq[..., r0:r1, :]
-        np.matmul(np.swapaxes(dst, -1, -2), k[..., :kend, :], out=dq_block)
-        dq_block *= c(scale)
-        if once:
-            np.matmul(pt, gb, out=dv)
-            np.matmul(dst, qs[..., r0:r1, :], out=dk)
-        else:
-            dv[..., :kend, :] += np.matmul(pt, gb)
-            dk[..., :kend, :] += np.matmul(dst, qs[..., r0:r1, :])
+
+    def backward(g, q, k, v, out, lse, dq, dk, dv, mask):
+        if mask is not None:  # queries with no key: exp(-inf - inf) = 0 rather than nan
+            lse = np.where(lse == -np.inf, np.inf, lse)
+        lse = lse[..., None, :]
+        # D = rowsum(dP * P) = rowsum(g * out), one per query
+        rowdot = np.einsum("...i,...i->...", g, out)[..., None, :]
+        qs = q * c(scale)
+        qs_t = _transposed(qs)
+        g_t = _transposed(g)
+        for r0, r1, kend in blocks:
+            pt = _scores(k, qs_t, mask, r0, r1, kend, is_causal)
+            pt -= lse[..., r0:r1]
+            np.exp(pt, out=pt)  # P^T, (..., keys, queries)
+            gb = g[..., r0:r1, :]
+            dst = np.matmul(v[..., :kend, :], g_t[..., r0:r1])
+            dst -= rowdot[..., r0:r1]
+            dst *= pt  # now dS^T, the gradient of the scores
+            dq_block = dq[..., r0:r1, :]
+            np.matmul(np.swapaxes(dst, -1, -2), k[..., :kend, :], out=dq_block)
+            dq_block *= c(scale)
+            if once:
+                np.matmul(pt, gb, out=dv)
+                np.matmul(dst, qs[..., r0:r1, :], out=dk)
+            else:
+                dv[..., :kend, :] += np.matmul(pt, gb)
+                dk[..., :kend, :] += np.matmul(dst, qs[..., r0:r1, :])
+    _over_batch(backward, q, keys, (g, q, k, v, out, lse, dq, dk, dv), mask)
     return dq.astype(dtype, copy=False), dk.astype(dtype, copy=False), dv.astype(dtype, copy=False)
 
 
