@@ -12,6 +12,15 @@ from .import_ops import const, known, rill, row
 MAX_UNROLL = 10_000
 
 
+class Outputs(list):
+    """A control-flow node's outputs with, per output, whether it is static (its body
+    decides: a branch may read traced values of the enclosing graph)."""
+
+    def __init__(self, values, static):
+        super().__init__(values)
+        self.static = list(static)
+
+
 def _run_body(run, graph, feeds):
     """Run a subgraph in a child scope; feeds: [(name, tensor, static)]; its outputs and
     whether each is static."""
@@ -29,7 +38,7 @@ def _if(run, node, ins, a):
     if run.is_static(node.input[0]):
         branch = a["then_branch"] if bool(known(node, pred, "cond").reshape(-1)[0]) \
             else a["else_branch"]
-        return _run_body(run, branch, [])[0]
+        return Outputs(*_run_body(run, branch, []))
     pred = pred.reshape(()).astype(rill().bool)
     return list(rill().cond(pred, lambda: tuple(_run_body(run, a["then_branch"], [])[0]),
                             lambda: tuple(_run_body(run, a["else_branch"], [])[0])))
@@ -61,6 +70,7 @@ def _unrolled_loop(run, node, ins, a):
     going = True if cond is None else bool(known(node, cond, "condition").reshape(-1)[0])
     names = [i.name for i in body.input]
     stacks: list = []
+    scans_static: list = []
     i = 0
     while going and i < limit:
         feeds = [(names[0], const(i, "int64"), True), (names[1], const(True), True)]
@@ -72,13 +82,16 @@ def _unrolled_loop(run, node, ins, a):
         n = len(carried)
         carried, carried_static = outs[1:1 + n], static[1:1 + n]
         stacks.append(outs[1 + n:])
+        scans_static.append(static[1 + n:])
         i += 1
     if i == MAX_UNROLL and going:
         raise ONNXError(f"Loop ran {MAX_UNROLL} trips without stopping", op="Loop")
     n_scans = len(node.output) - len(carried)
     if n_scans and not stacks:
         raise ONNXError("Loop with zero trips and scan outputs is not supported", op="Loop")
-    return carried + [rill().stack([s[k] for s in stacks]) for k in range(n_scans)]
+    return Outputs(carried + [rill().stack([s[k] for s in stacks]) for k in range(n_scans)],
+                   carried_static + [all(stacks_static[k] for stacks_static in scans_static)
+                                     for k in range(n_scans)])
 
 
 def _while_loop(run, node, ins, a):
@@ -142,4 +155,4 @@ def _scan(run, node, ins, a):
         if out_dirs[k]:
             rows = rows[::-1]
         stacked.append(r.stack(rows, axis=out_axes[k] % (rows[0].ndim + 1)))
-    return states + stacked
+    return Outputs(states + stacked, state_static + [False] * len(stacked))

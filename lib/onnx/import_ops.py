@@ -19,6 +19,7 @@ ALWAYS_STATIC = {"Shape", "Size", "Constant"}  # known at trace time whatever th
 # Float inputs that must be known when the graph is traced (scales, regions, sizes): a float
 # initializer feeding one stays a constant instead of becoming a trainable Parameter.
 TRACE_TIME_INPUTS = {"Resize": (1, 2, 3), "Upsample": (1,)}
+CONTROL_FLOW = {"If", "Loop", "Scan"}  # their bodies may read the enclosing graph's values
 NEVER_STATIC = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
                 "Bernoulli", "Multinomial"}
 
@@ -425,4 +426,4 @@ def _cumprod(run, node, ins, a):
     return out.astype(ins[0].dtype)
 
 
-from . import import_attention, import_control, import_nn, import_resize, import_shape  # noqa: E402,F401,I001
+from . import import_attention, import_control, import_nn, import_resize, import_sample, import_shape  # noqa: E402,F401,I001

@@ -212,7 +212,7 @@ class Runner:
     def graph(self, graph):
         from ..eager.context import outside_capture
         from .import_function import run_function
-        from .import_ops import ALWAYS_STATIC, NEVER_STATIC, TABLE
+        from .import_ops import ALWAYS_STATIC, CONTROL_FLOW, NEVER_STATIC, TABLE
         from onnx import helper
         for node in graph.node:
             translate = TABLE[node.op_type] if _translated(node.domain, node.op_type, TABLE) \
@@ -221,7 +221,10 @@ class Runner:
             attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
             static = node.op_type not in NEVER_STATIC and \
                 all(self.is_static(n) for n in node.input if n)
-            context = outside_capture() if static else nullcontext()
+            # A control-flow body may read traced values of this graph: its nodes decide
+            # for themselves whether they run at trace time.
+            context = outside_capture() if static and node.op_type not in CONTROL_FLOW \
+                else nullcontext()
             try:
                 with context:
                     outs = translate(self, node, ins, attrs)
@@ -232,6 +235,7 @@ class Runner:
                                 f"{type(e).__name__}: {e}", op=node.op_type) from e
             if not isinstance(outs, (list, tuple)):
                 outs = [outs]
-            for name, value in zip(node.output, outs):
+            flags = getattr(outs, "static", None) or [static] * len(outs)
+            for name, value, flag in zip(node.output, outs, flags):
                 if name and value is not None:
-                    self.set(name, value, static or node.op_type in ALWAYS_STATIC)
+                    self.set(name, value, flag or node.op_type in ALWAYS_STATIC)
