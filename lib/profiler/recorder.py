@@ -24,7 +24,6 @@ from time import perf_counter
 
 from ..errors import is_framework_file
 from . import state
-from .events import Event
 
 _framework: dict = {}  # code object -> whether it is rill's own (is_framework_file is slow)
 
