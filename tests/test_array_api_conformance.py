@@ -1058,12 +1058,15 @@ def test_namespace_info():
     assert set(defaults) == {"real floating", "complex floating", "integral", "indexing"}
     assert defaults == info.default_dtypes(device=device)
     assert all(isinstance(v, rill.DType) for v in defaults.values())
+    # every standard dtype is listed (a library may list more, e.g. float16), by its name
     every = info.dtypes()
-    assert set(every) == set(spec.DTYPES), set(every) ^ set(spec.DTYPES)
-    assert all(every[n] == rdtype(n) for n in every)
+    assert set(every) >= set(spec.DTYPES), set(spec.DTYPES) - set(every)
+    assert all(str(every[n]) == n for n in every)
     for kind, members in spec.ISDTYPE_KINDS.items():
-        assert set(info.dtypes(kind=kind)) == set(members), kind
-    assert set(info.dtypes(kind=("bool", "complex floating"))) == {"bool", "complex64",
+        listed = info.dtypes(kind=kind)
+        assert set(listed) >= set(members), kind
+        assert all(rill.isdtype(d, kind) for d in listed.values()), kind
+    assert set(info.dtypes(kind=("bool", "complex floating"))) >= {"bool", "complex64",
                                                                   "complex128"}
     assert info.dtypes(device=device) == every
 
