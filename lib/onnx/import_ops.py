@@ -426,4 +426,5 @@ def _cumprod(run, node, ins, a):
     return out.astype(ins[0].dtype)
 
 
-from . import import_attention, import_control, import_nn, import_resize, import_sample, import_shape  # noqa: E402,F401,I001
+from . import (import_attention, import_control, import_nn, import_recurrent,  # noqa: E402,F401,I001
+               import_resize, import_sample, import_shape)
