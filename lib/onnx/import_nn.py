@@ -122,6 +122,9 @@ def _max_pool(run, node, ins, a):
     before, after, strides, dilations = _window(node, a, x, kernel)
     low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype.storage).min
     ceil = bool(a.get("ceil_mode", 0))
+    if x.dtype.kind != "f" or any(2 * p > k for p, k in zip(before + after, kernel * 2)):
+        from .import_pool import max_pool  # integers, or pads wider than half the window
+        return max_pool(x, kernel, before, after, strides, dilations, ceil, low)
     if ceil and (any(before) or any(after)):  # pads and partial windows: pad by hand
         x = _pad_spatial(x, before, after, low)
         before = after = [0] * len(kernel)
@@ -141,11 +144,12 @@ def _avg_pool(run, node, ins, a):
     x = ins[0]
     kernel = list(a["kernel_shape"])
     before, after, strides, dilations = _window(node, a, x, kernel)
-    if any(d != 1 for d in dilations):
-        raise ONNXError("AveragePool with dilations is not supported", op="AveragePool")
     pool = getattr(F, f"avg_pool{len(kernel)}d")
     ceil = bool(a.get("ceil_mode", 0))
     include = bool(a.get("count_include_pad", 0))
+    if any(d != 1 for d in dilations) or ceil:  # windows rill's pooling does not cover
+        from .import_pool import average_pool
+        return average_pool(x, kernel, before, after, strides, dilations, ceil, include)
     args = dict(stride=tuple(strides), padding=0, ceil_mode=ceil)
     if not any(before) and not any(after) and not ceil:
         return pool(x, tuple(kernel), **args)

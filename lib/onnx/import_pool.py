@@ -1,0 +1,81 @@
+"""Pooling by explicit windows: the sum over a window's k1 * k2 * ... offsets of strided
+slices of the padded input. Used where rill's pooling ops do not cover the ONNX attributes
+(AveragePool with dilations or windows past the pads, LpPool); composites of slices and
+adds, so gradients and capture come for free."""
+from __future__ import annotations
+
+import itertools
+
+from .import_ops import rill, row
+
+
+def output_sizes(sizes, kernel, before, after, strides, dilations, ceil):
+    """Windows per spatial axis; with ceil_mode a last partial window counts only if it
+    starts inside the input or its leading pad."""
+    out = []
+    for n, k, lo, hi, s, d in zip(sizes, kernel, before, after, strides, dilations):
+        span = n + lo + hi - ((k - 1) * d + 1)
+        count = (-(-span // s) if ceil else span // s) + 1
+        if ceil and (count - 1) * s >= n + lo:
+            count -= 1
+        out.append(count)
+    return out
+
+
+def window_sum(x, kernel, before, after, strides, dilations, out, fill=0.0, combine=None):
+    """Sum (or `combine`) over each window of x (N, C, *spatial), padded with `fill`
+    before/after and on the right as far as the last window reaches."""
+    r = rill()
+    spatial = x.shape[2:]
+    extra = [max((o - 1) * s + (k - 1) * d + 1 - (n + lo + hi), 0)
+             for o, s, k, d, n, lo, hi in zip(out, strides, kernel, dilations, spatial,
+                                               before, after)]
+    widths = ((0, 0), (0, 0)) + tuple((lo, hi + e) for lo, hi, e in zip(before, after, extra))
+    if any(w for pair in widths for w in pair):
+        x = r.pad(x, widths, mode="constant", value=fill)
+    total = None
+    for offset in itertools.product(*[range(k) for k in kernel]):
+        key = (slice(None), slice(None)) + tuple(
+            slice(o * d, o * d + (m - 1) * s + 1, s)
+            for o, d, m, s in zip(offset, dilations, out, strides))
+        part = x[key]
+        total = part if total is None else (combine(total, part) if combine else total + part)
+    return total
+
+
+def average_pool(x, kernel, before, after, strides, dilations, ceil, include_pad):
+    """AveragePool: the window's sum over the number of its entries that count (inputs,
+    and pads with count_include_pad; never the ceil-mode overhang)."""
+    r = rill()
+    out = output_sizes(x.shape[2:], kernel, before, after, strides, dilations, ceil)
+    total = window_sum(x, kernel, before, after, strides, dilations, out)
+    ones = r.ones((1, 1) + tuple(x.shape[2:]), dtype=x.dtype)
+    if include_pad:
+        ones = r.pad(ones, ((0, 0), (0, 0)) + tuple(zip(before, after)), mode="constant",
+                     value=1.0)
+        before_, after_ = [0] * len(kernel), [0] * len(kernel)
+    else:
+        before_, after_ = before, after
+    count = window_sum(ones, kernel, before_, after_, strides, dilations, out)
+    return total / count
+
+
+def max_pool(x, kernel, before, after, strides, dilations, ceil, low):
+    out = output_sizes(x.shape[2:], kernel, before, after, strides, dilations, ceil)
+    return window_sum(x, kernel, before, after, strides, dilations, out, fill=low,
+                      combine=rill().maximum)
+
+
+@row("LpPool")
+def _lp_pool(run, node, ins, a):
+    from .import_nn import _window
+    r = rill()
+    x = ins[0]
+    kernel = list(a["kernel_shape"])
+    before, after, strides, dilations = _window(node, a, x, kernel)
+    p = a.get("p", 2)
+    ceil = bool(a.get("ceil_mode", 0))
+    out = output_sizes(x.shape[2:], kernel, before, after, strides, dilations, ceil)
+    total = window_sum(r.power(r.abs(x), p), kernel, before, after, strides, dilations, out)
+    return r.power(total, 1.0 / p)
+
