@@ -426,6 +426,6 @@ def _cumprod(run, node, ins, a):
     return out.astype(ins[0].dtype)
 
 
-from . import (import_attention, import_control, import_nn, import_recurrent,  # noqa: E402,F401,I001
+from . import (import_attention, import_control, import_dynamic, import_nn, import_recurrent,  # noqa: E402,F401,I001
                import_pool, import_quantize, import_resize, import_sample, import_shape,
                import_spectral)

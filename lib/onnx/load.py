@@ -18,19 +18,25 @@ from contextlib import nullcontext
 from .errors import ONNXError, require_onnx
 
 
-def load(path, constants=None):
+def load(path, constants=None, capture=True):
     """Read the ONNX model at `path` (or a ModelProto) as a rill captured function; its
     `module` attribute is the ONNXModule holding the initializers as Parameters. Raises
     ONNXError naming every op type it cannot translate.
 
     `constants` ({input name: array}) fixes graph inputs to values, as initializers would:
     for models that take a shape, axes or a count as an input, which a rill graph (static
-    shapes) must know when it is traced. The function then takes the other inputs."""
+    shapes) must know when it is traced. The function then takes the other inputs.
+
+    `capture=False` returns the ONNXModule itself, run eagerly node by node: slower, but
+    ops whose output shapes depend on data (NonZero, Unique, Compress, NonMaxSuppression)
+    and shape inputs computed from data then work."""
     onnx = require_onnx()
-    from ..capture.function import capture
+    from ..capture.function import capture as capture_fn
     model = path if isinstance(path, onnx.ModelProto) else onnx.load(str(path))
     module = ONNXModule(model, constants)
-    return capture(module, name=model.graph.name or "onnx_model")
+    if not capture:
+        return module
+    return capture_fn(module, name=model.graph.name or "onnx_model")
 
 
 def _model_opset(model) -> int:
