@@ -428,4 +428,4 @@ def _cumprod(run, node, ins, a):
 
 from . import (import_attention, import_control, import_dynamic, import_nn, import_recurrent,  # noqa: E402,F401,I001
                import_pool, import_quantize, import_resize, import_sample, import_shape,
-               import_spectral)
+               import_spectral, import_training)

@@ -56,7 +56,12 @@ def _domain(domain: str) -> str:
 
 
 def _translated(domain, op, table) -> bool:
-    return _domain(domain) == "" and op in table
+    return _row_name(domain, op) in table
+
+
+def _row_name(domain, op) -> str:
+    """The TABLE key of an op: its name in the default domain, else "domain.name"."""
+    return op if _domain(domain) == "" else f"{domain}.{op}"
 
 
 def _op_types(graph, found=None, functions=None):
@@ -221,8 +226,7 @@ class Runner:
         from .import_ops import ALWAYS_STATIC, CONTROL_FLOW, NEVER_STATIC, TABLE
         from onnx import helper
         for node in graph.node:
-            translate = TABLE[node.op_type] if _translated(node.domain, node.op_type, TABLE) \
-                else run_function
+            translate = TABLE.get(_row_name(node.domain, node.op_type), run_function)
             ins = [self.get(n) if n else None for n in node.input]
             attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
             static = node.op_type not in NEVER_STATIC and \
