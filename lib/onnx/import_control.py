@@ -89,9 +89,15 @@ def _unrolled_loop(run, node, ins, a):
     n_scans = len(node.output) - len(carried)
     if n_scans and not stacks:
         raise ONNXError("Loop with zero trips and scan outputs is not supported", op="Loop")
-    return Outputs(carried + [rill().stack([s[k] for s in stacks]) for k in range(n_scans)],
-                   carried_static + [all(stacks_static[k] for stacks_static in scans_static)
-                                     for k in range(n_scans)])
+    from contextlib import nullcontext
+    from ..eager.context import outside_capture
+    stacked, stacked_static = [], []
+    for k in range(n_scans):
+        static = all(flags[k] for flags in scans_static)
+        with outside_capture() if static else nullcontext():  # static parts, static stack
+            stacked.append(rill().stack([s[k] for s in stacks]))
+        stacked_static.append(static)
+    return Outputs(carried + stacked, carried_static + stacked_static)
 
 
 def _while_loop(run, node, ins, a):
