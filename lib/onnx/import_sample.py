@@ -95,8 +95,8 @@ def _grid_sample(run, node, ins, a):
         if mode == "nearest":
             pos = r.round(pos)
         low, high = (0.0, size - 1.0) if aligned else (-0.5, size - 0.5)
-        if padding == "border":
-            pos = r.clip(pos, 0, size - 1)
+        if padding == "border":  # only positions past the border move (onto the edge)
+            pos = r.where((pos < low) | (pos > high), r.clip(pos, 0, size - 1), pos)
         elif padding == "reflection":
             pos = _reflect(r, pos, low, high)
         per_axis.append(_taps(r, pos, size, mode, padding, low, high))
