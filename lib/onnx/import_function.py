@@ -43,6 +43,7 @@ def has_body(domain, op_type, opsets, functions) -> bool:
 
 def _type_proto(x):
     from onnx import helper
+
     from .dtypes import onnx_type
     return helper.make_tensor_type_proto(onnx_type(x.dtype), list(x.shape))
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from .dtypes import rill_dtype
 from .errors import ONNXError
-from .import_ops import TABLE, axis_of, const, rill, row
+from .import_ops import TABLE, axis_of, rill, row
 
 
 def _along(scale, x, axis, block):

@@ -143,7 +143,7 @@ def _output_sizes(a, x, axes, scales, sizes):
             raise ONNXError(f"keep_aspect_ratio_policy {policy!r} is not one of stretch, "
                             "not_larger, not_smaller", op="Resize")
         return list(sizes), scales
-    return [int(math.floor(n * s)) for n, s in zip(shape, scales)], list(scales)
+    return [math.floor(n * s) for n, s in zip(shape, scales)], list(scales)
 
 
 def resize(x, a, axes, scales, sizes, roi):
