@@ -9,9 +9,10 @@ score above the diagonal blocks is computed and no mask is ever larger than a RO
 triangle (cached). A row with no key left (a mask of -inf everywhere) gives 0 and lse -inf,
 as PyTorch does.
 
-The batch is split over the cores (kernels/numpy/parallel.py): NumPy releases the GIL in its
-ufunc loops and GEMMs, and per-head GEMMs this small run on one BLAS thread, so without the
-split the whole op ran on one core (PyTorch's CPU attention splits over batch and heads too).
+From SPLIT_SCORES scores on, the batch is split over the cores (kernels/numpy/parallel.py):
+NumPy releases the GIL in its ufunc loops and GEMMs, and per-head GEMMs run on one BLAS
+thread when they are small, so without the split the softmax passes ran on one core
+(PyTorch's CPU attention splits over batch and heads too).
 """
 from __future__ import annotations
 
@@ -45,30 +46,41 @@ def _blocks(length, keys, is_causal):
 
 @functools.lru_cache(maxsize=32)
 def _after_query(keys, rows):
-    """True where key a of the diagonal block comes after query b (a > b), in the
-    (keys, queries) layout of the scores."""
+    """True where key a of the diagonal block comes after query b (a > b)."""
     return np.tril(np.ones((keys, rows), dtype=bool), -1)
 
 
 def _scores(k, qs_t, mask, r0, r1, kend, is_causal):
-    """Scores transposed, (..., keys, queries): k @ (q * scale)^T (+ mask^T) for keys
-    [0, kend) and queries [r0, r1), -inf where a key comes after its query; a new buffer.
-    Keys run down the rows so that the softmax reduces along axis -2, which NumPy does with
-    SIMD across the contiguous queries (along the last axis it is twice as slow here)."""
-    st = np.matmul(k[..., :kend, :], qs_t[..., r0:r1])
+    """Scores k @ (q * scale)^T (+ mask) for keys [0, kend) and queries [r0, r1), -inf where
+    a key comes after its query, in a new buffer laid out keys outermost: (keys, *batch,
+    queries). Returns (buffer, its (*batch, keys, queries) view).
+
+    With the keys outermost, the softmax's max and sum over keys are NumPy reductions along
+    axis 0 of a (keys, batch * queries) array: one vectorized pass per key. Along the last
+    axis, or along axis -2 of (*batch, keys, queries), NumPy runs one short inner loop per
+    row, and the reductions took 3-5x as long at the GPT benchmark's shapes."""
+    batch, rows = k.shape[:-2], r1 - r0
+    buf = np.empty((kend,) + batch + (rows,), k.dtype)
+    st = np.moveaxis(buf, 0, -2)
+    np.matmul(k[..., :kend, :], qs_t[..., r0:r1], out=st)
     if mask is not None:
-        rows = slice(r0, r1) if mask.shape[-2] > 1 else slice(None)  # else broadcast
-        block = mask[..., rows, :kend] if mask.shape[-1] > 1 else mask[..., rows, :]
-        st += _transposed(block)
+        mrows = slice(r0, r1) if mask.shape[-2] > 1 else slice(None)  # else broadcast
+        block = mask[..., mrows, :kend] if mask.shape[-1] > 1 else mask[..., mrows, :]
+        # (keys, *mask batch, queries), with 1s for the batch axes the mask lacks
+        keys_first = np.ascontiguousarray(np.moveaxis(block, -1, 0))
+        buf += keys_first.reshape(keys_first.shape[:1] + (1,) * (len(batch) + 2 - mask.ndim)
+                                  + keys_first.shape[1:])
     if is_causal and r0 < kend - 1:
         # Only keys r0+1 .. kend-1 can come after a query of this block.
-        np.copyto(st[..., r0:kend, :], -np.inf, where=_after_query(kend - r0, r1 - r0))
-    return st
+        after = _after_query(kend - r0, rows)
+        np.copyto(buf[r0:kend], -np.inf,
+                  where=after.reshape(after.shape[:1] + (1,) * len(batch) + after.shape[1:]))
+    return buf, st
 
 
 def _transposed(x):
-    """x with its last two axes swapped, as a contiguous copy: a GEMM operand or an addend
-    read transposed in place costs ~1.5x (the copy is one of q's or the mask's size)."""
+    """x with its last two axes swapped, as a contiguous copy: a GEMM operand read transposed
+    in place took 1.5x as long, an addend 2x (the copy is only q's, g's or the mask's size)."""
     out = np.empty(x.shape[:-2] + (x.shape[-1], x.shape[-2]), x.dtype)
     np.copyto(out, np.swapaxes(x, -1, -2))
     return out
@@ -121,19 +133,21 @@ def _attention(q, k, v, *mask, scale, is_causal):
 
     def forward(q, k, v, out, lse, mask):
         qs_t = _transposed(q * c(scale))
+        batch = q.shape[:-2]
         for r0, r1, kend in _blocks(length, keys, is_causal):
-            pt = _scores(k, qs_t, mask, r0, r1, kend, is_causal)
-            m = pt.max(axis=-2, keepdims=True)
+            buf, st = _scores(k, qs_t, mask, r0, r1, kend, is_causal)
+            p = buf.reshape(kend, -1)  # (keys, batch * queries): becomes the probabilities
+            m = p.max(axis=0)
             if mask is not None:  # only a mask can leave a query with no key
                 m[m == -np.inf] = 0
-            pt -= m
-            np.exp(pt, out=pt)
-            total = np.swapaxes(pt.sum(axis=-2, keepdims=True), -1, -2)
+            p -= m
+            np.exp(p, out=p)
+            total = p.sum(axis=0).reshape(batch + (r1 - r0, 1))
             o = out[..., r0:r1, :]
-            np.matmul(np.swapaxes(pt, -1, -2), v[..., :kend, :], out=o)
+            np.matmul(np.swapaxes(st, -1, -2), v[..., :kend, :], out=o)
             with np.errstate(divide="ignore"):
                 np.divide(o, total, out=o, where=total > 0)
-                lse[..., r0:r1] = m[..., 0, :] + np.log(total[..., 0])
+                lse[..., r0:r1] = m.reshape(batch + (r1 - r0,)) + np.log(total[..., 0])
     _over_batch(forward, q, keys, (q, k, v, out, lse), mask)
     return out.astype(dtype, copy=False), lse
 
@@ -155,20 +169,23 @@ def _attention_grad(g, q, k, v, out, lse, *mask, scale, is_causal):
     def backward(g, q, k, v, out, lse, dq, dk, dv, mask):
         if mask is not None:  # queries with no key: exp(-inf - inf) = 0 rather than nan
             lse = np.where(lse == -np.inf, np.inf, lse)
-        lse = lse[..., None, :]
         # D = rowsum(dP * P) = rowsum(g * out), one per query
-        rowdot = np.einsum("...i,...i->...", g, out)[..., None, :]
+        rowdot = np.einsum("...i,...i->...", g, out)
         qs = q * c(scale)
         qs_t = _transposed(qs)
         g_t = _transposed(g)
         for r0, r1, kend in blocks:
-            pt = _scores(k, qs_t, mask, r0, r1, kend, is_causal)
-            pt -= lse[..., r0:r1]
-            np.exp(pt, out=pt)  # P^T, (..., keys, queries)
+            buf, pt = _scores(k, qs_t, mask, r0, r1, kend, is_causal)
+            p = buf.reshape(kend, -1)  # keys outermost, as in the forward
+            p -= lse[..., r0:r1].reshape(-1)
+            np.exp(p, out=p)  # pt is now P^T, (*batch, keys, queries)
+            dbuf = np.empty_like(buf)
+            dst = np.moveaxis(dbuf, 0, -2)
+            np.matmul(v[..., :kend, :], g_t[..., r0:r1], out=dst)
+            ds = dbuf.reshape(kend, -1)
+            ds -= rowdot[..., r0:r1].reshape(-1)
+            ds *= p  # dst is now dS^T, the gradient of the scores
             gb = g[..., r0:r1, :]
-            dst = np.matmul(v[..., :kend, :], g_t[..., r0:r1])
-            dst -= rowdot[..., r0:r1]
-            dst *= pt  # now dS^T, the gradient of the scores
             dq_block = dq[..., r0:r1, :]
             np.matmul(np.swapaxes(dst, -1, -2), k[..., :kend, :], out=dq_block)
             dq_block *= c(scale)
