@@ -332,6 +332,21 @@ def _np_standard_gamma_grad(x, a):
     return out
 
 
+def _fusable_chain(lib):
+    def chain(x, y):
+        return lib.tanh(x * y + 0.5) * lib.exp(-y) - y * y
+    return chain
+
+
+def _run_fused(x, y):
+    from rill.capture.evaluate import evaluate
+    from rill.capture.passes.fuse import fuse
+    graph = fuse(rill.capture(_fusable_chain(rill)).graph_for(x, y, optimized=False))
+    assert any(n.op == "fused" for n in graph.nodes), "the fuse pass grouped nothing"
+    out = evaluate(graph, [x, y])
+    return out[0] if isinstance(out, (list, tuple)) else out
+
+
 LA = rill.linalg
 TL = torch.linalg
 
@@ -1129,6 +1144,13 @@ OPS = [
         (lambda r: np.array([0.3, 1.5, 4.0, 9.0, 20.0, 1e-3]),
          lambda r: np.array([0.7, 2.0, 3.5, 1.2, 15.0, 0.5]))],
        grad=False, dtypes=("float32",), rtol=1e-8),
+    # ---- graph-level primitives ------------------------------------------------------------
+    # `fused` exists only in graphs the fuse pass rewrote: the row traces an elementwise
+    # chain, fuses it, and evaluates the graph with bind, so the fused primitive runs (and is
+    # differentiated through its body) as the table's other primitives do.
+    Op("fused", lambda x, y: _run_fused(x, y), _fusable_chain(np), _fusable_chain(torch),
+       [((3, 4), (4,)), ((2, 3), (2, 3)), ((), ())],
+       dtypes=("float32", "float16")),  # bfloat16 is never fused (by design)
 ]
 
 
