@@ -258,3 +258,16 @@ def test_resize_rejects_unknown_mode():
     model = _single_node_model("Resize", [x], [y], [roi, factors], mode="bilinear")
     with pytest.raises(rill.Error, match="mode 'bilinear' is not one of"):
         rill.onnx.load(model)(tensor(1, 1, 2, 2))
+
+
+def test_batch_norm_statistics_are_buffers_not_parameters(tmp_path):
+    import rill.onnx
+    model = rill.nn.Sequential(rill.nn.Conv2d(1, 2, 3), rill.nn.BatchNorm2d(2)).eval()
+    x = rill.randn(2, 1, 5, 5)
+    path = str(tmp_path / "bn.onnx")
+    rill.onnx.export(model, (x,), path)
+    loaded = rill.onnx.load(path)
+    params = [loaded.module.initializer_names[n] for n, _ in loaded.module.named_parameters()]
+    buffers = [loaded.module.initializer_names[n] for n, _ in loaded.module.named_buffers()]
+    assert len(params) == 4 and len(buffers) == 2, (params, buffers)
+    np.testing.assert_allclose(loaded(x).numpy(), model(x).numpy(), rtol=1e-5, atol=1e-5)

@@ -7,7 +7,13 @@ import warnings
 from .builder import Builder
 from .emit import alternative_value, emit_graph, uniform, value_info
 from .errors import ONNXError, require_onnx
+from ..nn.parameter import Parameter
 
+
+# Model metadata naming the initializers that were buffers (not Parameters) or constants in
+# rill.
+BUFFERS_KEY = "rill.buffers"
+CONSTANTS_KEY = "rill.constants"
 
 def export(f_or_module, example_args, path, opset: int = 17, dynamic_batch: bool = False,
            input_names=None, output_names=None):
@@ -49,10 +55,13 @@ def export(f_or_module, example_args, path, opset: int = 17, dynamic_batch: bool
     b.variable_names = {}
     initializers = []
     used = set()
+    buffers = []  # state that is not a Parameter (running statistics, counters)
     for variable in graph.variables:
         name = _unique(re.sub(r"[^0-9A-Za-z_.]", "_", variable.name) or "var", used)
         b.variable_names[id(variable)] = name
         initializers.append(_initializer(variable, name))
+        if variable.kind == "value" and not isinstance(variable.owner, Parameter):
+            buffers.append(name)
     outs = emit_graph(b, graph, names_in)
 
     final = []
@@ -65,6 +74,10 @@ def export(f_or_module, example_args, path, opset: int = 17, dynamic_batch: bool
     opset_id = helper.make_opsetid("", int(opset))
     model = helper.make_model(proto, opset_imports=[opset_id], producer_name="rill")
     model.ir_version = helper.find_min_ir_version_for([opset_id])
+    # So that rill.onnx.load makes buffers buffers again and constants constants, not
+    # trainable weights (ONNX itself has only initializers).
+    helper.set_model_props(model, {BUFFERS_KEY: ",".join(buffers),
+                                   CONSTANTS_KEY: ",".join(i.name for i in b.initializers)})
     onnx.checker.check_model(model, full_check=True)
     onnx.save(model, str(path))
     return model

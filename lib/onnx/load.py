@@ -103,6 +103,22 @@ def trace_time_inputs(graph) -> set:
     return found
 
 
+def _named_by(model, key: str) -> set:
+    """The initializers a rill export listed under `key` in the model's metadata
+    (export.BUFFERS_KEY, export.CONSTANTS_KEY)."""
+    for prop in model.metadata_props:
+        if prop.key == key:
+            return set(filter(None, prop.value.split(",")))
+    return set()
+
+
+def running_statistics(graph) -> set:
+    """Names of the values a graph feeds to BatchNormalization's running mean and variance:
+    imported as buffers, since a gradient step on a variance could make it negative."""
+    return {node.input[i] for node in graph.node if node.op_type == "BatchNormalization"
+            for i in (3, 4) if i < len(node.input) and node.input[i]}
+
+
 from ..nn.module import Module  # noqa: E402  (after the lazy-import note above)
 
 
@@ -132,12 +148,18 @@ class ONNXModule(Module):
         self.initializer_names: dict = {}
         self._constants: dict = {}  # ONNX name -> NumPy array (integer, bool initializers)
         used: set = set()
-        fixed = trace_time_inputs(model.graph)
+        from .export import BUFFERS_KEY, CONSTANTS_KEY
+        fixed = trace_time_inputs(model.graph) | _named_by(model, CONSTANTS_KEY)
+        statistics = running_statistics(model.graph) | _named_by(model, BUFFERS_KEY)
         for init in model.graph.initializer:
             array = numpy_helper.to_array(init)
             if array.dtype.kind == "f" and init.name not in fixed:
                 attr = _attr_name(init.name, used)
-                setattr(self, attr, Parameter(ops.creation.tensor(np.array(array))))
+                value = ops.creation.tensor(np.array(array))
+                if init.name in statistics:  # state, not weights: fine-tuning leaves it be
+                    self.register_buffer(attr, value)
+                else:
+                    setattr(self, attr, Parameter(value))
                 self.initializer_names[attr] = init.name
             else:
                 self._constants[init.name] = np.array(array)
