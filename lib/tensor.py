@@ -68,7 +68,13 @@ class Tensor:
 
     @property
     def T(self) -> "Tensor":
-        """All axes reversed (as NumPy's .T)."""
+        """The transpose of a matrix (a tensor of at most 2 dimensions). For more dimensions
+        the standard asks for an error and PyTorch has deprecated reversing them: say which
+        axes (`x.mT`, `x.permute(...)`, `rill.permute_dims`)."""
+        if self.ndim > 2:
+            raise ShapeError(f"x.T is for tensors of at most 2 dimensions, got shape "
+                             f"{self.shape}; use x.mT (the last two axes) or "
+                             f"rill.permute_dims(x, axes)", op="T")
         from .ops.shape import transpose
         return transpose(self)
 
@@ -137,6 +143,12 @@ class Tensor:
         buffer = self._data
         if self.device.kind == "cpu":
             buffer = self._host("__dlpack__()")
+            if max_version is None or tuple(max_version)[0] < 1:
+                # DLPack before 1.0 cannot say "read-only": a consumer gets its own copy.
+                if copy is False:
+                    raise BufferError("this consumer's DLPack cannot mark the buffer "
+                                      "read-only, and copy=False forbids the copy it needs")
+                buffer, copy = buffer.copy(), None
         kwargs = {} if max_version is None else {"max_version": max_version}
         if dl_device is not None:
             kwargs["dl_device"] = dl_device
@@ -172,6 +184,9 @@ class Tensor:
 
     def __int__(self) -> int:
         return int(self._scalar("int()"))
+
+    def __complex__(self) -> complex:
+        return complex(self._scalar("complex()"))
 
     def __index__(self) -> int:
         if not (self.dtype.is_integer or self.dtype.is_bool) or self.ndim != 0:

@@ -104,11 +104,11 @@ def _floor_divide(x, y):
 
 
 def _real(x):
-    return np.ascontiguousarray(x.real)
+    return np.array(x.real)  # a contiguous copy; np.ascontiguousarray would make 0-d 1-d
 
 
 def _imag(x):
-    return np.ascontiguousarray(x.imag) if x.dtype.kind == "c" else np.zeros_like(x)
+    return np.array(x.imag) if x.dtype.kind == "c" else np.zeros_like(x)
 
 
 def _clip(x, lo, hi):

@@ -17,8 +17,13 @@ from .arguments import (as_bool, as_dtype, as_float, as_int, as_number, as_shape
 from .primitive import primitive
 
 
-def _shape(shape, op: str) -> tuple:
-    """zeros(2, 3), zeros((2, 3)) and zeros([2, 3]) all mean shape (2, 3)."""
+def _shape(shape, op: str, keyword=None) -> tuple:
+    """zeros(2, 3), zeros((2, 3)), zeros([2, 3]) and zeros(shape=(2, 3)) (the standard's
+    keyword; PyTorch's is size=) all mean shape (2, 3)."""
+    if keyword is not None:
+        if shape:
+            raise ArgumentError("give the shape once: positionally or as shape=", op=op)
+        shape = (keyword,)
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = shape[0]
     return as_shape(tuple(shape), op)
@@ -197,17 +202,37 @@ def _filled(shape, value, dtype, device, requires_grad, op: str) -> Tensor:
 
 def full(shape, fill_value, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
     """A tensor of `shape` filled with `fill_value` (dtype from the value if not given)."""
+    if isinstance(fill_value, complex):
+        return _complex_from_parts(full, (shape,), fill_value.real, fill_value.imag, dtype,
+                                   device, requires_grad)
     return _filled(_shape((shape,), "full"), fill_value, dtype, device, requires_grad, "full")
 
 
-def zeros(*shape, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+def _complex_from_parts(make, args, real, imag, dtype, device, requires_grad) -> Tensor:
+    """make(*args, real) + 1j * make(*args, imag): a complex value built from the real
+    creation op (whose attrs are real numbers)."""
+    from .elementwise import add, multiply
+    dtype = dt.complex64 if dtype is None else as_dtype(dtype, make.__name__)
+    if not dtype.is_complex:
+        raise DTypeError(f"a complex value does not fit {dtype}", op=make.__name__)
+    part = dt.float64 if dtype is dt.complex128 else dt.float32
+    re = make(*args, real, dtype=part, device=device)
+    im = make(*args, imag, dtype=part, device=device)
+    out = add(re, multiply(im, 1j))
+    out = out if out.dtype is dtype else out.astype(dtype)
+    return _finish(out, as_bool(requires_grad, "requires_grad", make.__name__))
+
+
+def zeros(*shape_args, shape=None, dtype=None, device=None,
+          requires_grad: bool = False) -> Tensor:
     """zeros(2, 3) or zeros((2, 3)): a float32 tensor of zeros unless `dtype` says."""
-    return _filled(_shape(shape, "zeros"), 0, as_dtype(dtype, "zeros", dt.default_float),
+    return _filled(_shape(shape_args, "zeros", shape), 0, as_dtype(dtype, "zeros", dt.default_float),
                    device, requires_grad, "zeros")
 
 
-def ones(*shape, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
-    return _filled(_shape(shape, "ones"), 1, as_dtype(dtype, "ones", dt.default_float),
+def ones(*shape_args, shape=None, dtype=None, device=None,
+          requires_grad: bool = False) -> Tensor:
+    return _filled(_shape(shape_args, "ones", shape), 1, as_dtype(dtype, "ones", dt.default_float),
                    device, requires_grad, "ones")
 
 
@@ -217,9 +242,10 @@ def _empty(shape, dtype, device, requires_grad, op: str) -> Tensor:
     return _finish(t, as_bool(requires_grad, "requires_grad", op))
 
 
-def empty(*shape, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+def empty(*shape_args, shape=None, dtype=None, device=None,
+          requires_grad: bool = False) -> Tensor:
     """Uninitialized values (whatever the allocator returns)."""
-    return _empty(_shape(shape, "empty"), dtype, device, requires_grad, "empty")
+    return _empty(_shape(shape_args, "empty", shape), dtype, device, requires_grad, "empty")
 
 
 def _like(x, dtype, device, op: str):
@@ -305,8 +331,14 @@ linspace_p = primitive("linspace", _linspace_infer, device_attr=True,
 
 
 def linspace(start, stop, num: int = 50, endpoint: bool = True, dtype=None, device=None) -> Tensor:
-    """`num` evenly spaced values from start to stop."""
+    """`num` evenly spaced values from start to stop (complex ends give complex values)."""
     op = "linspace"
+    if isinstance(start, complex) or isinstance(stop, complex):
+        start, stop = complex(start), complex(stop)
+        return _complex_from_parts(
+            lambda n, part, dtype, device: linspace(part[0], part[1], n, endpoint, dtype,
+                                                    device),
+            (num,), (start.real, stop.real), (start.imag, stop.imag), dtype, device, False)
     return bind(linspace_p, start=as_float(start, "start", op),
                 stop=as_float(stop, "stop", op), num=as_int(num, "num", op, 0),
                 endpoint=as_bool(endpoint, "endpoint", op),

@@ -820,10 +820,10 @@ clip_p = primitive("clip", _clip_infer, _clip_vjp, normalize=promotion.common, a
 
 @reports_as("clip")
 def clip(x, min=None, max=None):  # noqa: A002 - NumPy's names
-    """x limited to [min, max]; either bound may be None (a scalar or a tensor)."""
+    """x limited to [min, max]; either bound may be None (a scalar or a tensor); with
+    neither, x itself (the Array API's rule)."""
     if min is None and max is None:
-        from ..errors import ArgumentError
-        raise ArgumentError("clip needs min, max or both", op="clip")
+        return x
     if min is None:
         return minimum(x, max)
     if max is None:

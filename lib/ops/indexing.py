@@ -36,12 +36,35 @@ def _nonzero(mask: Tensor):
     return [tensor(i.astype(np.int64), device=mask.device) for i in np.nonzero(host)]
 
 
+def _mask_starts(x, key):
+    """{position in key: the first axis of x it indexes} for the boolean masks in `key`
+    (after an Ellipsis, axes are counted from the end)."""
+    def width(k):
+        if k is None:
+            return 0
+        if isinstance(k, Tensor) and k.dtype is dt.bool_:
+            return k.ndim
+        return 1
+    starts, axis = {}, 0
+    for i, k in enumerate(key):
+        if k is Ellipsis:
+            axis = x.ndim - sum(width(r) for r in key[i + 1:] if r is not Ellipsis)
+            continue
+        if isinstance(k, Tensor) and k.dtype is dt.bool_:
+            starts[i] = axis
+        axis += width(k)
+    return starts
+
+
 def parse_key(x, key, op: str = "getitem"):
     """(static key, index tensors) for x[key]; IndexingError naming `op` for a bad key."""
     if not isinstance(key, tuple):
         key = (key,)
+    key = tuple(_index_tensor(k, x, op) if isinstance(k, (list, np.ndarray)) else k
+                for k in key)
+    mask_starts = _mask_starts(x, key)
     static, arrays = [], []
-    for k in key:
+    for position, k in enumerate(key):
         if k is None:
             static.append(NEW)
         elif k is Ellipsis:
@@ -61,7 +84,14 @@ def parse_key(x, key, op: str = "getitem"):
             t = k if isinstance(k, Tensor) else _index_tensor(k, x, op)
             if t.dtype is dt.bool_:
                 if t.ndim == 0:
-                    raise IndexingError("a 0-d boolean index is not supported", op=op)
+                    raise IndexingError("a 0-d boolean index is not supported; use "
+                                        "x[None] (True) or x[None][:0] (False)", op=op)
+                start = mask_starts[position]
+                covered = x.shape[start:start + t.ndim]
+                if covered != t.shape:
+                    raise IndexingError(f"a boolean index of shape {t.shape} does not match "
+                                        f"the axes {start}..{start + t.ndim - 1} of shape "
+                                        f"{covered} it indexes", op=op)
                 pieces = _nonzero(t)
                 static.extend([ARRAY] * len(pieces))
                 arrays.extend(pieces)
@@ -250,8 +280,30 @@ index_set_p = primitive("index_set", _update_infer, _index_set_vjp, normalize=_v
 
 def getitem(x, key):
     """x[key] for ints, slices, None, Ellipsis, integer arrays and boolean masks."""
+    x, key = _zero_d_masks(x, key)
     static, arrays = parse_key(x, key)
     return bind(getitem_p, x, *arrays, key=static)
+
+
+def _zero_d_masks(x, key):
+    """A 0-d boolean index adds an axis of length 1 (True) or 0 (False), as NumPy and the
+    standard say: x gets a new axis there, indexed by the integer array [0] or []."""
+    parts = key if isinstance(key, tuple) else (key,)
+    if not any(isinstance(k, Tensor) and k.dtype is dt.bool_ and k.ndim == 0 for k in parts):
+        return x, key
+    from .creation import tensor
+    from .shape import expand_dims
+    starts = _mask_starts(x, parts)
+    out = []
+    for position, k in enumerate(parts):
+        if isinstance(k, Tensor) and k.dtype is dt.bool_ and k.ndim == 0:
+            axis = starts[position] + sum(1 for j, other in enumerate(parts[:position])
+                                          if isinstance(other, Tensor) and other.ndim == 0
+                                          and other.dtype is dt.bool_)
+            x = expand_dims(x, axis)
+            k = tensor([0] if bool(k) else [], dtype=dt.int64, device=x.device)
+        out.append(k)
+    return x, tuple(out)
 
 
 @reports_as("index_add")

@@ -29,6 +29,7 @@ ALIASES = {
     "unbiased": ("correction",),
     "exponent": ("y",),
     "p": ("ord",),
+    "size": ("shape",),
     # ... and the standard's spellings for functions named as PyTorch's (x.sort(axis=0)):
     "axis": ("dim",),
     "keepdims": ("keepdim",),

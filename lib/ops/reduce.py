@@ -251,11 +251,12 @@ def _accumulated(prim, op, x, axis, keepdims, dtype):
     The primitive accumulates integers in int64; for unsigned inputs that is the same sum
     modulo 2**64, so it is reinterpreted as uint64 afterwards."""
     if dtype is not None:
-        x = promotion.cast(x, dt.as_dtype(dtype, op))
+        dtype = dt.as_dtype(dtype, op)
+        x = promotion.cast(x, dtype)
     out = bind(prim, x, axis=as_axes(axis, op), keepdims=as_bool(keepdims, "keepdims", op))
-    if getattr(x, "dtype", None) is not None and x.dtype.kind == "u":
-        out = promotion.cast(out, dt.uint64)
-    return out
+    if dtype is None and getattr(x, "dtype", None) is not None and x.dtype.kind == "u":
+        dtype = dt.uint64
+    return out if dtype is None or out.dtype is dtype else promotion.cast(out, dtype)
 
 
 def sum(x, axis=None, keepdims: bool = False, *, dtype=None):  # noqa: A001
@@ -401,6 +402,8 @@ def _cumulative(scan, identity, x, axis, dtype, include_initial, op):
                                 f"only for 1-d input)", op=op)
         axis = 0
     axis = normalize_axis(as_axis(axis, op), x.ndim)
+    if dtype is None and x.dtype.kind == "u":
+        dtype = dt.uint64  # the standard's default for unsigned input (cumsum's is int64)
     out = scan(x, axis, dtype=dtype)
     if as_bool(include_initial, "include_initial", op):
         from .creation import full
