@@ -260,9 +260,11 @@ def allclose(input, other, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bo
 
 
 def isclose(input, other, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False):
-    """Elementwise |input - other| <= atol + rtol * |other|, infinities equal to themselves."""
-    close = E.less_equal(E.abs(E.subtract(input, other)), atol + rtol * E.abs(other))
-    close = E.logical_or(close, E.equal(input, other))
+    """Elementwise |input - other| <= atol + rtol * |other| where both are finite; an
+    infinity is close only to itself."""
+    finite = E.logical_and(E.isfinite(input), E.isfinite(other))
+    near = E.less_equal(E.abs(E.subtract(input, other)), atol + rtol * E.abs(other))
+    close = E.logical_or(E.logical_and(finite, near), E.equal(input, other))
     if equal_nan:
         close = E.logical_or(close, E.logical_and(E.isnan(input), E.isnan(other)))
     return close
