@@ -108,11 +108,28 @@ class Program:
         scope = {"check": check_kernel_result}
         lines = ["def run(args):"]
         self.lines: dict = {}
+        # Planned values are written into buffers kept across calls (passes/memory.py).
+        memory = _memory_plan(graph)
+        self.memory = memory
+        if memory is not None:
+            arenas: list = []  # one set of slots per call running at this moment
+            scope["take"] = lambda: arenas.pop() if arenas else memory.new_arena()
+            scope["give"] = arenas.append
+            lines += ["  R = take()", "  try:"]
         for i, (node, step) in enumerate(zip(graph.nodes, self.steps)):
             outs = [names.setdefault(v, f"t{len(names)}") for v in node.outputs]
             ins = ", ".join(names[v] for v in node.inputs)
             targets = ", ".join(outs) + ("," if len(outs) == 1 else "")
-            if node.op in GRAPH_OPS:
+            slots = memory.slot_of.get(i) if memory is not None else None
+            if slots is not None:
+                scope[f"K{i}"], call = _planned_call(node, step, i, ins, slots, scope)
+                code = f"{targets} = {call}"
+                for j, (v, name) in enumerate(zip(node.outputs, outs)):
+                    if CHECK_KERNELS:
+                        scope[f"P{i}"] = node.primitive
+                        scope[f"S{i}_{j}"] = (v.shape, v.dtype)
+                        code += f"; check(P{i}, {name}, S{i}_{j})"
+            elif node.op in GRAPH_OPS:
                 scope[f"G{i}"] = step
                 call = f"G{i}(args, ({ins}{',' if len(node.inputs) == 1 else ''}))"
                 code = f"{targets} = {call}" if outs else call
@@ -138,6 +155,9 @@ class Program:
             lines.append("    " + code)
         outputs = ", ".join(names[v] for v in graph.outputs)
         lines.append(f"    return [{outputs}]")
+        if memory is not None:
+            lines.append("  finally:")
+            lines.append("    give(R)")
         self.source = "\n".join(lines)
         self.filename = f"<rill graph #{next(_programs)}>"
         exec(compile(self.source, self.filename, "exec"), scope)
@@ -299,6 +319,33 @@ def _kernel_of(node, graph):
     if kernel is None:
         raise DeviceError(f"no {node.device.kind} kernel is registered for this op", op=node.op)
     return kernel
+
+
+def _memory_plan(graph):
+    """The graph's memory plan when it is marked for one and runs on the host alone."""
+    from .passes import memory
+    if not memory.ENABLED or not graph.__dict__.get("plan_memory") or \
+            any(n.device is not None and n.device.kind != "cpu" for n in graph.nodes):
+        return None
+    found = memory.plan(graph)
+    return found if found.slot_of else None
+
+
+def _planned_call(node, step, i: int, ins: str, slots, scope):
+    """(callable, call text) computing node into its planned buffers R[slot]."""
+    if node.op == "fused":
+        scope[f"A{i}"] = node.attrs
+        given = ", ".join("None" if s is None else f"R[{s}]" for s in slots)
+        return step, f"K{i}({ins}, out=({given}{',' if len(slots) == 1 else ''}), **A{i})"
+    from rill.kernels.numpy.fused import _ufunc_of
+    ufunc = _ufunc_of(node)
+    # Into the slot only from C-ordered inputs: NumPy would make a C-ordered result of them;
+    # of others, a result in their order, which a later sum or GEMM would add up in.
+    c_order = " and ".join(f"{name}.flags.c_contiguous" for name in ins.split(", "))
+    if node.op == "relu":  # np.maximum(x, 0 of x's dtype)
+        scope[f"Z{i}"] = np.zeros((), node.inputs[0].dtype.storage)
+        ins += f", Z{i}"
+    return ufunc, f"(K{i}({ins}, out=R[{slots[0]}]) if {c_order} else K{i}({ins})),"
 
 
 def _fixup(v):

@@ -165,8 +165,12 @@ class Graph:
         return [n for n in self.nodes if n.op == "assign"]
 
     def count(self, op=None) -> int:
-        """Number of nodes (of one op), not counting inputs."""
-        return sum(1 for n in self.nodes if n.op != "input" and (op is None or n.op == op))
+        """Number of nodes (of one op), not counting inputs. The nodes of an op include those
+        inside fused nodes (passes/fuse.py: a fused node computes its body's nodes)."""
+        if op is None:
+            return sum(1 for n in self.nodes if n.op != "input")
+        return sum(n.attrs["body"].count(op) if n.op == "fused" and op != "fused" else
+                   n.op == op for n in self.nodes)
 
     def users(self) -> dict:
         """{Value: [nodes that take it]}"""
@@ -185,6 +189,12 @@ class Graph:
         (a PlacementReport: prints as text, renders with rich). See passes/cost.py."""
         from .report import PlacementReport
         return PlacementReport(self, cost)
+
+    def memory_plan(self):
+        """Peak bytes of one call with and without a memory plan, and the buffers it recycles
+        (a MemoryPlan; see passes/memory.py)."""
+        from .passes.memory import plan
+        return plan(self)
 
     def run(self, fetches, feeds=None, args=()):
         """Partial execution: see rill.capture.executor.run."""

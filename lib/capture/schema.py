@@ -296,6 +296,7 @@ def graph(doc, path, arrays: dict, paths: dict, into: Graph | None = None) -> Gr
     """A Graph from its document (nodes, outputs; name for bodies). `paths` collects each
     node's path, so a later failure (lint) can name where in the file the node is."""
     from ..ops.primitive import PRIMITIVES
+    from .passes import fuse  # noqa: F401 - declares the `fused` primitive a file may hold
     if into is None:
         fields(doc, path, ("name", "nodes", "outputs"))
         g = Graph(name=text(doc["name"], path / "name"))

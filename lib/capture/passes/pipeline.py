@@ -13,29 +13,44 @@ then, on the optimized graph, the two passes that spread it over devices:
   `to_device` copy per (value, destination device);
 - partition turns each cross-device edge into a send/recv pair (the graph the per-device
   executors run; `split` cuts it into one graph per device).
-So: fold -> simplify -> cse -> dce -> place -> partition (`lower` runs the last two).
+- fuse after dce (issue 20): it sees the whole step, backward included, as the others left
+  it, and groups elementwise chains into `fused` nodes (passes/fuse.py);
+- memory last: it marks the graph for a memory plan, which the Program makes from the final
+  schedule (passes/memory.py);
+So: fold -> simplify -> cse -> dce -> fuse -> memory -> place -> partition (`lower` runs the
+last two). RILL_FUSE=0 / RILL_MEMORY_PLAN=0 leave out fuse / memory.
 Every pass returns a new graph and leaves its input as it was (see rewrite.py). The branches
 and loop bodies a node holds go through the same pipeline first, each as a graph of its own
 (they are placed whole, with their node).
 """
 from __future__ import annotations
 
+import os
+
 from ..ir import map_subgraphs
 from .cse import cse
 from .dce import dce
 from .fold import fold
+from .fuse import fuse
+from .memory import memory
 from .partition import partition
 from .place import place
 from .rewrite import Rewrite
 from .simplify import simplify
 
 PASSES: list = [fold, simplify, cse, dce]
+# Passes that shape how the optimized graph runs (kernels, buffers), after the rewrites.
+EXECUTION_PASSES: list = []
+if os.environ.get("RILL_FUSE", "0") != "0":
+    EXECUTION_PASSES.append(fuse)
+if os.environ.get("RILL_MEMORY_PLAN", "0") != "0":
+    EXECUTION_PASSES.append(memory)
 DEVICE_PASSES: list = [place, partition]
 
 
 def optimize(graph, passes=None):
     graph = _optimize_subgraphs(graph, passes)
-    for p in (PASSES if passes is None else passes):
+    for p in (PASSES + EXECUTION_PASSES if passes is None else passes):
         graph = p(graph).lint()
     return graph
 
@@ -45,7 +60,7 @@ def _optimize_subgraphs(graph, passes):
         return graph
     rw = Rewrite(graph)
     for node in graph.nodes:
-        if node.subgraphs:
+        if node.subgraphs and node.op != "fused":  # a fused body is final
             rw.copy(node, attrs=map_subgraphs(node.attrs, lambda g: optimize(g, passes)))
         else:
             rw.copy(node)
