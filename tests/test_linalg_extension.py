@@ -283,17 +283,21 @@ GRADS = [
 
 
 def finite_differences(loss, arrays, eps=1e-6):
+    """Central differences of a real loss; for a complex array, dL/dRe + i dL/dIm per entry
+    (PyTorch's convention for the gradient of a real function of complex inputs)."""
     def value(arrs):
         return float(loss(rill, *[rill.tensor(a) for a in arrs]).numpy())
     grads = []
     for i, a in enumerate(arrays):
         g = np.zeros_like(a)
+        directions = (1.0, 1j) if np.iscomplexobj(a) else (1.0,)
         for index in np.ndindex(a.shape):
-            step = np.zeros_like(a)
-            step[index] = eps
-            plus = [b + step if j == i else b for j, b in enumerate(arrays)]
-            minus = [b - step if j == i else b for j, b in enumerate(arrays)]
-            g[index] = (value(plus) - value(minus)) / (2 * eps)
+            for direction in directions:
+                step = np.zeros_like(a)
+                step[index] = eps * direction
+                plus = [b + step if j == i else b for j, b in enumerate(arrays)]
+                minus = [b - step if j == i else b for j, b in enumerate(arrays)]
+                g[index] += direction * (value(plus) - value(minus)) / (2 * eps)
         grads.append(g)
     return grads
 
@@ -474,7 +478,7 @@ ERRORS = [
     (lambda: L.svd(rill.ones(3)), rill.ShapeError, "svd: expected a matrix"),
     (lambda: L.qr(rill.ones(3, 3), mode="r"), rill.ArgumentError, "qr: mode must be one of"),
     (lambda: L.inv(rill.ones(2, 2, dtype=rill.int64)), rill.DTypeError,
-     r"inv: expected a real floating-point tensor, got int64; cast first"),
+     r"inv: expected a floating-point or complex tensor, got int64; cast first"),
     (lambda: L.inv(rill.tensor([[1.0, 2.0], [2.0, 4.0]])), rill.ArgumentError,
      "inv: the matrix is singular; inv needs an invertible matrix"),
     (lambda: L.solve(rill.tensor(SINGULAR), rill.ones(3)), rill.ArgumentError,
@@ -494,7 +498,13 @@ ERRORS = [
     (lambda: L.vector_norm(rill.ones(2), ord="fro"), rill.ArgumentError,
      "vector_norm: ord must be a number"),
     (lambda: L.vector_norm(rill.ones(2, dtype=rill.int32)), rill.DTypeError,
-     "vector_norm: expected a floating-point tensor"),
+     "vector_norm: expected a floating-point or complex tensor"),
+    (lambda: L.vecdot(rill.ones(3, dtype=rill.bool), rill.ones(3)), rill.DTypeError,
+     r"vecdot: expected numeric \(integer, floating-point or complex\) tensors, got bool"),
+    (lambda: L.cross(rill.ones(3), rill.ones(3, dtype=rill.bool)), rill.DTypeError,
+     "cross: expected numeric"),
+    (lambda: L.cholesky(rill.tensor([[1.0 + 0j, 2.0], [2.0, 1.0]])), rill.ArgumentError,
+     "cholesky: the matrix is not Hermitian positive definite"),
     (lambda: L.cross(rill.ones(2, 4), rill.ones(2, 4)), rill.ShapeError,
      "cross: axis -1 must have length 3"),
     (lambda: L.cross(rill.ones(3), rill.ones(2, 3), axis=0), rill.ShapeError,

@@ -1,7 +1,9 @@
 """Decomposition CPU kernels (LAPACK through numpy.linalg), batched over leading axes.
 
 numpy.linalg has no float16 routines: float16 computes in float32 and rounds back (bfloat16
-is stored as float32 already and rounded by the caller). A matrix LAPACK cannot factor (a
+is stored as float32 already and rounded by the caller). complex64/complex128 go to LAPACK's
+complex routines; the real results (eigenvalues, singular values, logabsdet) come back in the
+matching real dtype, as the primitives' rules declare. A matrix LAPACK cannot factor (a
 singular one for inv/solve, one that is not positive definite for cholesky) is an
 ArgumentError naming the op and, in a batch, the first such matrix.
 """
@@ -16,6 +18,11 @@ from rill.ops.primitive import register_kernels
 
 def _wide(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float32) if x.dtype == np.float16 else x
+
+
+def _real(dtype) -> np.dtype:
+    """The dtype of a real result computed from `dtype` data (float64 for complex128)."""
+    return np.empty(0, dtype).real.dtype
 
 
 def _first_failing(x: np.ndarray, factor) -> str:
@@ -36,7 +43,8 @@ def _cholesky(x):
         return np.linalg.cholesky(w).astype(x.dtype, copy=False)
     except np.linalg.LinAlgError:
         where = _first_failing(w, np.linalg.cholesky)
-        raise ArgumentError(f"the matrix is not symmetric positive definite{where}; cholesky "
+        kind = "Hermitian" if np.iscomplexobj(x) else "symmetric"
+        raise ArgumentError(f"the matrix is not {kind} positive definite{where}; cholesky "
                             "needs one (check for a negative or zero eigenvalue)",
                             op="cholesky") from None
 
@@ -69,7 +77,7 @@ def _solve(a, b):
 
 def _eigh(x):
     values, vectors = np.linalg.eigh(_wide(x))  # reads the lower triangle
-    return values.astype(x.dtype, copy=False), vectors.astype(x.dtype, copy=False)
+    return values.astype(_real(x.dtype), copy=False), vectors.astype(x.dtype, copy=False)
 
 
 def _qr(x, *, mode):
@@ -79,7 +87,8 @@ def _qr(x, *, mode):
 
 def _svd(x, *, full_matrices):
     u, s, vh = np.linalg.svd(_wide(x), full_matrices=full_matrices)
-    return tuple(t.astype(x.dtype, copy=False) for t in (u, s, vh))
+    return (u.astype(x.dtype, copy=False), s.astype(_real(x.dtype), copy=False),
+            vh.astype(x.dtype, copy=False))
 
 
 def _det(x):
@@ -89,7 +98,7 @@ def _det(x):
 def _slogdet(x):
     sign, logabsdet = np.linalg.slogdet(_wide(x))
     return (np.asarray(sign).astype(x.dtype, copy=False),
-            np.asarray(logabsdet).astype(x.dtype, copy=False))
+            np.asarray(logabsdet).astype(_real(x.dtype), copy=False))
 
 
 register_kernels("cpu", {"cholesky": _cholesky, "eigh": _eigh, "qr": _qr, "svd": _svd,

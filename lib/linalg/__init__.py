@@ -6,8 +6,11 @@ vector_norm, matrix_norm 'fro'/1/-1/inf/-inf, matrix_power) are composites of ri
 wherever those do. The decompositions (cholesky, eigh, eigvalsh, qr, svd, svdvals, inv,
 solve, det, slogdet, and pinv, matrix_rank, matrix_norm 2/-2/'nuc' over the SVD) are
 primitives with NumPy (LAPACK) kernels: CPU only, a DeviceError on the gpu. They take real
-floating dtypes; float16 computes in float32 and rounds back, bfloat16 likewise. A singular
-matrix for inv/solve, or one that is not positive definite for cholesky, is an
+floating and complex dtypes; float16 computes in float32 and rounds back, bfloat16 likewise.
+For complex input the standard's real results stay real (eigenvalues, singular values,
+logabsdet, the norms), eigh/eigvalsh/cholesky read Hermitian matrices, slogdet's sign has
+modulus 1 and vecdot conjugates x1; gradients follow PyTorch's complex convention. A
+singular matrix for inv/solve, or one that is not positive definite for cholesky, is an
 ArgumentError naming the function.
 """
 from .decompositions import (EighResult, QRResult, SVDResult, cholesky, eigh, eigvalsh, qr,

@@ -35,8 +35,9 @@ def _input(x, prim, op: str):
 
 @reports_as("cholesky")
 def cholesky(x, /, *, upper: bool = False):
-    """L with x = L L^T for symmetric positive-definite x (only its lower triangle is read);
-    U = L^T with x = U^T U when `upper`. An ArgumentError if x is not positive definite.
+    """L with x = L L^H for Hermitian (real: symmetric) positive-definite x (only its lower
+    triangle is read; L's diagonal is real and positive); U = L^H with x = U^H U when
+    `upper`. An ArgumentError if x is not positive definite.
 
     >>> rill.linalg.cholesky(rill.tensor([[4., 2.], [2., 2.]]))
     tensor([[2., 0.],
@@ -49,8 +50,9 @@ def cholesky(x, /, *, upper: bool = False):
 
 @reports_as("eigh")
 def eigh(x, /):
-    """(eigenvalues, eigenvectors) of symmetric x (its lower triangle is read): values in
-    ascending order, vectors as columns, each fixed up to its sign. The gradient assumes
+    """(eigenvalues, eigenvectors) of Hermitian (real: symmetric) x, its lower triangle read:
+    real values in ascending order, vectors as columns, each fixed up to its sign (a phase
+    for complex x) which a differentiated loss must not depend on. The gradient assumes
     distinct eigenvalues (a loss depending on the basis of a repeated one has none).
 
     >>> rill.linalg.eigh(rill.tensor([[2., 0.], [0., 1.]])).eigenvalues
@@ -61,13 +63,14 @@ def eigh(x, /):
 
 @reports_as("eigvalsh")
 def eigvalsh(x, /):
-    """The eigenvalues of symmetric x, ascending (see `eigh`)."""
+    """The real eigenvalues of Hermitian x, ascending (see `eigh`)."""
     return bind(eigh_p, _input(x, eigh_p, "eigvalsh"))[0]
 
 
 @reports_as("qr")
 def qr(x, /, *, mode: str = "reduced"):
-    """(Q, R) with x = Q R, Q's columns orthonormal and R upper triangular: Q (..., M, K) and
+    """(Q, R) with x = Q R, Q's columns orthonormal (unitary for complex x) and R upper
+    triangular with a real diagonal: Q (..., M, K) and
     R (..., K, N), K = min(M, N), for mode 'reduced'; Q (..., M, M), R (..., M, N) for
     'complete'. Differentiable for M >= N ('reduced', or square).
 
@@ -80,10 +83,11 @@ def qr(x, /, *, mode: str = "reduced"):
 
 @reports_as("svd")
 def svd(x, /, *, full_matrices: bool = True):
-    """(U, S, Vh) with x = U diag(S) Vh, S descending, K = min(M, N): U (..., M, M), Vh
-    (..., N, N) when `full_matrices`, else U (..., M, K), Vh (..., K, N). Each singular
-    vector pair is fixed up to a sign, so a differentiated loss must not depend on it; the
-    gradient needs full_matrices=False for non-square x and assumes distinct values.
+    """(U, S, Vh) with x = U diag(S) Vh, S real and descending, K = min(M, N): U (..., M, M),
+    Vh (..., N, N) when `full_matrices`, else U (..., M, K), Vh (..., K, N). Each singular
+    vector pair is fixed up to a sign (a phase for complex x), so a differentiated loss
+    must not depend on it; the gradient needs full_matrices=False for non-square x and
+    assumes distinct values.
 
     >>> rill.linalg.svd(rill.tensor([[3., 0.], [0., -2.]])).S
     tensor([3., 2.])
@@ -94,5 +98,5 @@ def svd(x, /, *, full_matrices: bool = True):
 
 @reports_as("svdvals")
 def svdvals(x, /):
-    """The singular values of x, descending: (..., min(M, N))."""
+    """The singular values of x, real and descending: (..., min(M, N))."""
     return bind(svd_p, _input(x, svd_p, "svdvals"), full_matrices=False)[1]

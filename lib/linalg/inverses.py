@@ -3,13 +3,13 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..dtypes import finfo
+from ..dtypes import finfo, real_of
 from ..errors import ArgumentError, reports_as
 from ..eager.bind import bind
 from ..ops.arguments import as_int, as_number, as_tensor, describe
 from ..tensor import Tensor
-from .primitives import (det_p, inv_p, matrices, real_floating, require_kernel, slogdet_p,
-                         solve_p, svd_p)
+from .primitives import (adjoint, det_p, floating, inv_p, matrices, require_kernel,
+                         slogdet_p, solve_p, svd_p)
 
 
 class SlogdetResult(NamedTuple):
@@ -59,7 +59,8 @@ def det(x, /):
 @reports_as("slogdet")
 def slogdet(x, /):
     """(sign, logabsdet) with det = sign * exp(logabsdet), without over- or underflow; a
-    singular matrix gives (0, -inf).
+    singular matrix gives (0, -inf). For complex x the sign is complex of modulus 1 and
+    logabsdet is real (float64 for complex128).
 
     >>> rill.linalg.slogdet(rill.tensor([[-2., 0.], [0., 1.]])).sign
     tensor(-1.)
@@ -101,7 +102,7 @@ def _cutoff(s, x, rtol, op: str):
     broadcasts against x's batch shape."""
     from ..ops.reduce import max as max_
     if rtol is None:
-        rtol = max(x.shape[-2:]) * finfo(x.dtype).eps
+        rtol = max(x.shape[-2:]) * finfo(real_of(x.dtype)).eps
     elif isinstance(rtol, Tensor):
         if rtol.dtype.kind not in "iuf":
             raise ArgumentError(f"rtol must be a real tensor, got {rtol.dtype}", op=op)
@@ -117,7 +118,8 @@ def _cutoff(s, x, rtol, op: str):
 
 @reports_as("pinv")
 def pinv(x, /, *, rtol=None):
-    """The Moore-Penrose pseudo-inverse (..., N, M) from the SVD, singular values at or below
+    """The Moore-Penrose pseudo-inverse (..., N, M) from the SVD (V diag(1/S) U^H), singular
+    values at or below
     rtol * the largest treated as zero (see `matrix_rank` for rtol's default).
 
     >>> rill.linalg.pinv(rill.tensor([[2., 0.], [0., 0.]]))
@@ -125,17 +127,16 @@ def pinv(x, /, *, rtol=None):
             [0. , 0. ]])
     """
     from ..ops.elementwise import where
-    from .primitives import mT
     x = _input(x, svd_p, "pinv")
-    real_floating(x)
+    floating(x)
     matrices(x)
     u, s, vh = bind(svd_p, x, full_matrices=False)
     if s.shape[-1] == 0:
-        return mT(x)
+        return adjoint(x)
     keep = s > _cutoff(s, x, rtol, "pinv")
     # where(keep, 1 / s, 0) with a safe divisor, so a dropped zero sends no nan back.
     s_inv = where(keep, 1.0 / where(keep, s, 1.0), 0.0)
-    return (mT(vh) * s_inv[..., None, :]) @ mT(u)
+    return (adjoint(vh) * s_inv[..., None, :]) @ adjoint(u)
 
 
 @reports_as("matrix_rank")
@@ -149,7 +150,7 @@ def matrix_rank(x, /, *, rtol=None):
     from ..ops.creation import zeros
     from ..ops.reduce import sum as sum_
     x = _input(x, svd_p, "matrix_rank")
-    real_floating(x)
+    floating(x)
     matrices(x)
     if min(x.shape[-2:]) == 0:
         from ..dtypes import int64

@@ -8,7 +8,7 @@ import numpy as np
 
 from ..errors import ArgumentError, reports_as
 from ..ops.arguments import as_axes, as_bool, as_tensor, describe
-from .primitives import matrices, real_floating
+from .primitives import floating, matrices
 
 def _number_ord(ord, op: str):
     if isinstance(ord, (bool, np.bool_)) or not isinstance(ord, (int, float, np.number)) or \
@@ -22,15 +22,18 @@ def _number_ord(ord, op: str):
 def vector_norm(x, /, *, axis=None, keepdims: bool = False, ord=2):
     """The p-norm (sum |x|^ord)^(1/ord) over `axis` (an int, a tuple of axes taken as one
     flattened vector, or None for all): ord inf is max |x|, -inf min |x|, 0 the count of
-    non-zeros; any other real ord, negative ones too.
+    non-zeros; any other real ord, negative ones too. Real for complex x (|x| the modulus).
 
     >>> rill.linalg.vector_norm(rill.tensor([3., -4.]))
     tensor(5.)
     """
+    from ..ops.elementwise import abs as abs_
     from ..ops.reduce import norm
     x = as_tensor(x, "x", "vector_norm")
-    real_floating(x, "a floating-point tensor")
+    floating(x)
     ord = _number_ord(ord, "vector_norm")
+    if x.dtype.kind == "c":  # the norm of the moduli, real (float64 for complex128)
+        x = abs_(x)
     return norm(x, ord=ord, axis=as_axes(axis, "vector_norm"),
                 keepdims=as_bool(keepdims, "keepdims", "vector_norm"))
 
@@ -39,7 +42,7 @@ def vector_norm(x, /, *, axis=None, keepdims: bool = False, ord=2):
 def matrix_norm(x, /, *, keepdims: bool = False, ord="fro"):
     """The norm of each matrix in the last two axes: 'fro' (Frobenius), 'nuc' (sum of
     singular values), 1 / -1 (largest / smallest column sum of |x|), inf / -inf (rows), 2 /
-    -2 (largest / smallest singular value).
+    -2 (largest / smallest singular value). Real for complex x (|x| the modulus).
 
     >>> rill.linalg.matrix_norm(rill.tensor([[1., -2.], [3., 4.]]), ord=1)
     tensor(6.)
@@ -57,10 +60,11 @@ def matrix_norm(x, /, *, keepdims: bool = False, ord="fro"):
     if not known:
         raise ArgumentError("ord must be one of 'fro', 'nuc', 1, -1, 2, -2, inf, -inf, got "
                             f"{describe(ord)}", op="matrix_norm")
-    real_floating(x, "a floating-point tensor")
+    floating(x)
     matrices(x)
     if ord == "fro":
-        return norm(x, ord=2, axis=(-2, -1), keepdims=keepdims)
+        return norm(abs_(x) if x.dtype.kind == "c" else x, ord=2, axis=(-2, -1),
+                    keepdims=keepdims)
     if ord in ("nuc", 2, -2):
         s = svdvals(x)
         out = sum_(s, axis=-1) if ord == "nuc" else (max_ if ord == 2 else min_)(s, axis=-1)

@@ -5,14 +5,21 @@ higher orders, capture and the gradient of a captured function come free); the C
 are kernels/numpy/decompositions.py. There is no gpu kernel yet: the public functions
 (lib/linalg/) say so by name before binding (`require_kernel`).
 
-All act on the last two axes and batch over the rest. Only real floating dtypes are accepted
-today; where the complex case needs a conjugate the rules call `adjoint`, which refuses
-complex tensors until complex dtypes (and their conjugate-Wirtinger gradients) arrive.
+All act on the last two axes and batch over the rest. They take real floating and complex
+dtypes; eigenvalues, singular values and slogdet's logabsdet are real (complex inputs give
+their real counterpart, float64 for complex128). Complex gradients follow PyTorch's
+convention (lib/eager/backward.py: the cotangent G of a real loss with dL = Re tr(G^H dA)).
+None of these maps is holomorphic in the sense the automatic conjugation assumes (eigh, svd,
+qr and cholesky work on Hermitian or unitary structure, slogdet takes |det|), so every rule
+is written with its conjugates explicit (`adjoint` is the conjugate transpose) and all are
+registered in COMPLEX_RULES; for real dtypes the conjugates are no-ops.
 """
 from __future__ import annotations
 
-from ..errors import DeviceError, DTypeError, GradientError, ShapeError
+from ..dtypes import real_of
+from ..eager.backward import COMPLEX_RULES
 from ..eager.bind import bind
+from ..errors import DeviceError, DTypeError, GradientError, ShapeError
 from ..ops import attrs as A
 from ..ops import promotion
 from ..ops.primitive import primitive
@@ -21,11 +28,9 @@ from ..ops.rules import broadcast_shapes
 # ---- shared pieces -------------------------------------------------------------------------
 
 
-def real_floating(x, what: str = "a real floating-point tensor") -> None:
-    """The decompositions take float16/bfloat16/float32/float64; complex is not handled yet."""
-    if x.dtype.kind == "c":  # reserved: the rules below would need conjugates
-        raise DTypeError(f"complex tensors are not supported by rill.linalg yet, got {x.dtype}")
-    if x.dtype.kind != "f":
+def floating(x, what: str = "a floating-point or complex tensor") -> None:
+    """The decompositions take float16/bfloat16/float32/float64 and complex64/complex128."""
+    if x.dtype.kind not in "fc":
         raise DTypeError(f"expected {what}, got {x.dtype}; cast first, e.g. "
                          f"x.astype(rill.float64)")
 
@@ -54,10 +59,15 @@ def mT(x):
     return swapaxes(x, -1, -2)
 
 
+def conj(x):
+    """The complex conjugate; x itself for real dtypes (no node on the tape)."""
+    from ..ops.elementwise import conj as conj_
+    return conj_(x) if x.dtype.kind == "c" else x
+
+
 def adjoint(x):
-    """The conjugate transpose; the transpose for the real dtypes rill has."""
-    real_floating(x)
-    return mT(x)
+    """The conjugate transpose (the transpose for real dtypes)."""
+    return conj(mT(x))
 
 
 def _saved(outs, prim, x, **attrs):
@@ -91,7 +101,7 @@ def _safe_reciprocal_gaps(values):
 
 
 def _cholesky_infer(x):
-    real_floating(x)
+    floating(x)
     matrices(x, square=True)
     return x.shape, x.dtype
 
@@ -121,14 +131,17 @@ cholesky_p = primitive("cholesky", _cholesky_infer, _cholesky_vjp, save_output=T
 
 
 def _eigh_infer(x):
-    real_floating(x)
+    floating(x)
     matrices(x, square=True)
-    return [(x.shape[:-1], x.dtype), (x.shape, x.dtype)]
+    return [(x.shape[:-1], real_of(x.dtype)), (x.shape, x.dtype)]
 
 
 def _eigh_vjp(gs, outs, x):
     # dV = V (F o (V^H dA V)) with F[i, j] = 1 / (l[j] - l[i]); dl = diag(V^H dA V). The
-    # skew part of V^H gV is what a symmetric dA can reach, so the gradient is symmetric.
+    # skew-Hermitian part of V^H gV is what a Hermitian dA can reach (F is real, the
+    # eigenvalues being real), so the gradient is Hermitian. Complex eigenvectors are fixed
+    # up to a phase each, which a differentiated loss must not depend on; the imaginary
+    # diagonal of that skew part (the phases' direction) is dropped with F's zero diagonal.
     g_values, g_vectors = gs
     values, vectors = _saved(outs, eigh_p, x)
     k = adjoint(vectors) @ g_vectors
@@ -143,7 +156,7 @@ eigh_p = primitive("eigh", _eigh_infer, _eigh_vjp, multiple_results=True, save_o
 
 
 def _qr_infer(x, *, mode):
-    real_floating(x)
+    floating(x)
     matrices(x)
     *batch, m, n = x.shape
     k = min(m, n) if mode == "reduced" else m
@@ -151,8 +164,16 @@ def _qr_infer(x, *, mode):
 
 
 def _copy_lower_to_upper(m):
+    """The Hermitian matrix with m's strict lower triangle and the real part of its diagonal.
+    (LAPACK's R has a real diagonal, so Q^H dQ's imaginary diagonal is pinned by dA and the
+    imaginary part of diag(m) cancels out of the gradient.)"""
+    from ..ops.creation import eye
+    from ..ops.elementwise import real
     from ..ops.shape import tril
-    return tril(m) + adjoint(tril(m, -1))
+    lower = tril(m, -1)
+    diag = (real(m) if m.dtype.kind == "c" else m) * eye(m.shape[-1], dtype=real_of(m.dtype),
+                                                          device=m.device)
+    return lower + adjoint(lower) + diag
 
 
 def _qr_vjp(gs, outs, x, mode):
@@ -176,13 +197,13 @@ qr_p = primitive("qr", _qr_infer, _qr_vjp, multiple_results=True, save_output=Tr
 
 
 def _svd_infer(x, *, full_matrices):
-    real_floating(x)
+    floating(x)
     matrices(x)
     *batch, m, n = x.shape
     k = min(m, n)
     batch = tuple(batch)
     u_cols, v_rows = (m, n) if full_matrices else (k, k)
-    return [(batch + (m, u_cols), x.dtype), (batch + (k,), x.dtype),
+    return [(batch + (m, u_cols), x.dtype), (batch + (k,), real_of(x.dtype)),
             (batch + (v_rows, n), x.dtype)]
 
 
@@ -195,15 +216,23 @@ def _svd_vjp(gs, outs, x, full_matrices):
         raise GradientError("the gradient of svd with full_matrices=True is defined only for "
                             f"square matrices, got shape {tuple(x.shape)}; use "
                             "full_matrices=False", op="svd")
-    # Real case: U and V are fixed up to a sign per column, which a loss may not depend on
-    # (as PyTorch documents). Complex will add a phase per column and the check that the
-    # imaginary part of diag(U^H gU) vanishes.
+    # U and V are fixed up to a sign per column pair (real) or a phase e^{i t} (complex),
+    # which a differentiated loss may not depend on (as PyTorch documents).
     v, g_v = adjoint(vh), adjoint(g_vh)
     f = _safe_reciprocal_gaps(s * s)  # F[i, j] = 1 / (s[j]^2 - s[i]^2)
-    j = f * (adjoint(u) @ g_u)
-    kk = f * (adjoint(v) @ g_v)
+    uhgu, vhgv = adjoint(u) @ g_u, adjoint(v) @ g_v
+    j = f * uhgu
+    kk = f * vhgv
     inner = ((j + adjoint(j)) * s[..., None, :] + s[..., :, None] * (kk + adjoint(kk))
              + _diag_embed(g_s))
+    if x.dtype.kind == "c":
+        # Im diag(U^H dA V) = s (Im diag(U^H dU) - Im diag(V^H dV)): only the difference of
+        # the two phase velocities is fixed by dA. Split it evenly between U and V; for a
+        # phase-invariant loss Im diag(U^H gU) = -Im diag(V^H gV) and the split is exact.
+        from ..ops.elementwise import imag
+        from .products import diagonal
+        phase = (imag(diagonal(uhgu)) - imag(diagonal(vhgv))) / (2 * s)
+        inner = inner + 1j * _diag_embed(phase)
     g_a = u @ inner @ vh
     k = s.shape[-1]
     # The parts of gU, gV outside the spans of U, V (a tall or wide matrix).
@@ -223,7 +252,7 @@ svd_p = primitive("svd", _svd_infer, _svd_vjp, multiple_results=True, save_outpu
 
 
 def _inv_infer(x):
-    real_floating(x)
+    floating(x)
     matrices(x, square=True)
     return x.shape, x.dtype
 
@@ -237,8 +266,8 @@ inv_p = primitive("inv", _inv_infer, _inv_vjp, save_output=True, cpu_only=_LAPAC
 
 
 def _solve_infer(a, b):
-    real_floating(a)
-    real_floating(b)
+    floating(a)
+    floating(b)
     matrices(a, square=True)
     if b.ndim < 2:
         raise ShapeError(f"expected b of shape (..., n, k), got {tuple(b.shape)}")
@@ -275,37 +304,48 @@ def solve_matrix(a, b):
 
 
 def _det_infer(x):
-    real_floating(x)
+    floating(x)
     matrices(x, square=True)
     return x.shape[:-2], x.dtype
 
 
 def _det_vjp(g, out, x):
     from ..ops.reduce import cumprod
-    # d det(A) = <adj(A)^H, dA>. The adjugate from the SVD A = U S V^H is
-    # det(U) det(V^H) U diag(prod of the other s) V^H: finite for singular A as well, where
-    # det(A) A^-H is not.
+    # d det(A) = tr(adj(A) dA) = <adj(A)^H, dA>, so G = g adj(A)^H. From the SVD A = U S V^H,
+    # adj(A)^H is conj(det(U) det(V^H)) U diag(product of the other s) V^H: finite for a
+    # singular A as well, where conj(det(A)) A^-H is not.
     u, s, vh = bind(svd_p, x, full_matrices=False)
     others = (cumprod(s, axis=-1, exclusive=True)
               * cumprod(s, axis=-1, exclusive=True, reverse=True))
     sign = bind(det_p, u) * bind(det_p, vh)
     adj_h = (u * others[..., None, :]) @ vh
-    return ((g * sign)[..., None, None] * adj_h,)
+    return ((g * conj(sign))[..., None, None] * adj_h,)
 
 
 det_p = primitive("det", _det_infer, _det_vjp, cpu_only=_LAPACK, attrs={})
 
 
 def _slogdet_infer(x):
-    real_floating(x)
+    floating(x)
     matrices(x, square=True)
-    return [(x.shape[:-2], x.dtype), (x.shape[:-2], x.dtype)]
+    return [(x.shape[:-2], x.dtype), (x.shape[:-2], real_of(x.dtype))]
 
 
 def _slogdet_vjp(gs, outs, x):
-    # The sign is piecewise constant; d log|det A| = <A^-H, dA>.
-    return (gs[1][..., None, None] * adjoint(bind(inv_p, x)),)
+    # d log|det A| = Re tr(A^-1 dA) = Re<A^-H, dA>. A real sign is piecewise constant; a
+    # complex one, sign = e^{i t}, moves with dt = Im tr(A^-1 dA), which gives gA the extra
+    # i Im(g_sign conj(sign)) A^-H.
+    g_sign, g_logabs = gs
+    coefficient = g_logabs
+    if x.dtype.kind == "c":
+        from ..ops.elementwise import imag
+        sign = _saved(outs, slogdet_p, x)[0]
+        coefficient = g_logabs + 1j * imag(g_sign * conj(sign))
+    return (coefficient[..., None, None] * adjoint(bind(inv_p, x)),)
 
 
 slogdet_p = primitive("slogdet", _slogdet_infer, _slogdet_vjp, multiple_results=True,
-                      cpu_only=_LAPACK, attrs={})
+                      save_output=True, cpu_only=_LAPACK, attrs={})
+
+# Every rule above writes its conjugates itself (see the module docstring).
+COMPLEX_RULES.update({"cholesky", "eigh", "qr", "svd", "inv", "solve", "det", "slogdet"})

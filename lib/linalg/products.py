@@ -13,6 +13,11 @@ from ..ops.arguments import as_dtype, as_int, as_tensor
 from ..ops.rules import require
 
 
+# The standard's numeric dtypes: integers, real floating and complex (not bool).
+_NUMERIC = "iufc"
+_NUMERIC_WHAT = "numeric (integer, floating-point or complex) tensors"
+
+
 def _stack_of_matrices(x, op: str):
     if x.ndim < 2:
         raise ShapeError(f"expected a matrix or a stack of matrices (at least 2-d), got shape "
@@ -59,16 +64,16 @@ def matrix_transpose(x, /):
 @reports_as("vecdot")
 def vecdot(x1, x2, /, *, axis: int = -1):
     """Dot products of the vectors along `axis` (counted from the end), the other axes
-    broadcast: sum(x1 * x2, axis) in the promoted dtype (x1 conjugated once complex exists).
+    broadcast: sum(conj(x1) * x2, axis) in the promoted dtype (x1 is conjugated when complex).
 
     >>> rill.linalg.vecdot(rill.tensor([[1., 2.], [3., 4.]]), rill.tensor([1., 1.]))
     tensor([3., 7.])
     """
-    from ..ops.elementwise import cast
+    from ..ops.elementwise import cast, conj
     from ..ops.reduce import sum as sum_
     x1, x2 = as_tensor(x1, "x1", "vecdot"), as_tensor(x2, "x2", "vecdot")
     for x in (x1, x2):
-        require(x, "iuf", "numeric tensors")
+        require(x, _NUMERIC, _NUMERIC_WHAT)
         if x.ndim == 0:
             raise ShapeError("expected tensors of at least 1 dimension, got a 0-d tensor",
                              op="vecdot")
@@ -76,7 +81,7 @@ def vecdot(x1, x2, /, *, axis: int = -1):
     if x1.shape[axis] != x2.shape[axis]:
         raise ShapeError(f"the vectors differ in length along axis {axis}: "
                          f"{tuple(x1.shape)} and {tuple(x2.shape)}", op="vecdot")
-    product = x1 * x2
+    product = (conj(x1) if x1.dtype.kind == "c" else x1) * x2
     out = sum_(product, axis=axis)
     return out if out.dtype is product.dtype else cast(out, product.dtype)  # ints: not int64
 
@@ -118,7 +123,7 @@ def cross(x1, x2, /, *, axis: int = -1):
     from ..ops.shape import moveaxis, stack
     x1, x2 = as_tensor(x1, "x1", "cross"), as_tensor(x2, "x2", "cross")
     for x in (x1, x2):
-        require(x, "iuf", "numeric tensors")
+        require(x, _NUMERIC, _NUMERIC_WHAT)
         if x.ndim == 0:
             raise ShapeError("expected tensors of at least 1 dimension, got a 0-d tensor",
                              op="cross")
