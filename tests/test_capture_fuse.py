@@ -14,7 +14,7 @@ import rill.nn.functional as F
 from rill.capture.executor import Program
 from rill.capture.passes import fuse as fuse_module
 from rill.capture.passes import pipeline
-from rill.capture.passes.fuse import fuse
+from rill.capture.passes.fuse import fuse, fuse_where_it_pays
 from rill.capture.passes.memory import memory
 
 
@@ -26,7 +26,7 @@ def small_groups(monkeypatch):
 
 
 def _fusing(monkeypatch, on: bool):
-    monkeypatch.setattr(pipeline, "EXECUTION_PASSES", [fuse, memory] if on else [])
+    monkeypatch.setattr(pipeline, "EXECUTION_PASSES", [fuse_where_it_pays, memory] if on else [])
 
 
 def _graph(fn, *args):
@@ -97,8 +97,11 @@ def test_shapes_dtypes_sizes_and_random_draws_are_respected(small_groups, monkey
         return wide + narrow + noise
     fused = fuse(_graph(f, X, B)).lint()
     assert _ops(fused).count("fused") == 2 and "uniform" in _ops(fused)
-    monkeypatch.setitem(fuse_module.MIN_ELEMENTS, "cpu", 31)  # [6,5] is 30 elements
-    assert "fused" not in _ops(fuse(_graph(f, X, B)))
+    # The pipeline's fusion leaves groups below MIN_ELEMENTS alone: [6,5] is 30 elements.
+    monkeypatch.setitem(fuse_module.MIN_ELEMENTS, "cpu", 31)
+    assert "fused" not in _ops(fuse_where_it_pays(_graph(f, X, B)))
+    monkeypatch.setitem(fuse_module.MIN_ELEMENTS, "cpu", 30)
+    assert _ops(fuse_where_it_pays(_graph(f, X, B))).count("fused") == 1
 
 
 def test_the_pass_leaves_its_input_alone(small_groups):

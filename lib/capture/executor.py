@@ -328,7 +328,8 @@ def _memory_plan(graph):
             any(n.device is not None and n.device.kind != "cpu" for n in graph.nodes):
         return None
     found = memory.plan(graph)
-    return found if found.slot_of else None
+    # Slots stay allocated through the call: a plan that would raise the peak is not used.
+    return found if found.slot_of and found.peak_bytes <= found.unplanned_peak_bytes else None
 
 
 def _planned_call(node, step, i: int, ins: str, slots, scope):

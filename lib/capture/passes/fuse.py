@@ -83,8 +83,10 @@ _register()
 
 # ---- the pass ------------------------------------------------------------------------------
 
-def fuse(graph: Graph) -> Graph:
-    groups = _groups(graph)
+def fuse(graph: Graph, min_elements: dict | None = None) -> Graph:
+    """The graph with its groups fused; with `min_elements` ({device kind: count}), only
+    groups whose values have at least that many elements (None: every group)."""
+    groups = _groups(graph, min_elements or {})
     if not groups:
         return graph
     group_of = {n: g for g in groups for n in g}
@@ -97,7 +99,12 @@ def fuse(graph: Graph) -> Graph:
     return rw.finish()
 
 
-def _fusible(node, ordered: set) -> bool:
+def fuse_where_it_pays(graph: Graph) -> Graph:
+    """The pipeline's fusion: groups of at least MIN_ELEMENTS elements (see above)."""
+    return fuse(graph, MIN_ELEMENTS)
+
+
+def _fusible(node, ordered: set, min_elements: dict) -> bool:
     from rill.kernels.numpy.fused import ELEMENTWISE, fusible_dtype
     if node.op not in ELEMENTWISE or node.after or node in ordered or len(node.outputs) != 1:
         return False
@@ -106,7 +113,7 @@ def _fusible(node, ordered: set) -> bool:
     if node.constraint is not None and node.constraint.colocate is not None:
         return False
     v = node.outputs[0]
-    if math.prod(v.shape) < MIN_ELEMENTS[node.device.kind]:
+    if math.prod(v.shape) < min_elements.get(node.device.kind, 0):
         return False
     if not all(fusible_dtype(x.dtype) for x in node.inputs + [v]):
         return False
@@ -142,7 +149,7 @@ def _deps(graph: Graph) -> dict:
     return deps
 
 
-def _groups(graph: Graph) -> list:
+def _groups(graph: Graph, min_elements: dict) -> list:
     """Tuples of nodes (in graph order), each a group of at least MIN_GROUP."""
     ordered = {a for n in graph.nodes for a in n.after}
     deps = _deps(graph)
@@ -168,7 +175,7 @@ def _groups(graph: Graph) -> list:
 
     for node in graph.nodes:
         ancestors[node] = _or(ancestors[p] | (1 << pos[p]) for p in deps[node])
-        if not _fusible(node, ordered):
+        if not _fusible(node, ordered, min_elements):
             continue
         key, shape = _place_key(node), node.outputs[0].shape
         chosen: list = []

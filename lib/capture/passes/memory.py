@@ -18,7 +18,7 @@ value are slots. So a value gets a slot only if
 - its node is a planned CPU node (a ufunc or `fused`), whose result is a buffer it made;
 - it is not a graph output and no `assign` takes it;
 - every node that takes it computes a new buffer from it and never returns it or a view of
-  it (elementwise ops, fused, matmul): a reshape or transpose of a slot could otherwise be
+  it (elementwise ops, fused, GEMMs, reductions): a reshape or transpose of a slot could otherwise be
   returned or assigned, and the next call would overwrite what the user holds.
 Outputs of earlier calls therefore stay as they were after later calls
 (tests/test_capture_memory.py checks it). A Program that runs on several threads at once
@@ -40,7 +40,10 @@ from ..ir import GRAPH_OPS, Graph
 
 # Off with RILL_MEMORY_PLAN=0 (the Program then ignores the mark).
 ENABLED = os.environ.get("RILL_MEMORY_PLAN", "1") != "0"
-_NEVER_ALIAS = frozenset({"fused", "matmul"})  # plus the elementwise ops
+# Consumers whose CPU kernel always returns a new buffer (a NumPy reduction or GEMM result),
+# besides the elementwise ops (kernels/numpy/fused.py:ELEMENTWISE).
+_NEVER_ALIAS = frozenset({"fused", "matmul", "linear", "linear_weight_grad", "sum", "mean",
+                          "max", "min", "logsumexp", "var"})
 
 
 def memory(graph: Graph) -> Graph:

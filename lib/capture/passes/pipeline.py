@@ -31,7 +31,7 @@ from ..ir import map_subgraphs
 from .cse import cse
 from .dce import dce
 from .fold import fold
-from .fuse import fuse
+from .fuse import fuse_where_it_pays
 from .memory import memory
 from .partition import partition
 from .place import place
@@ -41,9 +41,9 @@ from .simplify import simplify
 PASSES: list = [fold, simplify, cse, dce]
 # Passes that shape how the optimized graph runs (kernels, buffers), after the rewrites.
 EXECUTION_PASSES: list = []
-if os.environ.get("RILL_FUSE", "0") != "0":
-    EXECUTION_PASSES.append(fuse)
-if os.environ.get("RILL_MEMORY_PLAN", "0") != "0":
+if os.environ.get("RILL_FUSE", "1") != "0":
+    EXECUTION_PASSES.append(fuse_where_it_pays)
+if os.environ.get("RILL_MEMORY_PLAN", "1") != "0":
     EXECUTION_PASSES.append(memory)
 DEVICE_PASSES: list = [place, partition]
 
