@@ -311,3 +311,52 @@ def test_the_primitive_checks_its_own_inputs():
                   is_causal=False)
     with pytest.raises(rill.ArgumentError, match="attention.*scale"):
         attention(ones(2, 3, 4), ones(2, 5, 4), ones(2, 5, 4), scale="x", is_causal=False)
+
+
+_COMPILE_SCRIPT = r'''
+import inspect
+import numpy as np
+import rill.gpu
+
+class _HostBackend:  # enough of a backend to import the kernels without CuPy or a GPU
+    xp = np
+    interpreted = False
+
+rill.gpu.backend = lambda: _HostBackend()
+import triton
+import triton.language as tl
+from triton.backends.compiler import GPUTarget
+from rill.kernels.triton import attention
+
+def build(fn, data, meta):
+    names = list(inspect.signature(fn.fn).parameters)
+    sig = {n: "constexpr" if n in meta else data.get(n, "fp32" if n == "scale" else "i32")
+           for n in names}
+    src = triton.compiler.ASTSource(fn, sig, constexprs={(names.index(k),): v
+                                                         for k, v in meta.items()})
+    triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
+
+for dt, acc, block, kernels in [
+        ("fp32", tl.float32, 64, ("_forward_kernel", "_dq_kernel", "_dkdv_kernel")),
+        ("fp64", tl.float64, 16, ("_dkdv_kernel",))]:
+    data = {n: "*" + dt for n in ("q_ptr", "k_ptr", "v_ptr", "mask_ptr", "out_ptr", "g_ptr",
+                                  "dq_ptr", "dk_ptr", "dv_ptr", "lse_ptr", "rowdot_ptr")}
+    meta = dict(HAS_MASK=True, CAUSAL=True, FMA=dt == "fp64", PRECISION="ieee", ACC=acc,
+                BLOCK_M=block, BLOCK_N=block, BLOCK_E=64, BLOCK_EV=32)
+    for name in kernels:
+        build(getattr(attention, name), data, meta)
+print("compiled")
+'''
+
+
+def test_kernels_compile_for_a_real_gpu():
+    """The interpreter never runs Triton's compiler: compile the tl.dot (float32) kernels
+    and the float64 multiply-and-sum path for sm_90 (no GPU needed; Triton caches them)."""
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RILL_TRITON_INTERPRET", "TRITON_INTERPRET")}
+    done = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0 and "compiled" in done.stdout, done.stderr[-3000:]

@@ -79,11 +79,10 @@ def _scores(q, k_ptr, mask_ptr, b, rows, keys, L, S, E, heads, m_outer, m_inner,
 def _forward_kernel(q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, lse_ptr,
                     L, S, E, EV, row_blocks, heads, m_outer, m_inner, m_row, m_col, scale,
                     HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, FMA: tl.constexpr,
-                    PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                    BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr):
+                    PRECISION: tl.constexpr, ACC: tl.constexpr, BLOCK_M: tl.constexpr,
+                    BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr):
     # q (B, L, E), k (B, S, E), v (B, S, EV), out (B, L, EV), lse (B, L): contiguous. The mask
     # is read through strides: batch b is (b // heads, b % heads), strides 0 where broadcast.
-    ACC: tl.constexpr = tl.float64 if FMA else tl.float32
     pid = tl.program_id(0)
     b = (pid // row_blocks).to(tl.int64)
     first = (pid % row_blocks) * BLOCK_M
@@ -129,11 +128,10 @@ def _probabilities(s, lse):
 def _dq_kernel(g_ptr, q_ptr, k_ptr, v_ptr, out_ptr, lse_ptr, mask_ptr, dq_ptr, rowdot_ptr,
                L, S, E, EV, row_blocks, heads, m_outer, m_inner, m_row, m_col, scale,
                HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, FMA: tl.constexpr,
-               PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-               BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr):
+               PRECISION: tl.constexpr, ACC: tl.constexpr, BLOCK_M: tl.constexpr,
+               BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr):
     # Inputs as the forward's, g (B, L, EV) the cotangent of out; writes dq (B, L, E) and
     # rowdot (B, L) = rowsum(g * out), which _dkdv_kernel reads.
-    ACC: tl.constexpr = tl.float64 if FMA else tl.float32
     pid = tl.program_id(0)
     b = (pid // row_blocks).to(tl.int64)
     first = (pid % row_blocks) * BLOCK_M
@@ -168,12 +166,11 @@ def _dq_kernel(g_ptr, q_ptr, k_ptr, v_ptr, out_ptr, lse_ptr, mask_ptr, dq_ptr, r
 def _dkdv_kernel(g_ptr, q_ptr, k_ptr, v_ptr, lse_ptr, rowdot_ptr, mask_ptr, dk_ptr, dv_ptr,
                  L, S, E, EV, key_blocks, heads, m_outer, m_inner, m_row, m_col, scale,
                  HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, FMA: tl.constexpr,
-                 PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr):
+                 PRECISION: tl.constexpr, ACC: tl.constexpr, BLOCK_M: tl.constexpr,
+                 BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr):
     # One program per (batch, block of BLOCK_N keys): dk (B, S, E) and dv (B, S, EV) summed
     # over the query blocks that see these keys (under causal masking, those from the
     # keys' own block on).
-    ACC: tl.constexpr = tl.float64 if FMA else tl.float32
     pid = tl.program_id(0)
     b = (pid // key_blocks).to(tl.int64)
     first = (pid % key_blocks) * BLOCK_N
@@ -250,7 +247,8 @@ def _common(q, k, v, mask):
     else:
         layout = _mask_layout(mask, batch, length, keys)
     sizes = dict(L=length, S=keys, E=e, EV=ev)
-    meta = dict(HAS_MASK=mask is not None, FMA=fma, PRECISION=precision, BLOCK_M=block_m,
+    meta = dict(HAS_MASK=mask is not None, FMA=fma, PRECISION=precision,
+                ACC=tl.float64 if fma else tl.float32, BLOCK_M=block_m,
                 BLOCK_N=block_n, BLOCK_E=max(16, triton.next_power_of_2(max(e, 1))),
                 BLOCK_EV=max(16, triton.next_power_of_2(max(ev, 1))))
     return batch, count, flat, layout, sizes, meta
