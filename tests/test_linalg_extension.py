@@ -1,8 +1,9 @@
 """rill.linalg, the Array API standard's (2024.12) linear-algebra extension: values against
-numpy.linalg in float64 (invariant quantities where eigen- and singular vectors are fixed only
-up to sign), gradients against PyTorch's autograd and finite differences in float64, the
-standard's signatures, float32/float16 results, capture, the gpu device (a DeviceError for
-the decompositions) and bad input."""
+numpy.linalg in float64 and complex128 (invariant quantities where eigen- and singular vectors
+are fixed only up to sign or phase), gradients against PyTorch's autograd and finite
+differences in float64 and complex128 (PyTorch's complex convention), the standard's
+signatures, float32/float16/complex64 results, capture, the gpu device (a DeviceError for the
+decompositions) and bad input."""
 from __future__ import annotations
 
 import inspect
@@ -316,7 +317,7 @@ def test_gradients_match_torch_and_finite_differences(name, loss, arrays):
     loss(torch, *ts).backward()
     for g, t, fd in zip(got, ts, finite_differences(loss, arrays)):
         if name not in TORCH_DIFFERS:
-            close(g, t.grad.numpy(), tol=1e-8)
+            close(g, t.grad.resolve_conj().numpy(), tol=1e-8)
         else:
             assert not np.allclose(t.grad.numpy(), fd, atol=1e-3)
         close(g, fd, tol=1e-5)
@@ -363,6 +364,287 @@ def test_gradients_that_are_not_defined_raise():
         rill.grad(lambda x: L.svd(x).S.sum())(rill.tensor(T[0]))
     with pytest.raises(rill.GradientError, match="qr.*rows >= columns"):
         rill.grad(lambda x: L.qr(x).R.sum())(rill.tensor(W))
+
+
+# ---- complex64 / complex128 ------------------------------------------------------------------
+
+
+def crand(rng, *shape):
+    return rng.standard_normal(shape) + 1j * rng.standard_normal(shape)
+
+
+def hpd(rng, *shape):
+    """Hermitian positive-definite matrices, well conditioned."""
+    b = crand(rng, *shape)
+    return b @ np.conj(np.swapaxes(b, -1, -2)) + shape[-1] * np.eye(shape[-1])
+
+
+def mH(t):
+    return t.mH if isinstance(t, torch.Tensor) else rill.conj(L.matrix_transpose(t))
+
+
+def herm(t):
+    """The Hermitian part (what `sym` is for real inputs)."""
+    return (t + mH(t)) * 0.5
+
+
+RC = np.random.default_rng(3)
+CA = crand(RC, 2, 4, 4)
+CT = crand(RC, 2, 5, 3)
+CW = crand(RC, 3, 5)
+CP = hpd(RC, 2, 4, 4)
+
+COMPLEX_VALUES = [
+    ("c_cholesky", L.cholesky, np.linalg.cholesky, [CP]),
+    ("c_cholesky_upper", lambda x: L.cholesky(x, upper=True),
+     lambda x: np.linalg.cholesky(x, upper=True), [CP]),
+    ("c_eigvalsh", L.eigvalsh, np.linalg.eigvalsh, [CP - 5]),
+    ("c_inv", L.inv, np.linalg.inv, [CA]),
+    ("c_det", L.det, np.linalg.det, [CA]),
+    ("c_solve", L.solve, np.linalg.solve, [CA, crand(RC, 2, 4, 2)]),
+    ("c_solve_real_vector", L.solve, np.linalg.solve, [CA, rand(RC, 4)]),
+    ("c_svdvals", L.svdvals, np.linalg.svdvals, [CT]),
+    ("c_svdvals_wide", L.svdvals, np.linalg.svdvals, [CW]),
+    ("c_pinv", L.pinv, np.linalg.pinv, [CT]),
+    ("c_pinv_wide_rtol", lambda x: L.pinv(x, rtol=0.3), lambda x: np.linalg.pinv(x, rtol=0.3),
+     [CW]),
+    ("c_matrix_rank", L.matrix_rank, np.linalg.matrix_rank,
+     [np.stack([CT[0], CT[0] @ np.diag([1.0, 1j, 0.0])])]),
+    ("c_matrix_power_-3", lambda x: L.matrix_power(x, -3),
+     lambda x: np.linalg.matrix_power(x, -3), [CA]),
+    ("c_vecdot", L.vecdot, np.linalg.vecdot, [crand(RC, 2, 3), crand(RC, 3)]),
+    ("c_vecdot_real_x2", L.vecdot, np.linalg.vecdot, [crand(RC, 2, 3), rand(RC, 3)]),
+    ("c_vecdot_real_x1", L.vecdot, np.linalg.vecdot, [rand(RC, 2, 3), crand(RC, 3)]),
+    ("c_cross", L.cross, np.linalg.cross, [crand(RC, 2, 3), crand(RC, 3)]),
+    ("c_trace", L.trace, np.linalg.trace, [CA]),
+    *[(f"c_vector_norm_{o}", lambda x, o=o: L.vector_norm(x, ord=o, axis=(0, 2)),
+       lambda x, o=o: np.linalg.vector_norm(x, ord=o, axis=(0, 2)), [CT])
+      for o in (2, 1, 3.5, 0, -1, np.inf, -np.inf)],
+    *[(f"c_matrix_norm_{o}", lambda x, o=o: L.matrix_norm(x, ord=o),
+       lambda x, o=o: np.linalg.matrix_norm(x, ord=o), [CT])
+      for o in ("fro", "nuc", 1, -1, 2, -2, np.inf, -np.inf)],
+]
+
+
+@pytest.mark.parametrize("fn, ref, arrays", [v[1:] for v in COMPLEX_VALUES],
+                         ids=[v[0] for v in COMPLEX_VALUES])
+def test_complex_values_and_dtypes_match_numpy(fn, ref, arrays):
+    test_values_match_numpy(fn, ref, arrays)
+
+
+def test_complex_slogdet_sign_has_modulus_one_and_logabsdet_is_real():
+    a = np.concatenate([CA, np.zeros((1, 4, 4), complex)])
+    got = L.slogdet(rill.tensor(a))
+    sign, logabs = np.linalg.slogdet(a)
+    assert (got.sign.dtype, got.logabsdet.dtype) == (rill.complex128, rill.float64)
+    close(got.sign, sign)
+    close(got.logabsdet, logabs)
+    close(np.abs(got.sign.numpy()[:2]), np.ones(2))
+    close(got.sign.numpy()[:2] * np.exp(got.logabsdet.numpy()[:2]), np.linalg.det(CA))
+
+
+def test_complex_eigh_decomposes_a_hermitian_matrix_read_from_its_lower_triangle():
+    x = CP - 5
+    junk = np.tril(x) + np.triu(crand(RC, 4, 4), 1)  # only the lower triangle is read
+    for given in (x, junk):
+        values, vectors = L.eigh(rill.tensor(given))
+        assert (values.dtype, vectors.dtype) == (rill.float64, rill.complex128)
+        v = vectors.numpy()
+        close(values, np.linalg.eigvalsh(x))
+        close((v * values.numpy()[..., None, :]) @ np.conj(np.swapaxes(v, -1, -2)), x)
+        close(np.abs(v), np.abs(np.linalg.eigh(x).eigenvectors))  # equal up to a phase
+    close(L.cholesky(rill.tensor(np.tril(CP) + np.triu(crand(RC, 4, 4), 1))),
+          np.linalg.cholesky(CP))
+
+
+@pytest.mark.parametrize("x", [CT, CW, CA], ids=["tall", "wide", "square"])
+def test_complex_svd_and_qr_reconstruct_with_unitary_factors(x):
+    for full in (True, False):
+        u, s, vh = L.svd(rill.tensor(x), full_matrices=full)
+        nu, ns, nvh = np.linalg.svd(x, full_matrices=full)
+        assert (u.shape, s.shape, vh.shape) == (nu.shape, ns.shape, nvh.shape)
+        assert (u.dtype, s.dtype, vh.dtype) == (rill.complex128, rill.float64, rill.complex128)
+        close(s, ns)
+        k = s.shape[-1]
+        close((u.numpy()[..., :, :k] * s.numpy()[..., None, :]) @ vh.numpy()[..., :k, :], x)
+        close(np.abs(u.numpy()[..., :k]), np.abs(nu[..., :k]))
+        eye_u = mH(u).numpy() @ u.numpy()
+        close(eye_u, np.broadcast_to(np.eye(u.shape[-1]), eye_u.shape))
+    for mode in ("reduced", "complete"):
+        q, r = L.qr(rill.tensor(x), mode=mode)
+        nq, nr = np.linalg.qr(x, mode=mode)
+        close(q.numpy() @ r.numpy(), x)
+        close(np.abs(q.numpy()), np.abs(nq))
+        close(np.diagonal(r.numpy(), axis1=-2, axis2=-1).imag, np.zeros(nr.shape[:-2] + (
+            min(nr.shape[-2:]),)))
+
+
+def test_complex64_gives_float32_real_results_and_complex64_factors():
+    x = rill.tensor(CP[0] / 4).astype(rill.complex64)
+    exact = CP[0] / 4
+    real_results = [(L.eigvalsh, np.linalg.eigvalsh), (L.svdvals, np.linalg.svdvals),
+                    (lambda x: L.slogdet(x).logabsdet, lambda x: np.linalg.slogdet(x)[1]),
+                    (L.vector_norm, np.linalg.vector_norm),
+                    (lambda x: L.matrix_norm(x, ord=2), lambda x: np.linalg.matrix_norm(x, ord=2)),
+                    (lambda x: L.vecdot(x, x), lambda x: np.linalg.vecdot(x, x).real)]
+    for fn, ref in real_results:
+        got = fn(x)
+        assert got.dtype == (rill.complex64 if fn is real_results[-1][0] else rill.float32)
+        np.testing.assert_allclose(got.numpy(), ref(exact), rtol=1e-4, atol=1e-4)
+    for fn, ref in [(L.inv, np.linalg.inv), (L.cholesky, np.linalg.cholesky),
+                    (L.det, np.linalg.det), (lambda x: L.slogdet(x).sign,
+                                             lambda x: np.linalg.slogdet(x)[0])]:
+        got = fn(x)
+        assert got.dtype == rill.complex64
+        np.testing.assert_allclose(got.numpy(), ref(exact), rtol=1e-4, atol=1e-4)
+
+
+def cweights(shape, seed):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal(shape) + 1j * rng.standard_normal(shape)
+
+
+def csum(out, seed, lib):
+    """Re of a fixed random complex linear functional of `out`: a real loss."""
+    w = cweights(tuple(out.shape), seed)
+    total = (out * (rill.tensor(w) if lib is rill else torch.tensor(w))).sum()
+    return rill.real(total) if lib is rill else total.real
+
+
+def modulus2(t, lib):
+    return rill.real(t * rill.conj(t)) if lib is rill else (t * t.conj()).real
+
+
+def _scaled_projector(u, vh, lib):
+    """u diag(w) vh: unchanged by u -> u D, vh -> D^* vh for any diagonal phases D."""
+    w = weights((u.shape[-1],), 7)
+    return (u * (rill.tensor(w) if lib is rill else torch.tensor(w))) @ vh
+
+
+def _c_eigh_loss(lib, x):
+    values, vectors = (L.eigh if lib is rill else TL.eigh)(herm(x))
+    return (csum(values, 1, lib) + csum(modulus2(vectors, lib), 2, lib)
+            + csum(_scaled_projector(vectors, mH(vectors), lib), 3, lib))
+
+
+def _c_svd_loss(full):
+    """Invariant under each singular pair's phase, as the gradient requires."""
+    def loss(lib, x):
+        u, s, vh = (L.svd if lib is rill else TL.svd)(x, full_matrices=full)
+        k = s.shape[-1]
+        u, vh = u[..., :k], vh[..., :k, :]
+        return (csum(s, 1, lib) + csum(modulus2(u, lib), 2, lib)
+                + csum(modulus2(vh, lib), 3, lib) + csum(_scaled_projector(u, vh, lib), 4, lib))
+    return loss
+
+
+def _c_qr_loss(mode):
+    def loss(lib, x):
+        q, r = (L.qr if lib is rill else TL.qr)(x, mode=mode)
+        return csum(q, 1, lib) + csum(r, 2, lib)
+    return loss
+
+
+def _c_single(fn, seed=1):
+    return lambda lib, *xs: csum(fn(lib, *xs), seed, lib)
+
+
+def _mixed(name):
+    """name on a complex and a real operand: rill promotes; PyTorch's linalg wants one dtype,
+    so the real one is cast there (its gradient is the real part, as rill's is)."""
+    def call(lib, *xs):
+        if lib is torch:
+            xs = [t if t.is_complex() else t.to(torch.complex128) for t in xs]
+        return _on(name)(lib, *xs)
+    return call
+
+
+RCG = np.random.default_rng(4)
+CA3 = crand(RCG, 2, 3, 3)
+
+COMPLEX_GRADS = [
+    ("inv", _c_single(_on("inv")), [CA3]),
+    ("solve", _c_single(_on("solve")), [CA3, crand(RCG, 2, 3, 2)]),
+    ("solve_real_b", _c_single(_mixed("solve")), [CA3[0], rand(RCG, 3, 2)]),
+    ("det", _c_single(_on("det")), [CA3]),
+    ("slogdet", lambda lib, x: csum(_on("slogdet")(lib, x)[0], 1, lib)
+     + csum(_on("slogdet")(lib, x)[1], 2, lib), [CA3]),
+    ("cholesky", _c_single(lambda lib, x: _on("cholesky")(lib, herm(x))), [hpd(RCG, 2, 3, 3)]),
+    ("cholesky_upper", _c_single(lambda lib, x: _on("cholesky")(lib, herm(x), upper=True)),
+     [hpd(RCG, 3, 3)]),
+    ("eigh", _c_eigh_loss, [CA3]),
+    ("eigvalsh", _c_single(lambda lib, x: _on("eigvalsh")(lib, herm(x))), [CA3[0]]),
+    ("svd_tall", _c_svd_loss(False), [crand(RCG, 2, 4, 3)]),
+    ("svd_wide", _c_svd_loss(False), [crand(RCG, 3, 4)]),
+    ("svd_square_full", _c_svd_loss(True), [CA3[0]]),
+    ("svdvals", _c_single(_on("svdvals")), [crand(RCG, 4, 3)]),
+    ("qr_tall", _c_qr_loss("reduced"), [crand(RCG, 2, 4, 3)]),
+    ("qr_square_complete", _c_qr_loss("complete"), [CA3[0]]),
+    ("pinv", _c_single(_on("pinv")), [crand(RCG, 4, 3)]),
+    *[(f"vector_norm_{o}", _c_single(lambda lib, x, o=o: _on("vector_norm")(lib, x, ord=o)),
+       [crand(RCG, 2, 3)]) for o in (2, 3, np.inf)],
+    *[(f"matrix_norm_{o}", _c_single(lambda lib, x, o=o: _on("matrix_norm")(lib, x, ord=o)),
+       [crand(RCG, 4, 3)]) for o in ("fro", "nuc", 2, -2, 1, np.inf)],
+    ("vecdot", _c_single(_on("vecdot")), [crand(RCG, 2, 3), crand(RCG, 3)]),
+    ("vecdot_real_x1", _c_single(_mixed("vecdot")), [rand(RCG, 2, 3), crand(RCG, 2, 3)]),
+    ("cross", _c_single(lambda lib, a, b: _on("cross")(lib, a, b)),
+     [crand(RCG, 2, 3), crand(RCG, 2, 3)]),
+]
+
+
+@pytest.mark.parametrize("name, loss, arrays", COMPLEX_GRADS, ids=[g[0] for g in COMPLEX_GRADS])
+def test_complex_gradients_match_torch_and_finite_differences(name, loss, arrays):
+    test_gradients_match_torch_and_finite_differences(name, loss, arrays)
+
+
+def test_complex_gradients_of_hermitian_inputs_are_hermitian():
+    """eigh's rule reports the Hermitian gradient, as PyTorch's does. PyTorch's complex
+    cholesky gradient is not Hermitian (an imaginary diagonal of L^H gL leaks a
+    skew-Hermitian part); rill's is, and agrees with it on the Hermitian part, the only
+    directions in which a Hermitian input can move."""
+    x = hpd(RCG, 2, 3, 3)
+
+    def eigh_loss(lib, x):
+        values, vectors = (L.eigh if lib is rill else TL.eigh)(x)
+        return csum(values, 1, lib) + csum(modulus2(vectors, lib), 2, lib)
+
+    for loss in (eigh_loss, _c_single(_on("cholesky"))):
+        got = rill.grad(lambda x, loss=loss: loss(rill, x))(rill.tensor(x)).numpy()
+        t = torch.tensor(x, requires_grad=True)
+        loss(torch, t).backward()
+        expected = t.grad.resolve_conj().numpy()
+        close(got, np.conj(np.swapaxes(got, -1, -2)))
+        close(got, (expected + np.conj(np.swapaxes(expected, -1, -2))) / 2, tol=1e-8)
+
+
+def test_complex_second_order_gradient_of_slogdet_and_inv():
+    def f(lib, x):
+        return csum(_on("slogdet")(lib, x)[1], 1, lib) + csum(_on("slogdet")(lib, x)[0], 2,
+                                                                lib) + csum(_on("inv")(lib, x),
+                                                                            3, lib)
+    x = CA3[0]
+    ggrad = rill.grad(lambda x: modulus2(rill.grad(lambda x: f(rill, x))(x), rill).sum())(
+        rill.tensor(x))
+    t = torch.tensor(x, requires_grad=True)
+    (g,) = torch.autograd.grad(f(torch, t), t, create_graph=True)
+    modulus2(g, torch).sum().backward()
+    close(ggrad, t.grad.numpy(), tol=1e-8)
+
+
+def test_complex_decompositions_and_their_gradients_capture_and_agree_with_eager():
+    def f(a, b):
+        values, vectors = L.eigh(a)
+        grad = rill.grad(lambda a: csum(L.solve(a, b), 1, rill) + L.slogdet(a).logabsdet.sum()
+                         + L.svdvals(a).sum())(a)
+        return values, modulus2(vectors, rill), L.slogdet(a).sign, grad
+
+    a, b = rill.tensor(CP[0]), rill.tensor(crand(RCG, 4, 2))
+    captured = rill.capture(f)
+    ops = {node.op for node in captured.graph_for(a, b).nodes}
+    assert {"eigh", "solve", "slogdet", "svd", "inv"} <= ops
+    for c, e in zip(captured(a, b), f(a, b)):
+        assert c.dtype == e.dtype
+        close(c, e.numpy(), tol=1e-12)
 
 
 # ---- signatures, dtypes ---------------------------------------------------------------------
