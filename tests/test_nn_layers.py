@@ -396,6 +396,7 @@ def test_multihead_attention_is_causal_and_float_padding_mask():
 @pytest.mark.parametrize("kwargs", [dict(), dict(activation="gelu", norm_first=True),
                                     dict(batch_first=True)])
 def test_transformer_encoder_layer(kwargs):
+    rill.manual_seed(0)  # fixed weights: how far float32 rounding drifts depends on them
     layer = nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.0, **kwargs)
     ref = torch.nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.0, **kwargs)
     padding, _, _ = masks(3, 5, 5, 2)
