@@ -437,6 +437,7 @@ def _program(graph):
     from .executor import Program
     from .passes.partition import partition
     graph.placed = True
+    graph.plan_memory = True  # as the pipeline's memory pass marks a captured graph
     if len(graph.devices()) > 1:
         from .partitioned import PartitionedProgram
         return PartitionedProgram(partition(graph).lint())

@@ -3,9 +3,11 @@
 Unplanned, every kernel allocates its result and the straight-line program drops it after
 its last use; a large NumPy result is fresh pages from the OS on every call. The plan walks
 the schedule (the graph's node order, as the Program runs it) and gives each planned value a
-*slot*: a buffer of its shape and dtype that the Program keeps from one call to the next.
-A slot is free again once its value is dead, for a later value of the same shape and dtype;
-an elementwise ufunc may take the slot of an input that dies at that node (in place: NumPy
+*slot*: the start of a block of bytes that the Program keeps from one call to the next, viewed
+with the value's shape and dtype (C order). A block is free again once its value is dead,
+for any later value it holds (best fit; a block grows while planning where none is big
+enough); an elementwise ufunc may take the block of an input of its spec that dies at that
+node (in place: NumPy
 computes `add(a, b, out=a)` element by element, the same bits). Planned values are computed
 with `out=`: ufunc nodes call their ufunc, fused nodes (passes/fuse.py) take the buffers of
 their outputs.
@@ -55,32 +57,39 @@ def memory(graph: Graph) -> Graph:
 
 
 class MemoryPlan:
-    """slots: [(shape, numpy dtype)]; slot_of: {node position: (slot or None per output)};
-    in_place: how many values took the slot of an input dying at their node; peak_bytes /
-    unplanned_peak_bytes: the most bytes live at once during a call, with and without the
-    plan (the plan's slots count for the whole call, as they stay allocated)."""
+    """blocks: [bytes] of the buffers recycled; values: [(block, shape, numpy dtype)], one
+    per planned value, which lives in (the start of) that block; slot_of: {node position:
+    (index into values, or None, per output)}; in_place: values that took the block of an
+    input dying at their node; peak_bytes / unplanned_peak_bytes: the most bytes live at
+    once during a call, with and without the plan (blocks count for the whole call, as they
+    stay allocated)."""
 
-    def __init__(self, slots, slot_of, in_place, peak_bytes, unplanned_peak_bytes):
-        self.slots, self.slot_of, self.in_place = slots, slot_of, in_place
-        self.peak_bytes, self.unplanned_peak_bytes = peak_bytes, unplanned_peak_bytes
+    def __init__(self, blocks, values, slot_of, in_place):
+        self.blocks, self.values, self.slot_of, self.in_place = blocks, values, slot_of, in_place
+        self.peak_bytes = self.unplanned_peak_bytes = 0
+
+    slots = property(lambda self: self.blocks)
 
     @property
     def slot_bytes(self) -> int:
-        return sum(_bytes(shape, dtype) for shape, dtype in self.slots)
+        return sum(self.blocks)
 
     def new_arena(self) -> list:
-        """One buffer per slot: what one running call writes its planned values into."""
-        return [np.empty(shape, dtype) for shape, dtype in self.slots]
+        """The blocks one running call writes into, as a C-ordered view per planned value."""
+        blocks = [np.empty(n, np.uint8) for n in self.blocks]
+        return [blocks[b][:_bytes(shape, dtype)].view(dtype).reshape(shape)
+                for b, shape, dtype in self.values]
 
     def __repr__(self) -> str:
-        planned = sum(1 for outs in self.slot_of.values() for s in outs if s is not None)
         return (f"MemoryPlan: peak {_mb(self.peak_bytes)} planned, "
-                f"{_mb(self.unplanned_peak_bytes)} unplanned; {planned} values in "
-                f"{len(self.slots)} recycled buffers ({_mb(self.slot_bytes)}), "
+                f"{_mb(self.unplanned_peak_bytes)} unplanned; {len(self.values)} values in "
+                f"{len(self.blocks)} recycled buffers ({_mb(self.slot_bytes)}), "
                 f"{self.in_place} in place")
 
 
 def plan(graph: Graph) -> MemoryPlan:
+    """Blocks by best fit along the schedule: a value takes the smallest free block that
+    holds it, else the largest free block grown to its size, else a new block."""
     from rill.kernels.numpy.fused import fusible_dtype
     nodes = graph.nodes
     last_use: dict = {}
@@ -95,17 +104,31 @@ def plan(graph: Graph) -> MemoryPlan:
         return v not in returned and v.shape != () and fusible_dtype(v.dtype) and \
             all(_never_aliases(u) for u in users.get(v, ()))
 
-    slots: list = []
-    free: dict = {}      # (shape, dtype) -> free slot numbers
-    holding: dict = {}   # value -> its slot
+    blocks: list = []    # bytes per block (grown while planning)
+    free: set = set()    # blocks holding no live value
+    holding: dict = {}   # value -> its block
+    values: list = []
     slot_of: dict = {}
     in_place = 0
 
-    def release(values):
-        for v in values:
-            s = holding.pop(v, None)
-            if s is not None:
-                free.setdefault(slots[s], []).append(s)
+    def release(dead):
+        for v in dead:
+            b = holding.pop(v, None)
+            if b is not None:
+                free.add(b)
+
+    def take(nbytes: int) -> int:
+        fits = [b for b in free if blocks[b] >= nbytes]
+        if fits:
+            b = min(fits, key=lambda b: (blocks[b], b))
+        elif free:
+            b = max(free, key=lambda b: (blocks[b], -b))
+            blocks[b] = nbytes
+        else:
+            blocks.append(nbytes)
+            return len(blocks) - 1
+        free.discard(b)
+        return b
 
     for i, node in enumerate(nodes):
         kind = _planned_kind(node)
@@ -113,30 +136,32 @@ def plan(graph: Graph) -> MemoryPlan:
         if kind is None:
             release(dying)
             continue
+        freed: set = set()
         if kind == "ufunc":  # element by element: the result may overwrite a dying input
-            freed = {holding[v] for v in dying if v in holding}
-            release(dying)
-        else:
-            freed = set()
+            same = [v for v in dying if v in holding and v.shape == node.outputs[0].shape and
+                    v.dtype.storage == node.outputs[0].dtype.storage]
+            freed = {holding[v] for v in same}
+            release(same)
         outs = []
         for v in node.outputs:
             if not eligible(v):
                 outs.append(None)
                 continue
-            key = (tuple(v.shape), np.dtype(v.dtype.storage))
-            if free.get(key):
-                s = free[key].pop()
-                in_place += s in freed
+            shape, dtype = tuple(v.shape), np.dtype(v.dtype.storage)
+            b = next(iter(freed & free), None) if freed else None
+            if b is not None and blocks[b] >= _bytes(shape, dtype):
+                free.discard(b)
+                in_place += 1
             else:
-                s = len(slots)
-                slots.append(key)
-            holding[v] = s
-            outs.append(s)
+                b = take(_bytes(shape, dtype))
+            holding[v] = b
+            outs.append(len(values))
+            values.append((b, shape, dtype))
         release(dying)
         release(v for v in node.outputs if v not in last_use)  # no one reads it
         if any(s is not None for s in outs):
             slot_of[i] = tuple(outs)
-    planned = MemoryPlan(slots, slot_of, in_place, 0, 0)
+    planned = MemoryPlan(blocks, values, slot_of, in_place)
     planned.unplanned_peak_bytes = _peak(graph, {}, 0, last_use)
     planned.peak_bytes = _peak(graph, slot_of, planned.slot_bytes, last_use)
     return planned
