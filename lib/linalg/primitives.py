@@ -91,9 +91,17 @@ def _safe_reciprocal_gaps(values):
     ties: a repeated eigenvalue or singular value). Dropping the ties is exact for a loss that
     does not depend on the basis chosen inside a repeated eigenspace (eigvalsh, svdvals, a
     projector); otherwise the gradient there is undefined and this gives the finite part."""
-    from ..ops.elementwise import equal, where
+    import numpy as np
+    from ..ops.elementwise import abs as magnitude, less_equal, where
+    from ..ops.reduce import max as largest
     gaps = values[..., None, :] - values[..., :, None]
-    tie = equal(gaps, 0)
+    # LAPACK returns a repeated eigenvalue as values some ulps apart (2e-15 seen for a 2 in
+    # a 4x4): a gap within the spectrum's rounding, generously taken as 1000 * n * eps times
+    # its largest magnitude, is a tie (a gap that small would give a 1/gap of 1e12 anyway).
+    n = values.shape[-1]
+    eps = float(np.finfo(values.dtype.storage).eps)
+    scale = largest(magnitude(values), axis=-1, keepdims=True)[..., None] if n else 0.0
+    tie = less_equal(magnitude(gaps), 1000 * n * eps * scale)
     return where(tie, 0.0, 1.0 / where(tie, 1.0, gaps))
 
 

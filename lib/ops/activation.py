@@ -167,12 +167,14 @@ def celu(x, alpha: float = 1.0):
 def hardtanh(x, min_val: float = -1.0, max_val: float = 1.0):
     """x clamped to [min_val, max_val]; the gradient is 0 on and beyond the bounds."""
     from ..errors import ArgumentError
+    from .creation import full_like
     from .elementwise import logical_and, where
     lo, hi = as_float(min_val, "min_val", "hardtanh"), as_float(max_val, "max_val", "hardtanh")
     if lo > hi:
         raise ArgumentError(f"min_val ({lo}) must not exceed max_val ({hi})", op="hardtanh")
     x = _float_tensor(x, "hardtanh")
-    return where(logical_and(x > lo, x < hi), x, where(x <= lo, lo, hi))
+    # The bounds as x's dtype: where() of two Python floats alone would make float32.
+    return where(logical_and(x > lo, x < hi), x, where(x <= lo, full_like(x, lo), hi))
 
 
 def relu6(x):
@@ -182,9 +184,11 @@ def relu6(x):
 
 def hardsigmoid(x):
     """A piecewise-linear sigmoid: 0 below -3, 1 above 3, x / 6 + 1/2 between."""
+    from .creation import zeros_like
     from .elementwise import logical_and, where
     x = _float_tensor(x, "hardsigmoid")
-    return where(logical_and(x > -3.0, x < 3.0), x / 6.0 + 0.5, where(x <= -3.0, 0.0, 1.0))
+    return where(logical_and(x > -3.0, x < 3.0), x / 6.0 + 0.5,
+                 where(x <= -3.0, zeros_like(x), 1.0))
 
 
 def hardswish(x):
