@@ -34,12 +34,15 @@ from ..ir import Graph
 from .rewrite import Rewrite, effect
 
 MIN_GROUP = 2  # a "group" of one node is that node
-# Fewest elements per value for a node to be fused, per device kind. CPU: below 2^16 the
-# fused NumPy function costs 1-1.5 us more per group than the nodes it replaces and saves
-# no memory worth planning (DESIGN.md, "Fusion and memory planning"). gpu: each distinct
-# group is a kernel to compile on first call; below 2^10 elements a step's many small groups
-# (per-parameter scalars of an optimizer) cost more compile time than launches they save.
-MIN_ELEMENTS = {"cpu": 1 << 16, "gpu": 1 << 10}
+# Fewest elements per value for a node to be fused by the pipeline, per device kind (None:
+# not at all). CPU: not fused by default. The NumPy fused function does the unfused
+# arithmetic at the unfused speed on large groups (each op still streams its arrays), costs
+# 1-1.5 us more per group on small ones, and on the conv net, whose groups mostly fall back
+# to node by node (transposed inputs), the step measured ~6% slower; DESIGN.md, "Fusion and
+# memory planning". gpu: each distinct group is a kernel Triton compiles on first call;
+# below 2^10 elements a step's many small groups (an optimizer's per-parameter scalars)
+# cost more compile time than the launches they save.
+MIN_ELEMENTS = {"cpu": None, "gpu": 1 << 10}
 if os.environ.get("RILL_FUSE_MIN_ELEMENTS"):  # one size for both (tests, measurements)
     MIN_ELEMENTS = dict.fromkeys(MIN_ELEMENTS, int(os.environ["RILL_FUSE_MIN_ELEMENTS"]))
 
@@ -113,7 +116,8 @@ def _fusible(node, ordered: set, min_elements: dict) -> bool:
     if node.constraint is not None and node.constraint.colocate is not None:
         return False
     v = node.outputs[0]
-    if math.prod(v.shape) < min_elements.get(node.device.kind, 0):
+    least = min_elements.get(node.device.kind, 0)
+    if least is None or math.prod(v.shape) < least:
         return False
     if not all(fusible_dtype(x.dtype) for x in node.inputs + [v]):
         return False
