@@ -93,10 +93,11 @@ def fuse(graph: Graph, min_elements: dict | None = None) -> Graph:
     if not groups:
         return graph
     group_of = {n: g for g in groups for n in g}
+    users = graph.users()
     rw = Rewrite(graph)
     for unit in _schedule(graph, group_of):
         if isinstance(unit, tuple):
-            _emit(rw, unit, graph)
+            _emit(rw, unit, graph, users)
         else:
             rw.copy(unit)
     return rw.finish()
@@ -249,9 +250,10 @@ def _schedule(graph: Graph, group_of: dict) -> list:
     return order
 
 
-def _emit(rw: Rewrite, group: tuple, graph: Graph) -> None:
+def _emit(rw: Rewrite, group: tuple, graph: Graph, users: dict) -> None:
+    """Append the fused node standing for `group`; its outputs take the place of the
+    members' values that are used outside the group or returned."""
     inside = set(group)
-    users = graph.users()
     returned = set(graph.outputs)
     body = Graph(name="fused")
     mapping: dict = {}
