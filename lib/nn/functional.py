@@ -21,10 +21,11 @@ from ..ops.normalization import layer_norm as _layer_norm
 from ..ops.elementwise import abs, rsqrt, scaled_add, square, where
 from ..ops.indexing import take, take_along_axis
 from ..ops.linalg import matmul
-from ..ops.methods import assign, update_in_place
+from ..ops.methods import assign
+from ..ops.methods import update_in_place as _update_in_place
 from ..ops.random import rand
 from ..ops.reduce import mean, sum
-from ..ops.rules import broadcast_shapes
+from ..ops.rules import broadcast_shapes as _broadcast_shapes
 from ..ops.shape import (broadcast_to, expand_dims, moveaxis, reshape, squeeze, swapaxes,
                          tril)
 from ..tensor import Tensor
@@ -116,7 +117,7 @@ def _in_place(fn, x, inplace: bool, op: str):
         return fn(x)
     if not isinstance(x, Tensor):
         raise ArgumentError(f"inplace=True changes a tensor, got {arg.describe(x)}", op=op)
-    return update_in_place(x, fn)
+    return _update_in_place(x, fn)
 
 
 @reports_as("relu")
@@ -777,7 +778,7 @@ def cosine_similarity(x1, x2, dim: int = 1, eps: float = 1e-8):
     dim = arg.as_axis(dim, op, "dim")
     eps = arg.as_float(eps, "eps", op)
     try:
-        shape = broadcast_shapes(a.shape, b.shape)
+        shape = _broadcast_shapes(a.shape, b.shape)
     except ShapeError:
         raise ShapeError(f"x1 {a.shape} and x2 {b.shape} do not broadcast", op=op) from None
     if not shape:
@@ -971,12 +972,12 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
     if enable_gqa:
         k, v = _shared_heads(q, k, "key"), _shared_heads(q, v, "value")
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    batch = broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    batch = _broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     if attn_mask is not None:
         if attn_mask.dtype.kind != "b" and not attn_mask.dtype.is_floating:
             raise DTypeError(f"attn_mask must be bool or floating, got {attn_mask.dtype}",
                              op=op)
-        scores_shape = broadcast_shapes(attn_mask.shape, batch + (q.shape[-2], k.shape[-2]))
+        scores_shape = _broadcast_shapes(attn_mask.shape, batch + (q.shape[-2], k.shape[-2]))
         batch = scores_shape[:-2]
     if not dropout_p and q.dtype.kind == "f" and \
             (attn_mask is None or not attn_mask.requires_grad):

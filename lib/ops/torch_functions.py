@@ -22,7 +22,7 @@ from ..errors import ArgumentError, DifferenceWarning, ShapeError
 from ..tensor import Tensor
 from . import elementwise as E
 from . import linalg, reduce, shape, sorting
-from .arguments import as_int, describe
+from .arguments import as_int, as_tensor, describe
 from .creation import _made
 from .rules import normalize_axis
 
@@ -44,6 +44,11 @@ def _refuse_out(kwargs, op):
 
 def _extremum(name: str, standard, arg, elementwise):
     def extremum(x, *args, **kwargs):
+        x = as_tensor(x, "input", name)
+        if len(args) > 2 or (args and isinstance(args[0], Tensor) and len(args) > 1):
+            raise ArgumentError(f"{name} takes (x, axis=, keepdims=), (input, dim, keepdim) or "
+                                f"(input, other); got {1 + len(args)} positional arguments",
+                                op=name)
         if args and isinstance(args[0], Tensor):  # torch.max(input, other)
             return elementwise(x, *args, **kwargs)
         if not _is_torch_call(args, kwargs):
@@ -74,6 +79,7 @@ min = _extremum("min", reduce.min, reduce.argmin, E.minimum)  # noqa: A001
 def sort(x, *args, **kwargs):
     """Sorted values: `rill.sort(x, axis=-1, descending=False, stable=True)` is the Array API's
     (values); `rill.sort(x, dim)` / `dim=` is PyTorch's ((values, indices))."""
+    x = as_tensor(x, "input", "sort")
     if not _is_torch_call(args, kwargs):
         kwargs.pop("stable", None)  # rill's sort is always stable
         return sorting.sort(x, **kwargs)
@@ -92,6 +98,7 @@ _warned: set = set()
 
 def _spread(name: str, standard):
     def spread(x, *args, **kwargs):
+        x = as_tensor(x, "input", name)
         if _is_torch_call(args, kwargs):
             _refuse_out(kwargs, name)
             return _torch_spread(standard, x, *args, **kwargs)
@@ -152,6 +159,7 @@ def unsqueeze(input, dim: int):
 def chunk(input, chunks: int, dim: int = 0):
     """Split into `chunks` pieces along dim, each of ceil(n / chunks) but the last (fewer
     pieces when that many cover the axis, as PyTorch)."""
+    input = as_tensor(input, "input", "chunk")
     chunks = as_int(chunks, "chunks", "chunk", low=1)
     n = input.shape[normalize_axis(as_int(dim, "dim", "chunk"), input.ndim)]
     size = -(-n // chunks) if n else 1
@@ -160,6 +168,7 @@ def chunk(input, chunks: int, dim: int = 0):
 
 def unbind(input, dim: int = 0):
     """The slices of `input` along dim, as a tuple (rill.unstack)."""
+    input = as_tensor(input, "input", "unbind")
     a = normalize_axis(as_int(dim, "dim", "unbind"), input.ndim)
     pieces = shape.split(input, 1, a) if input.shape[a] else []
     return tuple(shape.squeeze(p, a) for p in pieces)
@@ -167,6 +176,7 @@ def unbind(input, dim: int = 0):
 
 def narrow(input, dim: int, start: int, length: int):
     """input[..., start:start + length, ...] along dim."""
+    input = as_tensor(input, "input", "narrow")
     a = normalize_axis(as_int(dim, "dim", "narrow"), input.ndim)
     n = input.shape[a]
     start = as_int(start, "start", "narrow")
@@ -181,11 +191,13 @@ def narrow(input, dim: int, start: int, length: int):
 
 def numel(input) -> int:
     """The number of elements."""
+    input = as_tensor(input, "input", "numel")
     return int(np.prod(input.shape, dtype=np.int64))
 
 
 def t(input):
     """The transpose of a tensor of at most 2 dimensions (PyTorch's t)."""
+    input = as_tensor(input, "input", "t")
     if input.ndim > 2:
         raise ShapeError(f"t() is for tensors of at most 2 dimensions, got shape {input.shape}; "
                          "use x.transpose(dim0, dim1) or x.mT", op="t")
@@ -194,6 +206,7 @@ def t(input):
 
 def _matrix_product(name: str, ndim: tuple):
     def product(input, mat2):
+        input, mat2 = as_tensor(input, "input", name), as_tensor(mat2, "mat2", name)
         if input.ndim != ndim[0] or mat2.ndim != ndim[1]:
             raise ShapeError(f"{name} takes {ndim[0]}-d and {ndim[1]}-d tensors, got shapes "
                              f"{input.shape} and {mat2.shape}; rill.matmul broadcasts", op=name)
@@ -228,6 +241,7 @@ def from_numpy(ndarray) -> Tensor:
 
 def _like(maker):
     def like(input, *, dtype=None, device=None, requires_grad: bool = False, generator=None):
+        input = as_tensor(input, "input", maker.__name__ + "_like")
         out = maker(*input.shape, dtype=dtype or input.dtype, device=device or input.device,
                     generator=generator)
         return out.requires_grad_() if requires_grad else out
@@ -248,6 +262,7 @@ randn_like.__doc__ = "Standard normal samples of input's shape, dtype and device
 def randint_like(input, low=0, high=None, *, dtype=None, device=None, generator=None):
     """Random integers in [low, high) of input's shape (high alone: [0, high))."""
     from .random import randint
+    input = as_tensor(input, "input", "randint_like")
     if high is None:
         low, high = 0, low
     return randint(low, high, input.shape, dtype=dtype or input.dtype,
@@ -281,6 +296,7 @@ def unique(input, sorted: bool = True, return_inverse: bool = False,  # noqa: A0
     """PyTorch's unique: the sorted distinct values, with the inverse indices and counts when
     asked (the standard's unique_all/unique_counts/... are rill.unique_*)."""
     from .sets import unique_all
+    input = as_tensor(input, "input", "unique")
     if dim is not None:
         raise ArgumentError("unique(dim=...) is not supported; flatten or use rill.unique_all "
                             "on the rows you need", op="unique")
