@@ -640,7 +640,6 @@ def _positive(shape):
 _SELU_ALPHA = 1.6732632423543772848170429916717
 _SELU_SCALE = 1.0507009873554804934193349852946
 _ZERO_ROW_NP = np.array([[1.0], [0.0], [1.0]])
-_ZERO_ROW = rill.tensor(_ZERO_ROW_NP)
 
 
 def _np_glu(x, axis):
@@ -997,7 +996,7 @@ NN_OPS = [
                                              ** (1 / q), 1e-12))(pp),
          (lambda q: lambda x: TF.normalize(x, q, 1))(pp), [((3, 4),), ((2, 3, 2),)])
       for pp in (2.0, 1.0, 3.0)],
-    Op("normalize_zero_row", lambda x: RF.normalize(x * _ZERO_ROW, 2.0, 1),
+    Op("normalize_zero_row", lambda x: RF.normalize(x * _ZERO_ROW_NP, 2.0, 1),
        lambda x: x * _ZERO_ROW_NP / np.maximum(
            np.sqrt(np.sum((x * _ZERO_ROW_NP) ** 2, axis=1, keepdims=True)), 1e-12),
        lambda x: TF.normalize(x * torch.tensor(_ZERO_ROW_NP), 2.0, 1), [((3, 4),)], dtypes=()),

@@ -37,15 +37,57 @@ def assert_close(got, expected, dtype, what):
             np.testing.assert_array_equal(g.numpy(), e.numpy(), err_msg=what)
 
 
+_REFUSED: dict = {}
+
+
+def refused(op, case) -> str | None:
+    """Why the gpu refuses a row, or None when it runs it: a CPU-only primitive (a LAPACK
+    factorization, an fft: declared `cpu_only`) or a complex value (complex buffers are
+    CPU-only). A refusal must be the documented DeviceError naming the reason."""
+    key = (op.name, case)
+    if key not in _REFUSED:
+        from rill.ops.primitive import PRIMITIVES
+        arrays = make_inputs(op, op.shapes[case])
+        with rill.profiler.profile() as prof:
+            op.fn(*on("cpu", arrays))
+        names = [e.name for e in prof.events()
+                 if e.name in PRIMITIVES and PRIMITIVES[e.name].cpu_only is not None]
+        try:
+            op.fn(*on(GPU, arrays))
+            _REFUSED[key] = None
+        except rill.DeviceError as e:
+            if names:
+                _REFUSED[key] = names[0]
+            elif "complex tensors are CPU-only" in str(e):
+                _REFUSED[key] = "complex"
+            else:
+                raise
+        assert not (names and _REFUSED[key] is None), f"{op}: {names[0]} ran on the gpu"
+    return _REFUSED[key]
+
+
+def refuses_on_gpu(op, case, arrays, dtype=None) -> bool:
+    """For a CPU-only row: check the gpu refuses it with a DeviceError and say so."""
+    if refused(op, case) is None:
+        return False
+    with pytest.raises(rill.DeviceError):
+        op.fn(*on(GPU, arrays, dtype))
+    return True
+
+
 @pytest.mark.parametrize("op,case", CASES)
 def test_gpu_forward_matches_cpu(op, case):
     arrays = make_inputs(op, op.shapes[case])
+    if refuses_on_gpu(op, case, arrays):
+        return
     assert_close(op.fn(*on(GPU, arrays)), op.fn(*on("cpu", arrays)), "float64", f"{op}")
 
 
 @pytest.mark.parametrize("op,case", [c for c in CASES if "float32" in c.values[0].dtypes])
 def test_gpu_forward_in_float32_matches_cpu(op, case):
     arrays = make_inputs(op, op.shapes[case])
+    if refuses_on_gpu(op, case, arrays, "float32"):
+        return
     assert_close(op.fn(*on(GPU, arrays, "float32")), op.fn(*on("cpu", arrays, "float32")),
                  "float32", f"{op} float32")
 
@@ -74,6 +116,8 @@ def test_gpu_gradient_matches_cpu(op, case):
     arrays = make_inputs(op, op.shapes[case])
     if not diff_positions(op, arrays):
         pytest.skip("no float input to differentiate")
+    if refused(op, case):
+        pytest.skip(f"CPU-only ({refused(op, case)}): the forward test checks the refusal")
     assert_close(_gradients(op, arrays, GPU), _gradients(op, arrays, "cpu"), "float64",
                  f"{op} gradient")
 
@@ -81,6 +125,8 @@ def test_gpu_gradient_matches_cpu(op, case):
 @pytest.mark.parametrize("op,case", [c for c in CASES if c.values[1] == 0])
 def test_gpu_captured_matches_gpu_eager(op, case):
     arrays = make_inputs(op, op.shapes[case])
+    if refused(op, case):
+        pytest.skip(f"CPU-only ({refused(op, case)}): the forward test checks the refusal")
     eager = as_tuple(op.fn(*on(GPU, arrays)))
     captured = as_tuple(rill.capture(lambda *xs: op.fn(*xs), name=op.name)(*on(GPU, arrays)))
     for c, e in zip(captured, eager):

@@ -48,6 +48,7 @@ EXPRESSIONS = {
     "arcsinh": ("x", "libdevice.asinh(x)"), "arccosh": ("x", "libdevice.acosh(x)"),
     "arctanh": ("x", "libdevice.atanh(x)"), "log10": ("x", "libdevice.log10(x)"),
     "signbit": ("x", "libdevice.signbit(x) != 0"), "signbit_int": ("x", "x < 0"),
+    "imag_of_real": ("x", "tl.zeros_like(x)"),
     "bitwise_invert": ("x", "~x"),
     "sigmoid": ("x", "1.0 / (1.0 + tl.exp(-x))"),
     "softplus": ("x", "tl.where(x > 0, x, 0.0) + libdevice.log1p(tl.exp(-tl.abs(x)))"),
@@ -351,12 +352,15 @@ def round_to_bfloat16(x):
 
 _NAMES = [name for name in EXPRESSIONS
           if name not in ("copy", "cast", "cast_to_bool", "floor_divide_int", "gelu_exact",
-                          "gelu_tanh", "power_int", "round_bf16", "where", "signbit_int")]
+                          "gelu_tanh", "power_int", "round_bf16", "where", "signbit_int",
+                          "imag_of_real")]
 KERNELS = {name: _elementwise(name, name in _BOOL_RESULT) for name in _NAMES}
 KERNELS.update({"floor_divide": _floor_divide, "power": _power, "gelu": _gelu,
                 "where": _where, "cast": _cast, "signbit": _signbit,
                 "bitwise_invert": _bitwise_invert, "nextafter": _nextafter})
-# conj, real and imag exist for complex inputs only, which live on the CPU.
-KERNELS.update({name: _unsupported(name) for name in ("conj", "real", "imag")})
+# conj and real reach a kernel for complex inputs only, which live on the CPU; imag of a real
+# tensor is its zeros (the op keeps a gradient edge, so it is not skipped like real's).
+KERNELS.update({name: _unsupported(name) for name in ("conj", "real")})
+KERNELS["imag"] = _elementwise("imag_of_real")
 
 register_kernels("gpu", KERNELS)
