@@ -6,11 +6,31 @@ from __future__ import annotations
 
 from .. import dtypes as dt
 from ..errors import ArgumentError, ShapeError
-from ..ops.creation import empty, ones, tensor, zeros
+from ..ops.creation import ones, tensor, zeros
 from . import functional as F
 from . import init
 from .module import Module
 from .parameter import Parameter
+
+
+def _per_channel_state(module, num_features, eps, momentum, affine, track_running_stats,
+                       dtype, device) -> None:
+    """The options, the affine weight (ones) and bias (zeros) and the running statistics
+    that batch and instance norms share, named as PyTorch names them."""
+    module.num_features, module.eps, module.momentum = num_features, eps, momentum
+    module.affine, module.track_running_stats = affine, track_running_stats
+    if affine:
+        module.weight = Parameter(ones(num_features, dtype=dtype, device=device))
+        module.bias = Parameter(zeros(num_features, dtype=dtype, device=device))
+    else:
+        module.register_parameter("weight", None)
+        module.register_parameter("bias", None)
+    tracked = {"running_mean": zeros, "running_var": ones}
+    for name, fill in tracked.items():
+        module.register_buffer(name, fill(num_features, dtype=dtype, device=device)
+                               if track_running_stats else None)
+    module.register_buffer("num_batches_tracked", tensor(0, dtype=dt.int64, device=device)
+                           if track_running_stats else None)
 
 
 class _BatchNorm(Module):
@@ -22,22 +42,8 @@ class _BatchNorm(Module):
                  affine: bool = True, track_running_stats: bool = True, dtype=None,
                  device=None):
         super().__init__()
-        self.num_features, self.eps, self.momentum = num_features, eps, momentum
-        self.affine, self.track_running_stats = affine, track_running_stats
-        if affine:
-            self.weight = Parameter(empty(num_features, dtype=dtype, device=device))
-            self.bias = Parameter(empty(num_features, dtype=dtype, device=device))
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
-        if track_running_stats:
-            self.register_buffer("running_mean", zeros(num_features, dtype=dtype, device=device))
-            self.register_buffer("running_var", ones(num_features, dtype=dtype, device=device))
-            self.register_buffer("num_batches_tracked", tensor(0, dtype=dt.int64, device=device))
-        else:
-            self.register_buffer("running_mean", None)
-            self.register_buffer("running_var", None)
-            self.register_buffer("num_batches_tracked", None)
+        _per_channel_state(self, num_features, eps, momentum, affine, track_running_stats,
+                           dtype, device)
         self.reset_parameters()
 
     def reset_running_stats(self) -> None:
@@ -183,22 +189,8 @@ class _InstanceNorm(Module):
                  affine: bool = False, track_running_stats: bool = False, device=None,
                  dtype=None):
         super().__init__()
-        self.num_features, self.eps, self.momentum = num_features, eps, momentum
-        self.affine, self.track_running_stats = affine, track_running_stats
-        if affine:
-            self.weight = Parameter(ones(num_features, dtype=dtype, device=device))
-            self.bias = Parameter(zeros(num_features, dtype=dtype, device=device))
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
-        if track_running_stats:
-            self.register_buffer("running_mean", zeros(num_features, dtype=dtype, device=device))
-            self.register_buffer("running_var", ones(num_features, dtype=dtype, device=device))
-            self.register_buffer("num_batches_tracked", tensor(0, dtype=dt.int64, device=device))
-        else:
-            self.register_buffer("running_mean", None)
-            self.register_buffer("running_var", None)
-            self.register_buffer("num_batches_tracked", None)
+        _per_channel_state(self, num_features, eps, momentum, affine, track_running_stats,
+                           dtype, device)
 
     def forward(self, input):
         name = type(self).__name__
