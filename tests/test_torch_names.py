@@ -96,6 +96,13 @@ def test_std_var_defaults():
         warnings.simplefilter("error")
         rill.std(r)  # once only
         rill.std(r, correction=1)
+    tf._warned.discard(("var", "positional"))
+    with pytest.warns(rill.DifferenceWarning, match="read as PyTorch's call"):
+        same(rill.var(r, 1), torch.var(t, 1))  # once: positional dims used to mean axis
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rill.var(r, 1)
+        rill.var(r, dim=1)  # spelled as PyTorch: nothing to say
 
 
 def test_split_chunk_repeat():

@@ -54,7 +54,8 @@ def translation(fn) -> dict:
             continue
         for target in targets:
             if isinstance(target, int):
-                if target < len(positional) and \
+                # (a method's `self` is not PyTorch's `input`: x.sum(input=...) means nothing)
+                if target < len(positional) and positional[target] != "self" and \
                         params[positional[target]].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD:
                     table[alias] = positional[target]
                 break

@@ -101,6 +101,15 @@ def _spread(name: str, standard):
         x = as_tensor(x, "input", name)
         if _is_torch_call(args, kwargs):
             _refuse_out(kwargs, name)
+            if args and "correction" not in kwargs and "unbiased" not in kwargs and \
+                    len(args) < 2 and (name, "positional") not in _warned:
+                # rill.std(x, 0) meant axis=0 with correction 0 before rill read positional
+                # dims as PyTorch's: say so once where such a call is.
+                _warned.add((name, "positional"))
+                warnings.warn(
+                    f"rill.{name}(x, dim) is read as PyTorch's call: correction=1 (n - 1); "
+                    f"the Array API's population {name} is rill.{name}(x, axis=...). Pass "
+                    f"correction= to choose", DifferenceWarning, stacklevel=2)
             return _torch_spread(standard, x, *args, **kwargs)
         if "correction" not in kwargs and "axis" not in kwargs and name not in _warned:
             _warned.add(name)
