@@ -20,9 +20,9 @@ Layout: a ufunc's new result follows the memory order of its inputs (NumPy's ord
 an order-sensitive consumer (a sum, a GEMM) adds in memory order, so the layout of a value is
 part of "the same result". The buffers made here are C-ordered, which is what NumPy makes
 from C-ordered inputs; a call with any input not C-contiguous (a transposed gradient) runs
-the body node by node instead, exactly as unfused. The source holds only names made here; ufuncs and kernels reach
-it as objects in its scope, never as text taken from the graph (a loaded graph cannot
-inject code).
+the body node by node instead, exactly as unfused. The source holds only names made here;
+ufuncs, kernels, attrs, shapes and dtypes reach it as objects in its scope, never as text
+taken from the graph (a loaded graph cannot inject code).
 """
 from __future__ import annotations
 
@@ -108,8 +108,8 @@ def _generate(body):
                 args.append(f"Z{k}")
             if v in returned:
                 j = returned[v]
-                target = f"out[{j}] if out[{j}] is not None else empty({v.shape!r}, " \
-                         f"np.{np.dtype(v.dtype.storage).name})"
+                scope[f"S{k}"] = (v.shape, np.dtype(v.dtype.storage))
+                target = f"out[{j}] if out[{j}] is not None else empty(*S{k})"
                 code.append(f"{name} = U{k}({', '.join(args)}, out={target})")
             else:
                 # In place: a dying input's scratch of the same spec is free for the result.
@@ -123,7 +123,8 @@ def _generate(body):
                     buf = f"s{scratch[0]}"
                     scratch[0] += 1
                     scratch[1] += _nbytes(v)
-                    code.append(f"{buf} = empty({v.shape!r}, np.{np.dtype(key[1]).name})")
+                    scope[f"S{k}"] = (v.shape, np.dtype(key[1]))
+                    code.append(f"{buf} = empty(*S{k})")
                 holder[v] = buf
                 code.append(f"{name} = U{k}({', '.join(args)}, out={buf})")
         else:

@@ -235,6 +235,8 @@ def from_numpy(ndarray) -> Tensor:
 
     Writes to the array afterwards show in the tensor (and in results that share its memory,
     such as reshapes), as they would in PyTorch; ops on the tensor never write the array.
+    Unlike PyTorch, `clone()` and other value-preserving ops may share that memory too
+    (rill assumes buffers never change): copy with `rill.tensor(a)` if the array will.
     """
     if not isinstance(ndarray, np.ndarray):
         raise ArgumentError(f"from_numpy takes a NumPy array, got {describe(ndarray)}",
