@@ -20,8 +20,8 @@ value are slots. So a value gets a slot only if
 - its node is a planned CPU node (a ufunc or `fused`), whose result is a buffer it made;
 - it is not a graph output and no `assign` takes it;
 - every node that takes it computes a new buffer from it and never returns it or a view of
-  it (elementwise ops, fused, GEMMs, reductions): a reshape or transpose of a slot could otherwise be
-  returned or assigned, and the next call would overwrite what the user holds.
+  it (elementwise ops, fused, GEMMs, reductions): a reshape or transpose of a slot could
+  otherwise be returned or assigned, and the next call would overwrite what the user holds.
 Outputs of earlier calls therefore stay as they were after later calls
 (tests/test_capture_memory.py checks it). A Program that runs on several threads at once
 gives each running call its own set of slots.
