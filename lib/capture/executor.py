@@ -21,7 +21,7 @@ import numpy as np
 
 from ..dtypes import bfloat16
 from ..eager.interpreter import CHECK_KERNELS, check_kernel_result, kernel_error
-from ..errors import CaptureError, DeviceError
+from ..errors import CaptureError
 from ..profiler import state as _profiling
 from ..tensor import new_tensor
 from . import graph_ops
@@ -317,7 +317,7 @@ def _kernel_of(node, graph):
     prim = node.primitive
     kernel = prim.kernels.get(node.device.kind)
     if kernel is None:
-        raise DeviceError(f"no {node.device.kind} kernel is registered for this op", op=node.op)
+        raise prim.missing_kernel(node.device.kind)
     return kernel
 
 

@@ -6,7 +6,7 @@ import os
 import numpy as np
 
 from ..dtypes import bfloat16
-from ..errors import DeviceError, Error, IndexingError, KernelError
+from ..errors import Error, IndexingError, KernelError
 from ..capture.escape import among, error as escape_error
 from ..tensor import Tensor, new_tensor
 
@@ -21,7 +21,7 @@ class EagerInterpreter:
     def apply(self, prim, args, attrs, avals, device):
         kernel = prim.kernels.get(device.kind)
         if kernel is None:
-            raise DeviceError(f"no {device.kind} kernel is registered for this op", op=prim.name)
+            raise prim.missing_kernel(device.kind)
         try:
             if len(args) == 2 and not attrs:  # the common case, kept lean
                 out = kernel(args[0]._data, args[1]._data)

@@ -61,6 +61,14 @@ class Primitive:
     def __repr__(self) -> str:
         return f"Primitive({self.name})"
 
+    def missing_kernel(self, kind: str):
+        """The DeviceError for a device kind this op has no kernel for, with the way round."""
+        from ..errors import DeviceError
+        why = f" ({self.cpu_only})" if self.cpu_only else ""
+        return DeviceError(f"no {kind} kernel is registered for this op{why}; run it on the "
+                           f"cpu: move its inputs with .to('cpu') and the result back",
+                           op=self.name)
+
 
 PRIMITIVES: dict[str, Primitive] = {}
 
