@@ -78,6 +78,10 @@ def test_max_min_sort_follow_the_spelling():
     assert rill.max(r, 1).indices is not None and indices.dtype is rill.int64
     same(rill.sort(r, 1, descending=True), tuple(torch.sort(t, 1, descending=True)))
     same(rill.sort(r, axis=0), torch.sort(t, 0).values)
+    import rill.ops.torch_functions as tf
+    tf._warned.discard("sort")
+    with pytest.warns(rill.DifferenceWarning, match=r"returns \(values, indices\)"):
+        same(rill.sort(r), torch.sort(t).values)  # the standard's, said once
 
 
 def test_std_var_defaults():

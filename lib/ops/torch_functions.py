@@ -81,6 +81,13 @@ def sort(x, *args, **kwargs):
     (values); `rill.sort(x, dim)` / `dim=` is PyTorch's ((values, indices))."""
     x = as_tensor(x, "input", "sort")
     if not _is_torch_call(args, kwargs):
+        if "axis" not in kwargs and "stable" not in kwargs and "sort" not in _warned:
+            _warned.add("sort")
+            warnings.warn(
+                "rill.sort(x) follows the Array API standard and returns the sorted values; "
+                "torch.sort(x) returns (values, indices). Call x.sort() or rill.sort(x, dim) "
+                "for PyTorch's, or pass axis= to say you mean the standard's",
+                DifferenceWarning, stacklevel=2)
         kwargs.pop("stable", None)  # rill's sort is always stable
         return sorting.sort(x, **kwargs)
     _refuse_out(kwargs, "sort")
