@@ -32,6 +32,12 @@ class World:
         self.task = rank if rank < num_ps else rank - num_ps  # index within its role
 
     @property
+    def task_name(self) -> str:
+        """"ps:0", "worker:1": this process as a task, the prefix of its devices' names
+        (`rill.device("ps:0")`, `"worker:1/gpu:0"`)."""
+        return f"{self.role}:{self.task}"
+
+    @property
     def name(self) -> str:
         """"ps0", "worker2": how rill-launch labels this rank's output."""
         return f"{self.role}{self.task}"
