@@ -1,4 +1,4 @@
-"""rill-launch: start a training script on N processes through mpiexec.
+"""rill-launch: start a training script on N processes through mpiexec (srun under Slurm).
 
     rill-launch -n 4 [--ps 1] [--max-restarts 2] [--timeout 60] train.py args...
     python -m rill.distributed.launch -n 4 train.py args...
@@ -17,6 +17,23 @@ nothing of the job listens beyond the loopback interface: rill-launch runs MPICH
 single-host process manager, mpiexec.gforker, which talks to the ranks over inherited
 socket pairs (Hydra's mpiexec listens on every interface whatever -iface says), and confines
 the ranks' network layers to `lo` (UCX_NET_DEVICES, FI_TCP_IFACE, FI_SOCKETS_IFACE).
+
+Inside a Slurm allocation (SLURM_JOB_ID set: in an salloc shell or an sbatch script, with
+srun on PATH, and no --mpiexec given) rill-launch starts the ranks with Slurm's own launcher,
+
+    srun --mpi=pmi2 --export=ALL --kill-on-bad-exit=1 --quit-on-interrupt -n N python -m ...
+
+rather than with mpiexec. srun places the ranks on the allocation's nodes and cores and
+slurmstepd tracks and cleans them up within the job's limits, as the site configured;
+Hydra's mpiexec would start its own proxies through srun anyway (its Slurm bootstrap), and
+add a control port listening on every interface. --mpi=pmi2 is the interface the MPICH
+wheel speaks (it has no PMIx; SLURM_MPI_TYPE, when set, chooses instead); --export=ALL
+carries the RILL_* settings to the ranks whatever the site's default; --kill-on-bad-exit
+stops the other ranks when one fails, as mpiexec does, so that the job can be started
+again; --quit-on-interrupt makes one Ctrl-C stop the job, as it does under mpiexec. Each
+rank starts in bootstrap.py as under mpiexec (PMI_RANK and PMI_SIZE come from srun's PMI-2
+plugin), so the output labels, the status board and the restarts work unchanged. On more
+than one node, point the status board at a shared filesystem (status.py).
 """
 from __future__ import annotations
 
@@ -55,15 +72,29 @@ CLUSTER_ENV = ("HYDRA_HOST_FILE", "SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID", "PE_
 LOOPBACK_ENV = {"UCX_NET_DEVICES": "lo", "FI_TCP_IFACE": "lo", "FI_SOCKETS_IFACE": "lo"}
 
 
-def process_manager(given: str | None) -> tuple[str, dict]:
-    """(the mpiexec to run, environment it adds). On one host with the mpiexec found here:
-    MPICH's mpiexec.gforker beside it when there is one, and the ranks on loopback only."""
+def slurm_launcher() -> list[str] | None:
+    """srun and its options (module docstring) inside a Slurm allocation, else None."""
+    srun = shutil.which("srun")
+    if "SLURM_JOB_ID" not in os.environ or srun is None:
+        return None
+    mpi = [] if os.environ.get("SLURM_MPI_TYPE") else ["--mpi=pmi2"]
+    return [srun, *mpi, "--export=ALL", "--kill-on-bad-exit=1", "--quit-on-interrupt"]
+
+
+def process_manager(given: str | None) -> tuple[list[str], dict]:
+    """(the command that starts the ranks, given -n N after it; environment it adds). An
+    mpiexec given is used as is; in a Slurm allocation, srun; on one host with the mpiexec
+    found here, MPICH's mpiexec.gforker beside it when there is one, and the ranks on
+    loopback only."""
+    srun = None if given else slurm_launcher()
+    if srun is not None:
+        return srun, {}
     mpiexec = find_mpiexec(given)
     if given or not sys.platform.startswith("linux") or any(k in os.environ
                                                             for k in CLUSTER_ENV):
-        return mpiexec, {}
+        return [mpiexec], {}
     forker = os.path.join(os.path.dirname(mpiexec), "mpiexec.gforker")
-    return (forker if os.path.exists(forker) else mpiexec), dict(LOOPBACK_ENV)
+    return [forker if os.path.exists(forker) else mpiexec], dict(LOOPBACK_ENV)
 
 
 def parse(argv):
@@ -75,7 +106,8 @@ def parse(argv):
     p.add_argument("--timeout", type=float, default=300.0,
                    help="seconds any blocking exchange may wait before it fails, naming the "
                         "ranks that did not arrive")
-    p.add_argument("--mpiexec", default=None, help="the mpiexec to run (default: found)")
+    p.add_argument("--mpiexec", default=None, help="the mpiexec to run (default: srun inside a Slurm allocation, "
+                        "else the one found)")
     p.add_argument("script", help="the Python script every rank runs")
     p.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
     a = p.parse_args(argv)
@@ -88,7 +120,7 @@ def parse(argv):
     return a
 
 
-def run_once(a, mpiexec: str, extra_env: dict, status: str, attempt: int,
+def run_once(a, launcher: list[str], extra_env: dict, status: str, attempt: int,
              console: Console) -> int:
     """Run the job once; returns its exit code, and prints the rank table and, if it failed,
     which ranks caused it."""
@@ -96,7 +128,7 @@ def run_once(a, mpiexec: str, extra_env: dict, status: str, attempt: int,
                RILL_STATUS_FILE=status, RILL_ATTEMPT=str(attempt), PYTHONUNBUFFERED="1",
                **extra_env)
     # Each rank starts in bootstrap.py, which labels its output lines and runs the script.
-    cmd = [mpiexec, "-n", str(a.n), sys.executable, "-u", "-m", "rill.distributed.bootstrap",
+    cmd = [*launcher, "-n", str(a.n), sys.executable, "-u", "-m", "rill.distributed.bootstrap",
            a.script, *a.args]
     if not console.is_terminal:
         rc, causes = outcome(a, status, subprocess.call(cmd, env=env))
@@ -192,14 +224,14 @@ def rank_table(a, status: str, state: str) -> Table:
 
 def main(argv=None) -> int:
     a = parse(sys.argv[1:] if argv is None else argv)
-    mpiexec, extra_env = process_manager(a.mpiexec)
+    launcher, extra_env = process_manager(a.mpiexec)
     console = Console(stderr=True)
     rc = 1
     with tempfile.TemporaryDirectory(prefix="rill-launch-") as tmp:
         for attempt in range(a.max_restarts + 1):
             status = os.path.join(tmp, f"status-{attempt}")
             open(status, "wb").close()
-            rc = run_once(a, mpiexec, extra_env, status, attempt, console)
+            rc = run_once(a, launcher, extra_env, status, attempt, console)
             if rc == 0:
                 break
             if attempt < a.max_restarts:

@@ -3,6 +3,20 @@
 Ranks 0 .. P-1 are parameter servers (`rill-launch --ps P`), the others workers; the chief
 is the first worker (it checkpoints and logs). Launched without MPI, a process is a world of
 one: rank 0, a worker, the chief — so the same script runs on a laptop and under mpiexec.
+
+Slurm. A process that Slurm's `srun` started as one task of a job step (SLURM_STEP_ID and
+SLURM_PROCID set; a batch script or an salloc shell has no step id, and stays a world of one)
+joins the step's tasks through MPI, rank SLURM_PROCID of SLURM_NTASKS. MPI learns the other
+tasks from srun's process-management interface, which srun wires only when asked: with the
+MPICH wheel that is PMI-2, `srun --mpi=pmi2` (or SLURM_MPI_TYPE=pmi2, or MpiDefault=pmi2 in
+slurm.conf; the wheel has no PMIx). A step of several tasks without it fails at init() with
+that fix rather than run every task as its own rank 0. rill-launch's settings come from the
+environment, which srun passes on: RILL_NUM_PS (how many of the ranks are parameter servers,
+default 0) and RILL_TIMEOUT (seconds, default 300), e.g.
+
+    RILL_NUM_PS=1 srun --mpi=pmi2 -n 4 python train.py
+
+Inside an allocation, `rill-launch` itself starts the ranks through srun (see launch.py).
 """
 from __future__ import annotations
 
@@ -10,8 +24,13 @@ import os
 
 from ..errors import ArgumentError, DistributedError
 
-# Set by MPICH's and Open MPI's launchers (and by rill-launch): MPI is worth initializing.
-_LAUNCHED_BY = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "RILL_LAUNCHED")
+# Set by MPICH's and Open MPI's launchers, by srun's PMI-2 and PMIx plugins, and by
+# rill-launch: MPI can find the job's other processes, so it is worth initializing.
+_LAUNCHED_BY = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "RILL_LAUNCHED")
+# srun's advice when the tasks of a step have no way to find each other.
+_SRUN_FIX = ("start it with srun --mpi=pmi2 (or export SLURM_MPI_TYPE=pmi2, or set "
+             "MpiDefault=pmi2 in slurm.conf): the MPICH wheel that rill[distributed] installs "
+             "reaches srun's tasks through PMI-2")
 
 
 class World:
@@ -51,7 +70,8 @@ _WORLD: World | None = None
 
 
 def init(timeout: float | None = None) -> World:
-    """Join the job (once per process; later calls return the same World).
+    """Join the job (once per process; later calls return the same World): the one
+    rill-launch or mpiexec started, or the Slurm job step srun started (module docstring).
 
     >>> import rill.distributed as dist
     >>> world = dist.init()      # not launched through MPI: a world of one
@@ -63,7 +83,12 @@ def init(timeout: float | None = None) -> World:
         return _WORLD
     timeout = float(timeout if timeout is not None else os.environ.get("RILL_TIMEOUT", 300))
     num_ps = int(os.environ.get("RILL_NUM_PS", 0))
+    task = srun_task()
     if not any(k in os.environ for k in _LAUNCHED_BY):
+        if task is not None and task[1] > 1:
+            raise DistributedError(f"srun started this process as task {task[0]} of {task[1]} "
+                                   f"without an MPI process-management interface, so the "
+                                   f"tasks cannot find each other: {_SRUN_FIX}", op="init")
         _WORLD = World(0, 1, 0, timeout)
         return _WORLD
     try:
@@ -73,6 +98,12 @@ def init(timeout: float | None = None) -> World:
                                "not installed: pip install 'rill[distributed]'",
                                op="init") from None
     comm = MPI.COMM_WORLD
+    if task is not None and task[1] > 1 and comm.Get_size() == 1:
+        # srun wired an interface this MPI does not speak (PMIx for the MPICH wheel): each
+        # task would be rank 0 of its own world, and train alone.
+        raise DistributedError(f"srun started {task[1]} tasks, but MPI found only this one "
+                               f"(SLURM_MPI_TYPE={os.environ.get('SLURM_MPI_TYPE', 'unset')}): "
+                               f"{_SRUN_FIX}", op="init")
     board = None
     path = os.environ.get("RILL_STATUS_FILE")
     if path:
@@ -83,6 +114,18 @@ def init(timeout: float | None = None) -> World:
         import atexit
         atexit.register(board.note, "finished", False)
     return _WORLD
+
+
+def srun_task() -> tuple[int, int] | None:
+    """(rank, size) of this process in its Slurm job step when srun started it, else None.
+
+    srun sets SLURM_STEP_ID in every task; a batch script also has SLURM_PROCID (0) and the
+    job's SLURM_NTASKS, but no step id, and is one process, not a rank of the job."""
+    env = os.environ
+    if "SLURM_STEP_ID" not in env or "SLURM_PROCID" not in env:
+        return None
+    size = env.get("SLURM_STEP_NUM_TASKS", env.get("SLURM_NTASKS", "1"))
+    return int(env["SLURM_PROCID"]), int(size)
 
 
 def joined() -> World | None:
