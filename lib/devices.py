@@ -57,14 +57,19 @@ def register_backend(backend: Backend) -> None:
 
 
 class Device:
-    """A place where buffers live and kernels run. Interned: compare with `is` or `==`."""
+    """A place where buffers live and kernels run. Interned: compare with `is` or `==`.
 
-    __slots__ = ("kind", "index", "backend")
+    `task` is None for this process's own devices, or the task of a distributed job that
+    holds the device ("ps:0", "worker:1"): such a device is another process's, named so
+    that a captured graph can place state and work there (lib/distributed/graphs/)."""
 
-    def __init__(self, kind: str, index: int, backend: Backend):
+    __slots__ = ("kind", "index", "backend", "task")
+
+    def __init__(self, kind: str, index: int, backend: Backend, task: str | None = None):
         self.kind = kind
         self.index = index
         self.backend = backend
+        self.task = task
 
     @property
     def type(self) -> str:
@@ -75,7 +80,9 @@ class Device:
         return f"device('{self}')"
 
     def __str__(self) -> str:
-        return self.kind if self.index == 0 and self.kind == "cpu" else f"{self.kind}:{self.index}"
+        local = self.kind if self.index == 0 and self.kind == "cpu" else \
+            f"{self.kind}:{self.index}"
+        return local if self.task is None else f"{self.task}/{local}"
 
     def __reduce__(self):
         return (device, (str(self),))
@@ -92,7 +99,7 @@ class Device:
         return False
 
 
-_DEVICES: dict[tuple[str, int], Device] = {}
+_DEVICES: dict[tuple, Device] = {}
 # Devices are interned, so `device("gpu")` and `device("gpu:0")` are one object; whether the
 # spec a `with` is about to enter named an index is remembered here, per thread, by the parse
 # that made it (the `with` statement enters right after evaluating `rill.device(...)`).
@@ -105,7 +112,9 @@ _SPELLINGS = {"cuda": "gpu"}
 
 def device(spec="cpu") -> Device:
     """Parse 'cpu', 'cpu:1', 'gpu', 'gpu:0' (or pass a Device through); 'cuda' and 'cuda:0'
-    are PyTorch's names for 'gpu'.
+    are PyTorch's names for 'gpu'. In a distributed job a task may come first: 'ps:0' (that
+    task's cpu), 'worker:1/cpu', 'ps:1/cpu:0'; this process's own task names its local
+    devices.
 
     A device is also a scope: inside `with rill.device("cpu:1"):` new tensors land on
     cpu:1, and a capture places the ops it records there. A spec with no index ("gpu")
@@ -123,6 +132,7 @@ def device(spec="cpu") -> Device:
     if not isinstance(spec, str):
         raise DeviceError(f"expected a device name like 'cpu' or 'gpu:0', got {spec!r}",
                           op="device")
+    task, spec = _task_of(spec)
     kind, _, index_text = spec.partition(":")
     kind = _SPELLINGS.get(kind, kind)
     try:
@@ -131,12 +141,16 @@ def device(spec="cpu") -> Device:
         raise DeviceError(f"bad device index in {spec!r}", op="device") from None
     if index < 0:
         raise DeviceError(f"bad device index in {spec!r}", op="device")
-    key = (kind, index)
+    key = (kind, index, task)
     found = _DEVICES.get(key)
     if found is not None:
         _spelled.last = (found, not index_text)
         return found
     backend = _BACKENDS.get(kind)
+    if task is not None and kind == "cpu":
+        # Another process's device: its tensors here are host copies of what that task
+        # holds (their initial values), made by the same code on every process.
+        backend = _BACKENDS["cpu"]
     if backend is None and kind == "gpu":
         from . import gpu
         try:
@@ -145,11 +159,42 @@ def device(spec="cpu") -> Device:
             raise DeviceError(e.message.replace("'gpu'", repr(spec), 1), op="device") from None
         register_backend(backend)
     if backend is None:
-        raise DeviceError(f"unknown device kind {kind!r}; expected 'cpu' or 'gpu'",
+        raise DeviceError(f"unknown device kind {kind!r}; expected 'cpu' or 'gpu'"
+                          f"{'' if task else ', optionally after a task (ps:0/cpu)'}",
                           op="device")
-    found = _DEVICES[key] = Device(kind, index, backend)
+    if task is not None and kind == "gpu":
+        raise DeviceError(f"{task}/{spec}: placing work on another task's gpu is not "
+                          f"supported yet; use '{task}/cpu' (parameter servers hold their "
+                          "variables in host memory)", op="device")
+    found = _DEVICES[key] = Device(kind, index, backend, task)
     _spelled.last = (found, not index_text)
     return found
+
+
+# The jobs of a distributed job's tasks (rill-launch --ps P: "ps:0" .. , "worker:0" ..).
+TASK_JOBS = ("ps", "worker")
+
+
+def _task_of(spec: str):
+    """(task or None, the device part) of "ps:0", "worker:1/gpu:0", "cpu:1". A task that is
+    this process itself (rill.distributed.init() named it) is no task: its devices are the
+    local ones."""
+    job, colon, rest = spec.partition(":")
+    if job not in TASK_JOBS or not colon:
+        return None, spec
+    number, _, local = rest.partition("/")
+    if not number.isdigit() or len(number) > 6:
+        raise DeviceError(f"bad task in device {spec!r}: expected '{job}:<number>' as in "
+                          f"'{job}:0/cpu'", op="device")
+    task = f"{job}:{int(number)}"
+    local = local or "cpu"
+    if _task_of(local)[0] is not None:
+        raise DeviceError(f"device {spec!r} names two tasks", op="device")
+    from .distributed.world import joined
+    here = joined()
+    if here is not None and here.task_name == task:
+        return None, local
+    return task, local
 
 
 cpu = device("cpu")

@@ -71,8 +71,9 @@ class CapturedFunction:
 
     def __init__(self, fn, *, name: str | None = None, optimize: bool = True,
                  parallel: bool | str = "auto", max_variants: int = 8, module=None,
-                 devices=None, timeline: bool = False):
+                 devices=None, timeline: bool = False, replicas: dict | None = None):
         self.fn = fn
+        self.replicas = replicas  # set by rill.distributed.replicate
         self.devices = tuple(devices or ())
         self.timeline = timeline
         self._last_program = None
@@ -120,7 +121,7 @@ class CapturedFunction:
             bound = self._bound[instance] = CapturedFunction(
                 self.fn.__get__(instance, owner), name=self.name, optimize=self.optimize,
                 parallel=self.parallel, max_variants=self.max_variants, devices=self.devices,
-                timeline=self.timeline)
+                timeline=self.timeline, replicas=self.replicas)
         return bound
 
     def graph_for(self, *args, optimized: bool = True, **kwargs):
@@ -260,7 +261,10 @@ class CapturedFunction:
             optimized = optimize(graph)
         from .passes.pipeline import lower
         optimized, partitioned = lower(optimized, self.devices)
-        if len(partitioned.devices()) > 1 or self.timeline:
+        if any(d.task is not None for d in partitioned.devices()):
+            from ..distributed.graphs.program import TaskProgram  # parts on other tasks
+            program = TaskProgram(partitioned, name=self.name, replicas=self.replicas)
+        elif len(partitioned.devices()) > 1 or self.timeline:
             from .partitioned import PartitionedProgram
             program = PartitionedProgram(partitioned, timeline=self.timeline)
         else:

@@ -1,4 +1,5 @@
-"""The graph's own ops (input, constant, read, assign, send, recv): one handler each, shared
+"""The graph's own ops (input, constant, read, assign, send, recv, accumulate, take): one
+handler each, shared
 by the straight-line program and the threaded scheduler (lib/capture/executor.py).
 
 `handler(node, graph)` checks the node's attrs once, when a program is built, and returns
@@ -82,8 +83,30 @@ def _pair(node, other: str):
     return key, there, node.device
 
 
+def _accumulate(node, graph):
+    # A parameter server's step args carry its accumulators (lib/distributed/graphs/).
+    name = _name(node)
+
+    def run(args, inputs):
+        args.contribution.add(name, inputs[0])
+        return ()
+    return run
+
+
+def _take(node, graph):
+    name = _name(node)
+    return lambda args, inputs: (args.accumulators.mean(name),)
+
+
+def _name(node) -> str:
+    name = node.attrs.get("name")
+    if type(name) is not str:
+        raise CaptureError(f"a {node.op} node needs a str name, got {name!r}", op=node.op)
+    return name
+
+
 _HANDLERS = {"input": _input, "constant": _constant, "read": _read, "assign": _assign,
-             "send": _send, "recv": _recv}
+             "send": _send, "recv": _recv, "accumulate": _accumulate, "take": _take}
 
 
 def variable_of(node, graph):

@@ -16,7 +16,11 @@ Ops are primitive names, plus four that belong to the graph itself:
   assign    a variable takes a new value (no outputs)     attrs: var
   send      hand a value (or, with no input, a go-ahead) to another device   attrs: key, to
   recv      what the matching send handed over (no output for a go-ahead)   attrs: key, from
-The last two exist only in partitioned graphs (lib/capture/passes/partition.py).
+  accumulate  add a worker's contribution to a ps's accumulator  attrs: name
+  take        the mean of the accumulator's contributions    attrs: name
+Send and recv exist only in partitioned graphs (lib/capture/passes/partition.py);
+accumulate and take only in the parts a parameter server runs for synchronous replicas
+(lib/distributed/graphs/replicas.py).
 
 A node's `constraint` is what the user asked of its device while it was recorded (a device
 scope, a colocation); the placement pass (passes/place.py) reads it and sets `device`.
@@ -27,7 +31,7 @@ import html
 import itertools
 import math
 
-GRAPH_OPS = ("input", "constant", "read", "assign", "send", "recv")
+GRAPH_OPS = ("input", "constant", "read", "assign", "send", "recv", "accumulate", "take")
 
 
 class Value:

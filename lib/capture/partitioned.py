@@ -83,9 +83,9 @@ class PartitionedProgram:
     """partitioned graph -> callable(args) -> output buffers, one thread per device."""
 
     def __init__(self, graph, *, timeline: bool = False, recv_timeout: float | None = None,
-                 transport=Rendezvous):
+                 transport=Rendezvous, parts=None):
         self.graph = graph
-        self.parts, self.where = split_results(graph)
+        self.parts, self.where = parts or split_results(graph)
         self.programs = {d: Program(g.lint(), parallel=False) for d, g in self.parts.items()}
         self.devices = list(self.parts)
         self.timeline = timeline

@@ -25,7 +25,10 @@ MAX_DEPTH = 32          # nesting of attrs, structures and subgraphs
 MAX_NDIM = 64           # as NumPy
 MAX_ELEMENTS = 1 << 48  # a spec's element count: beyond any real tensor, far from overflow
 MAX_TEXT = 4096         # names, source lines
-_DEVICE = re.compile(r"(cpu|gpu)(:[0-9]{1,4})?")
+_DEVICE = re.compile(r"((ps|worker):[0-9]{1,6}/)?(cpu|gpu)(:[0-9]{1,4})?")
+# True while a partition registered by a distributed job's worker is read (its send and
+# recv nodes are the exchanges between tasks); a saved graph never holds them.
+PARTITION: ContextVar[bool] = ContextVar("rill_partition", default=False)
 
 
 class Path:
@@ -117,9 +120,11 @@ DEVICE_MAP: ContextVar[dict] = ContextVar("rill_device_map", default={})
 def device_name(value: str) -> str:
     """The one spelling of a well-formed device name ('gpu' and 'gpu:0' -> 'gpu:0',
     'cpu:0' -> 'cpu'), without asking whether this machine has it."""
+    task, slash, value = value.rpartition("/")
     kind, _, index = value.partition(":")
     index = int(index) if index else 0
-    return kind if kind == "cpu" and index == 0 else f"{kind}:{index}"
+    local = kind if kind == "cpu" and index == 0 else f"{kind}:{index}"
+    return f"{task}/{local}" if slash else local
 
 
 def device(value, path):
@@ -281,6 +286,13 @@ def node_attrs(node: Node, attrs, path, n_variables: int) -> None:
     elif node.op in ("read", "assign"):
         fields(attrs, path, ("var",))
         index(attrs["var"], path / "var", n_variables, "variable")
+    elif node.op in ("send", "recv"):
+        other = "to" if node.op == "send" else "from"
+        fields(attrs, path, ("key", other))
+        text(attrs["key"], path / "key")
+        from ..devices import Device
+        if not isinstance(attrs[other], Device):
+            fail(path / other, "expected a device")
     else:
         from ..ops.attrs import attr_problems
         for where, why in attr_problems(node.primitive, attrs):
@@ -308,8 +320,10 @@ def graph(doc, path, arrays: dict, paths: dict, into: Graph | None = None) -> Gr
         at = path / "nodes" / i
         fields(entry, at, NODE_FIELDS)
         op = text(entry["op"], at / "op")
-        if op in ("send", "recv"):  # saved graphs are placed, never partitioned
+        if op in ("send", "recv") and not PARTITION.get():  # saved graphs are never cut
             fail(at / "op", f"{op} nodes are made when a graph is loaded, not stored")
+        if op in ("accumulate", "take"):
+            fail(at / "op", f"{op} nodes are made by a parameter server, not stored")
         if op not in GRAPH_OPS and op not in PRIMITIVES:
             fail(at / "op", f"unknown op {op[:40]!r}: this rill does not have it")
         inputs = []

@@ -19,6 +19,16 @@ Kinds and the fields each carries (an entry's name is a variable's name):
     reply  ps -> worker   value (a variable), indices + rows (rows of a table)
     close  worker -> ps   nothing
 
+and for captured graphs whose partitions run on other tasks (lib/distributed/graphs/):
+
+    register  worker -> ps   graph (the partition's document, UTF-8 JSON bytes), value
+                             (its variables' initial values), array (its constants), meta
+    run       worker -> ps   meta (which registered graph); the step is the worker's call
+    tensor    both ways      value (named by its rendezvous key), meta (the global step)
+    fetch     worker -> ps   wanted (variables whose current values to send back)
+    ack       ps -> worker   meta;  error: text (what the ps refused, UTF-8)
+    save, restore            text (the checkpoint directory), meta (the step)
+
 >>> import numpy as np
 >>> from rill.distributed import wire
 >>> data = wire.encode("push", 3, [("value", "bias", np.ones(2, np.float32))])
@@ -36,13 +46,18 @@ import numpy as np
 from ..errors import DistributedError
 
 MAGIC = b"RLPS"
-VERSION = 1
+VERSION = 2  # 2: the kinds of captured graphs across tasks
 HEADER = struct.Struct("<4sBBHqII")
 ENTRY = struct.Struct("<BBBBI")
-KINDS = ("pull", "push", "reply", "close")  # coded as index + 1
-FIELDS = ("value", "wanted", "indices", "rows")  # coded as index + 1
+KINDS = ("pull", "push", "reply", "close",          # coded as index + 1
+         "register", "run", "tensor", "fetch", "ack", "error", "save", "restore")
+FIELDS = ("value", "wanted", "indices", "rows", "graph", "array", "meta", "text")
 CARRIES = {"pull": {"wanted", "indices"}, "push": {"value", "indices", "rows"},
-           "reply": {"value", "indices", "rows"}, "close": set()}
+           "reply": {"value", "indices", "rows", "meta"}, "close": set(),
+           # captured graphs across tasks (lib/distributed/graphs/)
+           "register": {"graph", "value", "array", "meta"}, "run": {"meta"},
+           "tensor": {"value", "meta"}, "fetch": {"wanted"}, "ack": {"meta"},
+           "error": {"text"}, "save": {"text", "meta"}, "restore": {"text", "meta"}}
 # The NumPy dtypes of rill's host buffers (bfloat16 lives in float32), coded as index + 1.
 DTYPES = tuple(np.dtype(t) for t in ("<?", "<i1", "<i2", "<i4", "<i8", "<u1", "<f2", "<f4",
                                      "<f8"))

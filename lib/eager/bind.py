@@ -28,12 +28,15 @@ def bind(prim, *args, **attrs):
         args = prim.normalize(args)
         if prim.device_attr:
             device = attrs["device"]
+            if args and args[0].device.task is not None and device is not args[0].device \
+                    and not ctx.interpreter.capturing:
+                _across_devices(args, args[0].device, device, ctx)
         else:
             device = args[0].device
             for a in args:
                 if a.device is not device:
-                    raise DeviceError(f"inputs are on different devices: {device} and "
-                                      f"{a.device}; move one with .to(device)")
+                    args, device = _across_devices(args, device, a.device, ctx)
+                    break
         avals = prim.infer(*args, **attrs)
     except Error as e:
         if e.op is None:
@@ -54,6 +57,26 @@ def bind(prim, *args, **attrs):
             if origin is not None:
                 mark_no_gradient(prim, outs, origin)
     return outs
+
+
+def _across_devices(args, first, other, ctx):
+    """Inputs on two devices. While a capture records, values held by another task of a
+    distributed job (a parameter server's variables) are read where the op runs: the
+    recorded graph moves them there (placement and partition make that a send/recv over
+    MPI). Anything else is the user's to move."""
+    local = [a.device for a in args if a.device.task is None]
+    if ctx.interpreter.capturing and local and all(d is local[0] for d in local):
+        return [a if a.device.task is None else a.to(local[0]) for a in args], local[0]
+    remote = next((d for d in (first, other) if d.task is not None), None)
+    if remote is not None and not ctx.interpreter.capturing:
+        raise DeviceError(f"inputs are on {first} and {other}: a tensor on {remote} is held by "
+                          f"task {remote.task}, and is read across tasks only inside a "
+                          "captured step (@rill.capture or rill.distributed.replicate); "
+                          "eagerly, rill.distributed.fetch(module_or_tensors) returns the "
+                          "values that task holds now, as local tensors (the tensor "
+                          "here keeps the value it was made with)")
+    raise DeviceError(f"inputs are on different devices: {first} and {other}; move one with "
+                      ".to(device)")
 
 
 def _attrs_fit(checks, attrs) -> bool:

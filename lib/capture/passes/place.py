@@ -8,7 +8,10 @@ What is fixed first:
 - an op that says where its result lives (creation, random draws, `to_device`) stays there;
 - a node recorded inside `with rill.device(...)` runs there (any device of the kind for a
   spec without an index), and one inside `rill.colocate_with(t)` beside t's producer;
-- a node that holds subgraphs (cond, while_loop) runs whole on one device.
+- a node that holds subgraphs (cond, while_loop) runs whole on one device;
+- a node whose inputs are all another task's (a distributed job's parameter server: the
+  optimizer's update of a variable it holds) runs on that task; free work never goes to
+  another task.
 The rest go, in topological order, to the feasible device (one with a kernel for the op)
 where they would finish first, counting when each device is free and what moving their
 inputs there costs (passes/cost.py). Ties keep the device the trace gave.
@@ -69,6 +72,9 @@ class _Placer:
     def __init__(self, graph, candidates, cost):
         self.old, self.cost = graph, cost
         self.candidates = candidates
+        # Free work stays in this process: other tasks' devices (a distributed job's
+        # parameter servers) take only what is pinned or colocated there.
+        self.local = [d for d in candidates if d.task is None] or candidates
         self.rw = Rewrite(graph)
         self.rw.graph.placed = True
         self.names = _Names()
@@ -178,8 +184,12 @@ class _Placer:
             options = [pinned]
         if node.subgraphs and options is None:
             options = [node.device]
+        if options is None and node.device.task is not None:
+            # Every input of it is another task's (a variable's update on its parameter
+            # server): it runs there. That task runs nothing else that is not pinned there.
+            options, why = [node.device], f"its inputs are held by task {node.device.task}"
         if options is None:
-            options = self.candidates
+            options = self.local
         feasible = [d for d in options if self.has_kernel(node, d)]
         if not feasible:
             where = options[0] if len(options) == 1 else "any of " + ", ".join(map(str, options))

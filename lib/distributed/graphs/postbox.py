@@ -1,0 +1,226 @@
+"""Values between the tasks of a job: one MPI message per value, matched by (sender, key, step).
+
+Each process has one `Postbox`. A send posts wire.py's "tensor" message (a fixed header and
+the value's raw bytes: nothing is pickled) as a non-blocking MPI send on the VALUE tag and
+returns; `flush()` waits, with the job's deadline, until every posted send has completed.
+A receiver asks for (sender rank, rendezvous key, step): whichever thread of the process
+is waiting drains the arrived messages into a table (one thread at a time: MPI matching is
+per process), so messages for other keys, steps or threads are kept until asked for.
+
+Control messages (register, run, fetch, ..., on the CONTROL tag) and their answers (REPLY)
+go through `post` and `wait_for`, with the same deadlines. A wait that runs past the job's
+timeout raises DistributedError naming the task waited for, the key, and (under rill-launch)
+what every rank was last doing; a task that fails sends an "error" message that wakes the
+waits for it at once.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+
+from ...errors import DistributedError
+from .. import wire
+from ..collectives import _yield, timeout_error
+from ..world import World
+
+CONTROL, REPLY, VALUE = 21, 22, 23  # MPI tags (the eager ParameterServer uses 11 and 12)
+GLOBAL_STEP = "$global_step"        # the meta entry a ps's values carry
+
+
+def task_rank(w: World, task: str) -> int:
+    """The rank of a task ("ps:1" -> 1, "worker:0" -> the first worker's rank)."""
+    job, _, number = task.partition(":")
+    i = int(number)
+    ranks = w.ps_ranks if job == "ps" else w.worker_ranks
+    if not 0 <= i < len(ranks):
+        raise DistributedError(f"task {task} does not exist in this job ({len(w.ps_ranks)} ps, "
+                               f"{len(w.worker_ranks)} workers)", op="device")
+    return ranks[i]
+
+
+def task_of(w: World, rank: int) -> str:
+    return f"ps:{rank}" if rank < w.num_ps else f"worker:{rank - w.num_ps}"
+
+
+class Postbox:
+    def __init__(self, w: World):
+        self.world, self.comm = w, w.comm
+        self.values: dict = {}       # (sender, key, step) -> array
+        self.steps: dict = {}        # sender -> the latest global step it reported
+        self.failed: dict = {}       # sender -> what it said failed
+        self.replies: dict = {}      # sender -> [messages on REPLY]
+        self.pending: list = []      # (request, buffer) of posted sends
+        self.probe = threading.Lock()
+        self.sending = threading.Lock()
+        self.sent_bytes = self.received_bytes = 0  # value bytes (payloads), for tests/benches
+
+    # ---- sending -------------------------------------------------------------------------
+
+    def post(self, dest: int, kind: str, step: int, entries, tag: int) -> None:
+        from mpi4py import MPI
+        buffer = wire.encode(kind, step, entries)
+        with self.sending:
+            self.pending.append((self.comm.Isend([buffer, MPI.BYTE], dest, tag), buffer))
+            if len(self.pending) > 64:
+                self._reap()
+
+    def send(self, dest: int, key: str, step: int, buffer, global_step: int | None = None):
+        """Post `buffer` (a host array, or None for a go-ahead) as value `key` of `step`."""
+        array = np.zeros(0, np.uint8) if buffer is None else np.asarray(buffer)
+        entries = [("value", key, array)]
+        if global_step is not None:
+            entries.append(("meta", GLOBAL_STEP, np.int64(global_step)))
+        self.sent_bytes += array.nbytes
+        self.post(dest, "tensor", step, entries, VALUE)
+
+    def _reap(self) -> None:
+        from mpi4py import MPI
+        done = MPI.Request.Testsome([r for r, _ in self.pending]) or []
+        if done:
+            keep = set(range(len(self.pending))) - set(done)
+            self.pending = [self.pending[i] for i in sorted(keep)]
+
+    def flush(self, what: str = "send") -> None:
+        """Wait until every posted send has completed (with the job's deadline)."""
+        from mpi4py import MPI
+        with self.sending:
+            pending, self.pending = self.pending, []
+        if pending:
+            requests = [r for r, _ in pending]
+            self._wait(lambda: MPI.Request.Testall(requests), what, None)
+
+    # ---- receiving -----------------------------------------------------------------------
+
+    def take(self, source: int, key: str, step: int, what: str):
+        """The value `key` of `step` that rank `source` sends (waiting for it)."""
+        want = (source, key, step)
+        found = []
+
+        def arrived():
+            if want in self.values:
+                found.append(self.values.pop(want))
+                return True
+            if source in self.failed:
+                raise DistributedError(f"{what}: {task_of(self.world, source)} failed: "
+                                       f"{self.failed[source]}", op="recv")
+            if self.probe.acquire(blocking=False):
+                try:
+                    self._drain()
+                finally:
+                    self.probe.release()
+                if want in self.values:
+                    found.append(self.values.pop(want))
+                    return True
+            return False
+
+        self._wait(arrived, what, [source])
+        return found[0]
+
+    def wait_for(self, source: int, kinds, what: str) -> wire.Message:
+        """The next message on the REPLY tag from `source` (one of `kinds`)."""
+        from mpi4py import MPI
+        status = MPI.Status()
+        found = []
+
+        def arrived():
+            msg = self.comm.Improbe(source, REPLY, status)
+            if msg is None:
+                return False
+            found.append(self._read(msg, status))
+            return True
+
+        self._wait(arrived, what, [source])
+        message = found[0]
+        if message.kind == "error":
+            text = bytes(message.entries[0][2]).decode("utf-8", "replace")
+            raise DistributedError(f"{what}: {task_of(self.world, source)} refused: {text}",
+                                   op="distributed")
+        if message.kind not in kinds:
+            raise DistributedError(f"{what}: {task_of(self.world, source)} answered with a "
+                                   f"{message.kind} message", op="distributed")
+        return message
+
+    def next_control(self, what: str, deadline: float | None = None):
+        """(message, sender) of the next CONTROL message from any rank."""
+        from mpi4py import MPI
+        status = MPI.Status()
+        found = []
+
+        def arrived():
+            msg = self.comm.Improbe(MPI.ANY_SOURCE, CONTROL, status)
+            if msg is None:
+                return False
+            sender = status.Get_source()
+            found.append((self._read(msg, status), sender))
+            return True
+
+        self._wait(arrived, what, self.world.worker_ranks, deadline)
+        return found[0]
+
+    def _read(self, msg, status) -> wire.Message:
+        from mpi4py import MPI
+        sender = status.Get_source()
+        buffer = bytearray(status.Get_count(MPI.BYTE))
+        msg.Recv([buffer, MPI.BYTE])
+        return wire.decode(buffer, f"rank {sender} ({task_of(self.world, sender)})")
+
+    def _drain(self) -> None:
+        """Move every arrived VALUE message into the table."""
+        from mpi4py import MPI
+        status = MPI.Status()
+        while True:
+            msg = self.comm.Improbe(MPI.ANY_SOURCE, VALUE, status)
+            if msg is None:
+                return
+            sender = status.Get_source()
+            message = self._read(msg, status)
+            if message.kind == "error":
+                self.failed[sender] = bytes(message.entries[0][2]).decode("utf-8", "replace")
+                continue
+            if message.kind != "tensor":
+                raise DistributedError(f"rank {sender} sent a {message.kind} message where "
+                                       "values travel; refused", op="recv")
+            for field, name, array in message.entries:
+                if field == "value":
+                    self.received_bytes += array.nbytes
+                    self.values[(sender, name, message.step)] = array
+                elif name == GLOBAL_STEP and array.shape == () and array.dtype == np.int64:
+                    self.steps[sender] = max(self.steps.get(sender, 0), int(array))
+
+    def fail(self, dest: int, why: str) -> None:
+        """Tell rank `dest` that this task failed (its waits for us end at once)."""
+        self.post(dest, "error", 0, [("text", "error", np.frombuffer(
+            why.encode("utf-8")[:60000], np.uint8))], VALUE)
+
+    def _wait(self, done, what: str, peers, deadline: float | None = None) -> None:
+        start = time.monotonic()
+        deadline = start + self.world.timeout if deadline is None else deadline
+        pause = 2e-5
+        while not done():
+            now = time.monotonic()
+            if now > deadline:
+                raise timeout_error(self.world, what, peers)
+            if now - start < 2e-3:
+                _yield()
+            else:
+                time.sleep(pause)
+                pause = min(pause * 1.5, 1e-3)
+
+
+_POSTBOX: Postbox | None = None
+_LOCK = threading.Lock()
+
+
+def postbox(w: World) -> Postbox:
+    """This process's postbox (made on first use)."""
+    global _POSTBOX
+    with _LOCK:
+        if _POSTBOX is None:
+            if w.comm is None:
+                raise DistributedError("this graph places work on another task, but the "
+                                       "process is not part of a distributed job: start it "
+                                       "with rill-launch (or srun)", op="capture")
+            _POSTBOX = Postbox(w)
+        return _POSTBOX

@@ -1,0 +1,186 @@
+"""What a parameter server runs of a worker's step: pull, contribute, apply.
+
+A worker's captured training step, placed and partitioned, leaves on each ps a part that
+reads variables and sends them to the worker, receives what the worker computed (the
+gradients), and updates the variables from it. The ps cuts that part in three graphs:
+
+    pull        everything the part's sends need (reads, and anything computed from them
+                alone): run when the worker starts a step;
+    contribute  each value received from the worker, handed to an `accumulate` node: the
+                worker's contribution to the step;
+    apply       everything the part's assigns need, with each received value replaced by a
+                `take` node (the mean of the contributions accumulated for the step) and
+                every read done again (so an update starts from the variable's value when
+                it is applied, not when the worker pulled it).
+
+How many contributions a step takes is the replicas' mode, after the paper (§4.4):
+asynchronous replicas apply each contribution as it arrives (a step of one); synchronous
+replicas with b backup workers apply once the first n - b contributions of the current step
+have arrived, as their mean, and drop (and count) contributions that arrive for a step
+already applied. A worker's next pull waits until the step it contributed to was applied
+or it was dropped: the queue of tokens the paper uses as a barrier.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+
+from ...capture.ir import Graph
+from ...errors import DistributedError
+
+
+def split(part: Graph):
+    """(pull, contribute, apply) graphs of a ps's part of a worker's step."""
+    received = [n for n in part.nodes if n.op == "recv"]
+    tainted = set(received)  # nodes that depend on something the worker sent
+    for node in part.nodes:
+        if any(v.node in tainted for v in node.inputs) or any(a in tainted for a in node.after):
+            tainted.add(node)
+    late = [n for n in part.nodes if n.op == "send" and n in tainted]
+    if late:
+        raise DistributedError(
+            f"this step sends {len(late)} value(s) from a parameter server back to the worker "
+            f"that the ps computes from the worker's own values of the same step (first: "
+            f"{late[0].attrs['key']}); a ps applies what workers send after their step, so it "
+            "can only send values it holds. Compute that value on the worker", op="replicate")
+    pull = _closure(part, [n for n in part.nodes if n.op == "send"], {})
+    contribute = Graph(variables=part.variables, name=f"{part.name}.contribute")
+    for node in received:
+        if node.outputs:
+            recv = contribute.add("recv", (), node.attrs, [(v.shape, v.dtype) for v in
+                                                           node.outputs], node.device,
+                                  node.source)
+            recv.outputs[0].device = node.device
+            contribute.add("accumulate", recv.outputs, {"name": node.attrs["key"]}, (),
+                           node.device, node.source)
+    takes = {n: ("take", {"name": n.attrs["key"]}) for n in received if n.outputs}
+    apply = _closure(part, [n for n in part.nodes if n.op == "assign"], takes)
+    pull.name, apply.name = f"{part.name}.pull", f"{part.name}.apply"
+    return pull, contribute, apply
+
+
+def _closure(part: Graph, roots, replaced: dict) -> Graph:
+    """A graph of `roots` and everything they need (inputs and `after` edges), in the part's
+    order; nodes in `replaced` become (op, attrs) nodes with no inputs, and output-less
+    recvs (go-aheads from the worker) are left out: a step's contribution has arrived
+    before anything that waited for them runs."""
+    needed: set = set()
+    stack = list(roots)
+    while stack:
+        node = stack.pop()
+        if node in needed:
+            continue
+        needed.add(node)
+        if node in replaced:
+            continue
+        stack.extend(v.node for v in node.inputs)
+        stack.extend(node.after)
+    out = Graph(variables=part.variables, name=part.name)
+    new: dict = {}   # old Value -> new Value
+    made: dict = {}  # old Node -> new Node
+    for node in part.nodes:
+        if node not in needed or (node.op == "recv" and not node.outputs):
+            continue
+        op, attrs = replaced.get(node, (node.op, node.attrs))
+        inputs = [] if node in replaced else [new[v] for v in node.inputs]
+        after = [] if node in replaced else [made[a] for a in node.after if a in made]
+        copy = out.add(op, inputs, attrs, [(v.shape, v.dtype) for v in node.outputs],
+                       node.device, node.source, after)
+        for old, v in zip(node.outputs, copy.outputs):
+            v.device = old.device
+            new[old] = v
+        made[node] = copy
+    return out
+
+
+class Contribution:
+    """One worker's values for one step, gathered by `accumulate` nodes."""
+
+    def __init__(self, worker: int, step: int):
+        self.worker, self.step, self.values = worker, step, {}
+
+    def add(self, name: str, buffer) -> None:
+        self.values[name] = buffer
+
+
+class Replicas:
+    """The shared state of every worker's registration of one step function on this ps:
+    the global step (steps applied), the accumulators, and the counts."""
+
+    def __init__(self, mode: str, workers: int, backup_workers: int, names, timeout: float):
+        self.mode, self.workers, self.backup = mode, workers, backup_workers
+        self.required = 1 if mode == "async" else workers - backup_workers
+        self.names = frozenset(names)
+        self.timeout = timeout
+        self.global_step = 0
+        self.accumulators: dict = {name: [] for name in names}
+        self.contributors = 0
+        self.last: dict = {}     # worker -> the step it last contributed to
+        self.closed: set = set()  # workers that will not contribute again
+        self.stats = {"applied": 0, "contributions": 0, "dropped": 0}
+        self.lock = threading.Condition()
+
+    def wait_turn(self, worker: int, what: str) -> int:
+        """The step a worker's pull serves: in sync mode, once its last contribution was
+        applied (or dropped), the barrier of the paper's token queue."""
+        with self.lock:
+            last = self.last.get(worker)
+            if self.mode == "sync" and last is not None:
+                deadline = time.monotonic() + self.timeout
+                while self.global_step <= last and not self._starved():
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise DistributedError(
+                            f"{what}: step {last} has {self.contributors} of the "
+                            f"{self.required} contributions it needs after {self.timeout:g} s "
+                            "(a worker stopped contributing?)", op="replicate")
+                    self.lock.wait(min(left, 1.0))
+            return self.global_step
+
+    def commit(self, contribution: Contribution, apply) -> None:
+        """Count a contribution; when it completes its step, apply(self) runs (under the
+        lock, so that steps apply one at a time and no contribution lands in between)."""
+        with self.lock:
+            self.stats["contributions"] += 1
+            self.last[contribution.worker] = contribution.step
+            if self.mode == "sync" and (contribution.step < self.global_step or
+                                        self._starved()):
+                self.stats["dropped"] += 1   # a backup worker's late contribution
+                return
+            for name, buffer in contribution.values.items():
+                self.accumulators[name].append(buffer)
+            self.contributors += 1
+            if self.contributors < self.required:
+                return
+            apply(self)
+            for name in self.accumulators:
+                self.accumulators[name] = []
+            self.contributors = 0
+            self.global_step += 1
+            self.stats["applied"] += 1
+            self.lock.notify_all()
+
+    def close(self, worker: int) -> None:
+        """A worker is done. Once too few are left to complete a step, the contributions
+        waiting for it are dropped (counted), and nobody waits for that step any more."""
+        with self.lock:
+            self.closed.add(worker)
+            if self._starved() and self.contributors:
+                self.stats["dropped"] += self.contributors
+                for name in self.accumulators:
+                    self.accumulators[name] = []
+                self.contributors = 0
+            self.lock.notify_all()
+
+    def _starved(self) -> bool:
+        return self.workers - len(self.closed) < self.required
+
+    def mean(self, name: str):
+        """What a `take` node gives: the mean of this step's contributions, in the order
+        they arrived (as the eager ParameterServer averages pushes)."""
+        parts = self.accumulators[name]
+        if len(parts) == 1:
+            return parts[0]
+        return np.mean(parts, axis=0, dtype=parts[0].dtype)
