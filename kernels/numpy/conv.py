@@ -21,8 +21,12 @@ import weakref
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from rill.kernels.numpy import parallel
+from rill.kernels.numpy import conv_per_image, parallel
 from rill.ops.primitive import register_kernels
+
+# Ungrouped convolutions run conv_per_image's kernels (faster on these machines; see there);
+# False sends them through the whole-batch kernels below (benchmarks compare the two).
+PER_IMAGE = True
 
 
 def _compute_dtype(a):
@@ -124,6 +128,8 @@ def _channels_first(y, n, out_size):
 
 
 def conv(x, w, *bias, stride, padding, dilation, groups):
+    if groups == 1 and PER_IMAGE:
+        return conv_per_image.conv(x, w, bias[0] if bias else None, stride, padding, dilation)
     n, o = x.shape[0], w.shape[0]
     kernel = w.shape[2:]
     out = tuple((s + p[0] + p[1] - d * (k - 1) - 1) // st + 1 for s, p, d, k, st in
@@ -137,6 +143,8 @@ def conv(x, w, *bias, stride, padding, dilation, groups):
 
 
 def conv_transpose(g, w, input_size, stride, padding, dilation, groups):
+    if groups == 1 and PER_IMAGE:
+        return conv_per_image.conv_transpose(g, w, input_size, stride, padding, dilation)
     n, o = g.shape[:2]
     out = g.shape[2:]
     cg, kernel = w.shape[1], w.shape[2:]
@@ -165,6 +173,8 @@ def conv_transpose(g, w, input_size, stride, padding, dilation, groups):
 
 
 def conv_weight_grad(x, g, kernel_size, stride, padding, dilation, groups):
+    if groups == 1 and PER_IMAGE:
+        return conv_per_image.conv_weight_grad(x, g, kernel_size, stride, padding, dilation)
     o = g.shape[1]
     cols = _cols(x, kernel_size, g.shape[2:], stride, padding, dilation, groups)
     gw = np.matmul(cols, _by_group(g, groups).transpose(0, 2, 1)).transpose(0, 2, 1)

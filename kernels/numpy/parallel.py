@@ -3,10 +3,15 @@
 NumPy releases the GIL inside copies and ufunc loops, so threads that each run a slice of
 one large pass run in parallel. BLAS already spreads a GEMM over the cores; without this,
 the im2col copies, scatter-adds and pooling passes around the GEMMs ran on one core while
-the others idled (PyTorch runs those on all of them).
+the others idled (PyTorch runs those on all of them). A pass whose slices each run GEMMs of
+their own (split(..., serial_blas=True)) holds BLAS at one thread meanwhile: BLAS would
+otherwise split each of those GEMMs over the same cores again, and its threads, which spin
+for a while after each call, would compete with ours.
 """
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -29,18 +34,32 @@ _pool: ThreadPoolExecutor | None = None
 _inside = threading.local()  # set in the pool's threads: a nested split runs serially
 
 
-def _run(fn, lo, hi):
+# Chunks per thread: handed out in turn, so a thread slowed by a busy core (another
+# process, or BLAS's threads spinning after a GEMM) takes fewer of them.
+CHUNKS_PER_THREAD = 4
+
+
+def _take(fn, bounds, turns):
+    """Runs fn on chunks taken in turn (next() on a shared counter) until none are left."""
+    for i in turns:
+        if i + 1 >= len(bounds):
+            return
+        fn(bounds[i], bounds[i + 1])
+
+
+def _run(fn, bounds, turns):
     _inside.active = True
     try:
-        fn(lo, hi)
+        _take(fn, bounds, turns)
     finally:
         _inside.active = False
 
 
-def split(fn, n: int, elements: int) -> None:
-    """Runs fn(lo, hi) over consecutive chunks covering range(n), one chunk per core, when
+def split(fn, n: int, elements: int, serial_blas: bool = False) -> None:
+    """Runs fn(lo, hi) over consecutive chunks covering range(n), on all cores, when
     the pass touches at least MIN_ELEMENTS `elements`; else fn(0, n). The chunks must write
-    disjoint outputs."""
+    disjoint outputs. serial_blas: the chunks run GEMMs, so BLAS is held at one thread while
+    they run (only when the pass is split: fn(0, n) alone keeps BLAS's threads)."""
     global _pool
     parts = min(THREADS, n)
     if parts < 2 or elements < MIN_ELEMENTS or getattr(_inside, "active", False):
@@ -48,10 +67,51 @@ def split(fn, n: int, elements: int) -> None:
         return
     if _pool is None:
         _pool = ThreadPoolExecutor(max_workers=THREADS - 1, thread_name_prefix="rill-cpu")
-    bounds = [n * i // parts for i in range(parts + 1)]
-    futures = [_pool.submit(_run, fn, bounds[i], bounds[i + 1]) for i in range(1, parts)]
+    chunks = min(n, parts * CHUNKS_PER_THREAD)
+    bounds = [n * i // chunks for i in range(chunks + 1)]
+    turns = itertools.count()  # next() on it is atomic under the GIL
+    with _blas_at_one_thread() if serial_blas else contextlib.nullcontext():
+        futures = [_pool.submit(_run, fn, bounds, turns) for _ in range(1, parts)]
+        try:
+            _take(fn, bounds, turns)
+        finally:
+            for f in futures:
+                f.result()  # waits for every chunk; re-raises the first failure
+
+
+_blas = None  # threadpoolctl's controllers of the loaded BLAS libraries, found on first use
+_blas_lock = threading.Lock()
+_blas_holders = 0  # passes now holding BLAS at one thread (passes on several threads nest)
+_blas_threads: list = []  # the thread counts to restore when the last one ends
+
+
+def _blas_controllers():
+    global _blas
+    if _blas is None:
+        try:  # optional: without it, BLAS keeps its threads (slower, still correct)
+            from threadpoolctl import ThreadpoolController
+            _blas = ThreadpoolController().select(user_api="blas").lib_controllers
+        except Exception:  # noqa: BLE001 - not installed, or a library it cannot drive
+            _blas = []
+    return _blas
+
+
+@contextlib.contextmanager
+def _blas_at_one_thread():
+    global _blas_holders
+    with _blas_lock:
+        if _blas_holders == 0:
+            _blas_threads[:] = [c.get_num_threads() for c in _blas_controllers()]
+            for c, t in zip(_blas_controllers(), _blas_threads):
+                if t != 1:
+                    c.set_num_threads(1)
+        _blas_holders += 1
     try:
-        fn(bounds[0], bounds[1])
+        yield
     finally:
-        for f in futures:
-            f.result()  # waits for every chunk; re-raises the first failure
+        with _blas_lock:
+            _blas_holders -= 1
+            if _blas_holders == 0:
+                for c, t in zip(_blas_controllers(), _blas_threads):
+                    if t != 1:
+                        c.set_num_threads(t)

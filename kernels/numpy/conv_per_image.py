@@ -1,0 +1,209 @@
+"""Ungrouped convolution CPU kernels that work through the batch a few images at a time, each
+core on its own share of the images, with BLAS at one thread.
+
+conv.py's whole-batch scheme builds the im2col columns of every image at once (9.4 MB for 32
+images of 32 channels at 16x16, 3x3) and leaves the GEMMs' threading to BLAS. Measured on a
+2-core machine, that loses twice: the columns go out to memory and back for each GEMM, and
+the BLAS worker thread keeps spinning for a while after each GEMM (OpenBLAS: up to ~0.1 s),
+taking a core from the split copies, col2im adds and pooling passes that run between
+GEMMs. Here each thread takes consecutive images (parallel.split), and for each group of
+images small enough to stay in its core's cache it builds their columns and runs the
+products on them at once:
+    forward:      y_i = w[O, C*KK] @ cols_i[C*KK, P]                  (P output pixels)
+    input grad:   cols_i = w^T @ g_i, then col2im: one strided add per kernel tap,
+                  clipped to the image (no padded buffer to fill and crop)
+    weight grad:  gw^T += cols[C*KK, n*P] @ g^T[n*P, O] (g^T read in place by BLAS), summed
+                  over the chunk's groups of images, then over the chunks in order
+Images come out (N, O, *spatial) contiguous, the layout the next layer's passes read best.
+The columns are cheap to rebuild in cache, so the weight gradient recomputes them rather
+than keeping the forward's.
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from rill.kernels.numpy import parallel
+
+# Images per GEMM: enough columns to keep BLAS busy, few enough to stay in a core's L2.
+_COLS_BYTES = 1 << 19
+# The weight gradient's GEMM sums over its columns (images x pixels): short sums run slowly,
+# so it takes images until it has about this many (OpenBLAS measured: one image of 16x16 or
+# larger per GEMM is as fast as several).
+_WEIGHT_GRAD_COLUMNS = 512
+
+
+def _compute_dtype(a):
+    return np.float32 if a.dtype == np.float16 else a.dtype
+
+
+def _out_size(spatial, kernel, stride, padding, dilation):
+    return tuple((s + lo + hi - d * (k - 1) - 1) // st + 1 for s, k, st, (lo, hi), d in
+                 zip(spatial, kernel, stride, padding, dilation))
+
+
+def _cropped(x, padding):
+    """A negative pad crops (a transposed convolution's output_padding, in its gradients): x
+    cropped, and the pads left, all >= 0."""
+    if min(min(p) for p in padding) >= 0:
+        return x, padding
+    x = x[(slice(None), slice(None)) + tuple(slice(max(-lo, 0), s - max(-hi, 0)) for
+                                             (lo, hi), s in zip(padding, x.shape[2:]))]
+    return x, tuple((max(lo, 0), max(hi, 0)) for lo, hi in padding)
+
+
+def _images_per_step(pixels_per_image: int, itemsize: int) -> int:
+    return max(1, _COLS_BYTES // max(1, pixels_per_image * itemsize))
+
+
+class _Geometry:
+    """Where each kernel tap reads in the padded image, for the columns of a run of images."""
+
+    def __init__(self, x_shape, kernel, stride, padding, dilation, dtype):
+        self.kernel, self.stride, self.padding, self.dilation = kernel, stride, padding, dilation
+        self.spatial = tuple(x_shape[2:])
+        self.channels = x_shape[1]
+        self.out = _out_size(self.spatial, kernel, stride, padding, dilation)
+        self.pixels = int(np.prod(self.out))
+        self.rows = self.channels * int(np.prod(kernel))  # C*KK, the GEMMs' inner size
+        self.dtype = dtype
+        self.padded = tuple(s + lo + hi for s, (lo, hi) in zip(self.spatial, padding))
+        self.inner = tuple(slice(lo, lo + s) for s, (lo, _) in zip(self.spatial, padding))
+        self.pads = any(lo or hi for lo, hi in padding)
+
+    def padded_images(self, x, buffer):
+        """x (a few images) zero-padded, in `buffer` (whose border is already zero)."""
+        if not self.pads:
+            if x.dtype == self.dtype and x.flags.c_contiguous:
+                return x
+            np.copyto(buffer[:len(x)], x, casting="unsafe")
+            return buffer[:len(x)]
+        np.copyto(buffer[(slice(0, len(x)), slice(None)) + self.inner], x, casting="unsafe")
+        return buffer[:len(x)]
+
+    def pad_buffer(self, images):
+        if not self.pads:
+            return np.empty((images, self.channels) + self.spatial, dtype=self.dtype)
+        return np.zeros((images, self.channels) + self.padded, dtype=self.dtype)
+
+    def taps_view(self, xp, image_major: bool):
+        """xp's patches as (n, C, *KK, *out) (image_major) or (C, *KK, n, *out), no copy."""
+        sn, sc, *sp = xp.strides
+        tap = tuple(s * d for s, d in zip(sp, self.dilation))
+        pixel = tuple(s * st for s, st in zip(sp, self.stride))
+        n = xp.shape[0]
+        if image_major:
+            return as_strided(xp, shape=(n, self.channels) + self.kernel + self.out,
+                              strides=(sn, sc) + tap + pixel, writeable=False)
+        return as_strided(xp, shape=(self.channels,) + self.kernel + (n,) + self.out,
+                          strides=(sc,) + tap + (sn,) + pixel, writeable=False)
+
+
+def _steps(lo, hi, per):
+    for a in range(lo, hi, per):
+        yield a, min(hi, a + per)
+
+
+def conv(x, w, bias, stride, padding, dilation):
+    out_dtype = x.dtype
+    x, padding = _cropped(x, padding)
+    n, o = x.shape[0], w.shape[0]
+    kernel = tuple(w.shape[2:])
+    dtype = _compute_dtype(x)
+    geo = _Geometry(x.shape, kernel, stride, padding, dilation, dtype)
+    y = np.empty((n, o, geo.pixels), dtype=dtype)
+    wm = w.reshape(o, -1).astype(dtype, copy=False)
+    b = None if bias is None else bias.astype(dtype, copy=False)[:, None]
+    per = _images_per_step(geo.rows * geo.pixels, np.dtype(dtype).itemsize)
+
+    def run(lo, hi):
+        buffer = geo.pad_buffer(min(per, hi - lo))
+        cols = np.empty((min(per, hi - lo), geo.rows, geo.pixels), dtype=dtype)
+        for a, z in _steps(lo, hi, per):
+            c = cols[:z - a]
+            np.copyto(c.reshape((z - a, geo.channels) + kernel + geo.out),
+                      geo.taps_view(geo.padded_images(x[a:z], buffer), True))
+            np.matmul(wm, c, out=y[a:z])
+            if b is not None:
+                y[a:z] += b
+    parallel.split(run, n, n * geo.rows * geo.pixels, serial_blas=True)
+    return y.reshape((n, o) + geo.out).astype(out_dtype, copy=False)
+
+
+def conv_transpose(g, w, input_size, stride, padding, dilation):
+    n, o = g.shape[:2]
+    c, kernel = w.shape[1], tuple(w.shape[2:])
+    out = tuple(g.shape[2:])
+    dtype = _compute_dtype(g)
+    pixels = int(np.prod(out))
+    rows = c * int(np.prod(kernel))
+    wt = np.ascontiguousarray(w.reshape(o, rows).T, dtype=dtype)
+    gm = g.reshape(n, o, pixels)
+    gx = np.empty((n, c) + tuple(input_size), dtype=dtype)
+    # For each tap: the output pixels that land inside the image, and where they land.
+    taps = []
+    for tap in itertools.product(*(range(k) for k in kernel)):
+        src, dst = [], []
+        for t, d, m, st, (lo, _), s in zip(tap, dilation, out, stride, padding, input_size):
+            first = max(0, -(-(lo - t * d) // st))          # the first o with o*st+t*d-lo >= 0
+            last = min(m, (s - 1 + lo - t * d) // st + 1)   # one past the last inside
+            if last <= first:
+                break
+            src.append(slice(first, last))
+            start = first * st + t * d - lo
+            dst.append(slice(start, start + (last - first - 1) * st + 1, st))
+        else:
+            taps.append((tap, tuple(src), tuple(dst)))
+    per = _images_per_step(rows * pixels, np.dtype(dtype).itemsize)
+
+    def run(lo, hi):
+        cols = np.empty((min(per, hi - lo), rows, pixels), dtype=dtype)
+        for a, z in _steps(lo, hi, per):
+            c6 = cols[:z - a]
+            np.matmul(wt, gm[a:z], out=c6)
+            c6 = c6.reshape((z - a, c) + kernel + out)
+            image = gx[a:z]
+            image.fill(0)
+            for tap, src, dst in taps:
+                image[(slice(None), slice(None)) + dst] += c6[(slice(None), slice(None)) +
+                                                              tap + src]
+    parallel.split(run, n, n * rows * pixels, serial_blas=True)
+    return gx.astype(g.dtype, copy=False)
+
+
+def conv_weight_grad(x, g, kernel_size, stride, padding, dilation):
+    x, padding = _cropped(x, padding)
+    n, o = g.shape[:2]
+    kernel = tuple(kernel_size)
+    dtype = _compute_dtype(x)
+    geo = _Geometry(x.shape, kernel, stride, padding, dilation, dtype)
+    gm = g.reshape(n, o, geo.pixels)
+    per = max(1, _WEIGHT_GRAD_COLUMNS // geo.pixels)
+    partials = {}  # by first image: summed in that order, so the result is deterministic
+
+    def run(lo, hi):
+        m = min(per, hi - lo)
+        buffer = geo.pad_buffer(m)
+        cols = np.empty((geo.rows, m * geo.pixels), dtype=dtype)
+        gs = np.empty((o, m, geo.pixels), dtype=dtype)  # g of the run, channel-major
+        acc = np.zeros((geo.rows, o), dtype=dtype)
+        for a, z in _steps(lo, hi, per):
+            k = (z - a) * geo.pixels
+            np.copyto(cols[:, :k].reshape((geo.channels,) + kernel + (z - a,) + geo.out),
+                      geo.taps_view(geo.padded_images(x[a:z], buffer), False))
+            if z - a == 1 and gm.dtype == dtype:
+                gz = gm[a]  # one image's g is already (O, P)
+            else:  # runs of P contiguous pixels: a cheap copy (unlike g^T itself)
+                gz = gs[:, :z - a]
+                np.copyto(gz, gm[a:z].transpose(1, 0, 2), casting="unsafe")
+                gz = gz.reshape(o, k)
+            acc += cols[:, :k] @ gz.T  # BLAS reads gz^T in place
+        partials[lo] = acc
+    parallel.split(run, n, n * geo.rows * geo.pixels, serial_blas=True)
+    gw = None
+    for lo in sorted(partials):
+        gw = partials[lo] if gw is None else gw + partials[lo]
+    return np.ascontiguousarray(gw.T).reshape((o, geo.channels) + kernel).astype(
+        x.dtype, copy=False)
