@@ -1,5 +1,5 @@
-"""The graph's own ops (input, constant, read, assign, send, recv, accumulate, take): one
-handler each, shared
+"""The graph's own ops (input, constant, read, assign, send, recv, accumulate, take, save,
+restore): one handler each, shared
 by the straight-line program and the threaded scheduler (lib/capture/executor.py).
 
 `handler(node, graph)` checks the node's attrs once, when a program is built, and returns
@@ -105,8 +105,15 @@ def _name(node) -> str:
     return name
 
 
+def _checkpoint(node, graph):
+    # A task's checkpoint graph (lib/distributed/graphs/checkpoint.py) says how.
+    from ..distributed.graphs import checkpoint
+    return checkpoint.handler(node, graph)
+
+
 _HANDLERS = {"input": _input, "constant": _constant, "read": _read, "assign": _assign,
-             "send": _send, "recv": _recv, "accumulate": _accumulate, "take": _take}
+             "send": _send, "recv": _recv, "accumulate": _accumulate, "take": _take,
+             "save": _checkpoint, "restore": _checkpoint}
 
 
 def variable_of(node, graph):

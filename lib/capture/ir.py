@@ -18,7 +18,11 @@ Ops are primitive names, plus four that belong to the graph itself:
   recv      what the matching send handed over (no output for a go-ahead)   attrs: key, from
   accumulate  add a worker's contribution to a ps's accumulator  attrs: name
   take        the mean of the accumulator's contributions    attrs: name
+  save        write its inputs (variables' values) to a checkpoint shard  attrs: names
+  restore     the values a checkpoint shard holds                        attrs: names
 Send and recv exist only in partitioned graphs (lib/capture/passes/partition.py);
+save and restore only in the graphs a task of a distributed job checkpoints with
+(lib/distributed/graphs/checkpoint.py);
 accumulate and take only in the parts a parameter server runs for synchronous replicas
 (lib/distributed/graphs/replicas.py).
 
@@ -31,7 +35,8 @@ import html
 import itertools
 import math
 
-GRAPH_OPS = ("input", "constant", "read", "assign", "send", "recv", "accumulate", "take")
+GRAPH_OPS = ("input", "constant", "read", "assign", "send", "recv", "accumulate", "take",
+             "save", "restore")
 
 
 class Value:
