@@ -1,4 +1,4 @@
-"""What a parameter server runs of a worker's step: pull, contribute, apply.
+"""What a parameter server runs of a worker's step: pull, serve, contribute, apply.
 
 A worker's captured training step, placed and partitioned, leaves on each ps a part that
 reads variables and sends them to the worker, receives what the worker computed (the
@@ -6,6 +6,8 @@ gradients), and updates the variables from it. The ps cuts that part in three gr
 
     pull        everything the part's sends need (reads, and anything computed from them
                 alone): run when the worker starts a step;
+    serve       sends that answer what the worker sent within the step (a sharded
+                embedding's rows for its ids), with what they need;
     contribute  each value received from the worker, handed to an `accumulate` node: the
                 worker's contribution to the step;
     apply       everything the part's assigns need, with each received value replaced by a
@@ -31,34 +33,79 @@ from ...capture.ir import Graph
 from ...errors import DistributedError
 
 
-def split(part: Graph):
-    """(pull, contribute, apply) graphs of a ps's part of a worker's step."""
+def split(part: Graph, mode: str = "async"):
+    """(pull, serve, contribute, apply) graphs of a ps's part of a worker's step."""
     received = [n for n in part.nodes if n.op == "recv"]
     tainted = set(received)  # nodes that depend on something the worker sent
     for node in part.nodes:
         if any(v.node in tainted for v in node.inputs) or any(a in tainted for a in node.after):
             tainted.add(node)
-    late = [n for n in part.nodes if n.op == "send" and n in tainted]
-    if late:
-        raise DistributedError(
-            f"this step sends {len(late)} value(s) from a parameter server back to the worker "
-            f"that the ps computes from the worker's own values of the same step (first: "
-            f"{late[0].attrs['key']}); a ps applies what workers send after their step, so it "
-            "can only send values it holds. Compute that value on the worker", op="replicate")
-    pull = _closure(part, [n for n in part.nodes if n.op == "send"], {})
+    sends = [n for n in part.nodes if n.op == "send"]
+    late = [n for n in sends if n in tainted]
+    assigns = [n for n in part.nodes if n.op == "assign"]
+    for node in late:  # what it sends must not come from this step's update
+        if _needs(node, lambda n: n.op == "assign"):
+            raise DistributedError(
+                f"this step sends a value from a parameter server back to the worker that "
+                f"the ps computes from the step's own update ({node.attrs['key']}); a ps "
+                "applies updates after the step, so it sends only what it held before. "
+                "Compute that value on the worker", op="replicate")
+    pull = _closure(part, [n for n in sends if n not in tainted], {})
+    serve = _closure(part, late, {})
+    served = {n for n in serve.nodes if n.op == "recv"}
+    take_from = {n for n in received if n.outputs and _feeds(part, n, assigns)}
+    if mode == "sync":
+        both = [n for n in take_from if any(n.attrs["key"] == r.attrs["key"] for r in served)]
+        if both:
+            raise DistributedError(
+                f"synchronous replicas average what workers send, but "
+                f"{both[0].attrs['key']} is also used to answer the worker within the step "
+                "(a lookup's ids): use mode='async' for this step", op="replicate")
+    # A value the serve phase received that the update needs too is kept for it there.
+    for node in serve.nodes:
+        if node.op == "recv" and node.outputs and any(
+                node.attrs["key"] == n.attrs["key"] for n in take_from):
+            serve.nodes.insert(serve.nodes.index(node) + 1, _accumulate(node))
+    served_keys = {n.attrs["key"] for n in served}
     contribute = Graph(variables=part.variables, name=f"{part.name}.contribute")
-    for node in received:
-        if node.outputs:
-            recv = contribute.add("recv", (), node.attrs, [(v.shape, v.dtype) for v in
-                                                           node.outputs], node.device,
-                                  node.source)
-            recv.outputs[0].device = node.device
-            contribute.add("accumulate", recv.outputs, {"name": node.attrs["key"]}, (),
-                           node.device, node.source)
-    takes = {n: ("take", {"name": n.attrs["key"]}) for n in received if n.outputs}
-    apply = _closure(part, [n for n in part.nodes if n.op == "assign"], takes)
-    pull.name, apply.name = f"{part.name}.pull", f"{part.name}.apply"
-    return pull, contribute, apply
+    for node in take_from:
+        if node.attrs["key"] in served_keys:
+            continue
+        recv = contribute.add("recv", (), node.attrs, [(v.shape, v.dtype) for v in
+                                                       node.outputs], node.device, node.source)
+        recv.outputs[0].device = node.device
+        contribute.nodes.append(_accumulate(recv))
+    contribute.nodes.sort(key=lambda n: n.op != "recv")  # every recv first
+    takes = {n: ("take", {"name": n.attrs["key"]}) for n in take_from}
+    apply = _closure(part, assigns, takes)
+    for graph, kind in ((pull, "pull"), (serve, "serve"), (apply, "apply")):
+        graph.name = f"{part.name}.{kind}"
+    return pull, serve, contribute, apply
+
+
+def _accumulate(recv):
+    from ...capture.ir import Node
+    return Node("accumulate", recv.outputs, {"name": recv.attrs["key"]}, recv.device,
+                recv.source)
+
+
+def _needs(node, predicate) -> bool:
+    stack, seen = [node], set()
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n is not node and predicate(n):
+            return True
+        stack.extend(v.node for v in n.inputs)
+        stack.extend(n.after)
+    return False
+
+
+def _feeds(part: Graph, source, targets) -> bool:
+    """Whether anything in `targets` needs `source`."""
+    return any(t is source or _needs(t, lambda n: n is source) for t in targets)
 
 
 def _closure(part: Graph, roots, replaced: dict) -> Graph:

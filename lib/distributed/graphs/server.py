@@ -33,14 +33,14 @@ from .postbox import CONTROL, REPLY, GLOBAL_STEP, postbox, task_of, task_rank
 class Registered:
     """One worker's registered part: its three programs and the replicas it belongs to."""
 
-    def __init__(self, graph, group):
-        pull, contribute, apply = replicas.split(graph)
+    def __init__(self, graph, group, mode: str):
+        pull, serve, contribute, apply = replicas.split(graph, mode)
         self.graph, self.group = graph, group
-        self.pull = Program(pull.lint(), parallel=False)
-        self.contribute = Program(contribute.lint(), parallel=False)
-        self.apply = Program(apply.lint(), parallel=False)
-        self.parts = {"pull": pull, "contribute": contribute, "apply": apply}
-        self.names = sorted(n.attrs["name"] for n in contribute.nodes if n.op == "accumulate")
+        self.parts = {"pull": pull, "serve": serve, "contribute": contribute, "apply": apply}
+        for kind, g in self.parts.items():
+            setattr(self, kind, Program(g.lint(), parallel=False) if g.nodes else None)
+        self.names = sorted(n.attrs["name"] for g in (serve, contribute) for n in g.nodes
+                            if n.op == "accumulate")
 
 
 class PsStepArgs(list):
@@ -115,7 +115,7 @@ class GraphServer:
         try:
             ident, options, graph = registration.decode(message, self.store, task, self.here)
             group = self.groups.get(ident)
-            part = Registered(graph, group)
+            part = Registered(graph, group, options["mode"])
             if group is None:
                 group = self.groups[ident] = replicas.Replicas(
                     options["mode"], options["workers"], options["backup_workers"],
@@ -188,10 +188,12 @@ class GraphServer:
         args = PsStepArgs()
         args.transport = ToWorker(self.box, worker, step, s)
         args.accumulators = group
-        part.pull(args)
         args.contribution = replicas.Contribution(worker, s)
-        part.contribute(args)
-        group.commit(args.contribution, lambda g: part.apply(args))
+        for phase in (part.pull, part.serve, part.contribute):
+            if phase is not None:
+                phase(args)
+        if part.apply is not None:
+            group.commit(args.contribution, lambda g: part.apply(args))
         self.box.flush(what)
 
     def _fetch(self, worker: int, message) -> None:
