@@ -8,6 +8,7 @@ from __future__ import annotations
 import getpass
 import os
 import pathlib
+import random
 import shutil
 import socket
 import subprocess
@@ -28,6 +29,12 @@ FOREIGN = ("SLURM_", "SBATCH_", "SALLOC_", "SRUN_", "PMI_", "PMIX_", "RILL_", "O
            "HYDRA_")
 
 
+def _which(name: str) -> str | None:
+    """The program's path; the daemons live in sbin, which a user's PATH may leave out."""
+    return shutil.which(name, path=os.pathsep.join(
+        [os.environ.get("PATH", ""), "/usr/sbin", "/usr/local/sbin", "/sbin"]))
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -36,11 +43,17 @@ def _free_port() -> int:
 
 def _config(root: pathlib.Path, munge_socket: pathlib.Path) -> str:
     user = getpass.getuser()
+    # Job ids start anew with each cluster's state; MPICH names its shared memory after the
+    # job step ("<job>.<step>") and attaches to a segment of that name if one exists, and a
+    # rank killed on purpose below leaves its segment behind: a later run reusing job 1
+    # would join that dead job's memory. A random first id keeps every run's steps apart.
+    first_job = random.randrange(10**6, 6 * 10**7)
     # One node on loopback with more CPUs than a CI runner may have (config_overrides: slurmd
     # takes them as given rather than draining the node); no cgroups (a container has none
     # to delegate): processes are tracked by parentage, tasks are not confined.
     return f"""\
 ClusterName=rilltest
+FirstJobId={first_job}
 SlurmctldHost=localhost(127.0.0.1)
 SlurmctldPort={_free_port()}
 SlurmdPort={_free_port()}
@@ -93,18 +106,24 @@ class Cluster:
         self._wait(sock.exists, "munged did not create its socket")
         self._daemon(["slurmctld", "-D", "-i"])
         self._daemon(["slurmd", "-D", "-N", "localhost"])
-        self._wait(lambda: self.run(["sinfo", "-h", "-o", "%T"], timeout=10).stdout.strip()
-                   == "idle", "the node did not become idle")
+        self._wait(self._idle, "the node did not become idle")
+
+    def _idle(self) -> bool:
+        try:
+            return self.run(["sinfo", "-h", "-o", "%T"], timeout=10).stdout.strip() == "idle"
+        except subprocess.TimeoutExpired:
+            return False
 
     def _daemon(self, cmd) -> None:
-        log = open(self.root / f"{cmd[0]}.out", "wb")
-        self.daemons.append(subprocess.Popen(cmd, env=self.env, stdout=log,
-                                             stderr=subprocess.STDOUT))
+        with open(self.root / f"{cmd[0]}.out", "wb") as log:  # the daemon keeps its own copy
+            self.daemons.append(subprocess.Popen([_which(cmd[0]), *cmd[1:]], env=self.env,
+                                                 stdout=log, stderr=subprocess.STDOUT))
 
     def _wait(self, ready, what: str, seconds: float = 30) -> None:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
-            gone = [p.args[0] for p in self.daemons if p.poll() is not None]
+            gone = [os.path.basename(p.args[0]) for p in self.daemons
+                    if p.poll() is not None]
             if gone:
                 pytest.fail(f"{', '.join(gone)} exited while starting:\n{self.logs()}")
             if ready():
@@ -122,9 +141,12 @@ class Cluster:
                               timeout=timeout, env=dict(self.env, **env))
 
     def stop(self) -> None:
-        if any(p.poll() is None for p in self.daemons[1:]):
-            subprocess.run(["scancel", "--user", getpass.getuser()], env=self.env,
-                           capture_output=True, timeout=10)
+        if any(p.poll() is None for p in self.daemons[1:]):  # no job outlives the cluster
+            try:
+                subprocess.run(["scancel", "--user", getpass.getuser()], env=self.env,
+                               capture_output=True, timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
         for p in reversed(self.daemons):  # slurmd, slurmctld, then munged
             if p.poll() is None:
                 p.terminate()
@@ -137,7 +159,7 @@ class Cluster:
 
 @pytest.fixture(scope="module")
 def slurm():
-    missing = [d for d in DAEMONS if shutil.which(d) is None]
+    missing = [d for d in DAEMONS if _which(d) is None]
     if missing:
         pytest.skip(f"Slurm is not installed ({', '.join(missing)} not on PATH): {INSTALL}")
     if os.geteuid() != 0:
