@@ -119,12 +119,13 @@ def decode(message, store: dict, sender: str, here: str):
     arrays = {name: np.asarray(a) for (field, name), a in entries.items() if field == "array"}
     graph = Graph(variables=variables, name=f"{sender}.{ident}")
     token = schema.PARTITION.set(True)
+    here_is_local = schema.DEVICE_MAP.set({f"{here}/cpu": devices.cpu})
     try:
         schema.graph(doc["graph"], root / "graph", arrays, {}, into=graph)
     finally:
         schema.PARTITION.reset(token)
+        schema.DEVICE_MAP.reset(here_is_local)
     graph.outputs = []
-    graph.lint()
     for node in graph.nodes:
         if node.device.task is not None:
             raise CheckpointError(f"the part has a {node.op} node on {node.device}, not on "
@@ -137,6 +138,7 @@ def decode(message, store: dict, sender: str, here: str):
                 raise CheckpointError(f"a {node.op} exchanges with {peer}; a part may only "
                                       f"exchange with the worker that registers it ({sender})",
                                       op="register")
+    graph.lint()
     graph.placed = True
     return ident, options, graph
 
