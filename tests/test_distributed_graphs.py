@@ -240,3 +240,12 @@ def test_async_captured_training_converges(tmp_path):
     assert rc == 0, out
     assert out.count("async accuracy") == 2
     assert "'applied': 600, 'contributions': 600, 'dropped': 0" in out
+
+
+def test_a_step_that_cannot_complete_fails_at_the_deadline_naming_the_task_and_key(tmp_path):
+    rc, out = launch("-n", 3, "--ps", 1, "--timeout", 3, SCRIPTS / "graph_training.py",
+                     "stalled", tmp_path, timeout=60)
+    assert rc != 0
+    assert "DistributedError" in out
+    assert "recv of '" in out and "on worker:0 from ps:0 (call 2)" in out, out
+    assert "did not complete within 3 s" in out

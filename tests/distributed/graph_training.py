@@ -4,6 +4,9 @@ eager      the eager ParameterServer strategy, sync, 10 steps: parameters to eag
 captured   the same step captured (rill.distributed.replicate, sync): to captured.npz
 straggler  captured, sync with 1 backup worker, worker2 slow: its contributions dropped
 async      captured, async: converges on the digits task
+stalled    captured, sync: worker1 never steps, so worker0's second step waits for the ps,
+           whose step 0 waits for worker1: worker0's recv gives up at the deadline, naming
+           the ps and the key
 The ps ranks serve before the script imports anything of the model's (ps_imports.txt lists
 the modules a ps has loaded, for the test to check).
 """
@@ -89,6 +92,12 @@ if setup == "async":
 else:
     share = 12 // len(w.worker_ranks)
     mine = slice(w.task * share, (w.task + 1) * share)
+    if setup == "stalled":
+        if w.task == 1:
+            time.sleep(8)
+        else:
+            step(x_all[mine], y_all[mine])
+            step(x_all[mine], y_all[mine])  # raises at the deadline
     if setup == "straggler":  # until the ps have applied `steps` steps
         while dist.global_step() < steps:
             if w.task == 2:

@@ -87,8 +87,10 @@ class GraphServer:
         """Serve until every worker has closed; returns the counts per step function."""
         open_workers = set(self.world.worker_ranks)
         while open_workers:
+            # Between requests a ps idles as long as the workers compute: no deadline (a
+            # worker that fails stops the whole job; the exchanges of a step have theirs).
             message, sender = self.box.next_control(f"serve on {self.here} (waiting for "
-                                                    "any worker)")
+                                                    "any worker)", float("inf"))
             kind = message.kind
             if kind == "close":
                 open_workers.discard(sender)
