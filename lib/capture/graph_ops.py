@@ -51,7 +51,15 @@ def _assign(node, graph):
 def _send(node, graph):
     # A partition runs with `args` that carry the step's transport (lib/capture/partitioned.py).
     key, dest, source = _pair(node, "to")
-    if node.inputs:
+    if _prefix(node, 2):  # only the rows before the count travel (lib/ops/prefix.py)
+        from ..kernels.numpy.prefix import prefix_length
+
+        def run(args, inputs):
+            x, count = inputs
+            n = prefix_length(count, source, x.shape[0])
+            args.transport.send(key, x[:n], source, dest)
+            return ()
+    elif node.inputs:
         def run(args, inputs):
             args.transport.send(key, inputs[0], source, dest)
             return ()
@@ -64,6 +72,16 @@ def _send(node, graph):
 
 def _recv(node, graph):
     key, source, dest = _pair(node, "from")
+    if _prefix(node, 0):  # the rows that did not travel are zero, to the static shape
+        from ..kernels.numpy.prefix import padded
+        shape = node.outputs[0].shape
+
+        def run(args, inputs):
+            got = args.transport.recv(key, source, dest)
+            if got.shape == shape:
+                return (got,)
+            return (dest.backend.from_host(padded(dest.backend.to_host(got), shape), dest),)
+        return run
     if node.outputs:
         return lambda args, inputs: (args.transport.recv(key, source, dest),)
 
@@ -81,6 +99,20 @@ def _pair(node, other: str):
         raise CaptureError(f"a {node.op} node needs a str key and a device '{other}', got "
                            f"{key!r} and {there!r}", op=node.op)
     return key, there, node.device
+
+
+def _prefix(node, inputs: int) -> bool:
+    """Whether a send (two inputs: x, count) or recv (one output) is a prefix pair's."""
+    flag = node.attrs.get("prefix", False)
+    if flag is False:
+        return False
+    if flag is not True or len(node.inputs) != inputs or \
+            (node.op == "recv" and (len(node.outputs) != 1 or not node.outputs[0].shape)):
+        raise CaptureError(f"a prefix {node.op} needs prefix=True and "
+                           f"{'inputs (x, count)' if inputs else 'one output with rows'}, got "
+                           f"prefix={flag!r}, {len(node.inputs)} inputs and "
+                           f"{len(node.outputs)} outputs", op=node.op)
+    return True
 
 
 def _accumulate(node, graph):

@@ -288,11 +288,17 @@ def node_attrs(node: Node, attrs, path, n_variables: int) -> None:
         index(attrs["var"], path / "var", n_variables, "variable")
     elif node.op in ("send", "recv"):
         other = "to" if node.op == "send" else "from"
-        fields(attrs, path, ("key", other))
+        fields(attrs, path, ("key", other), ("prefix",))
         text(attrs["key"], path / "key")
         from ..devices import Device
         if not isinstance(attrs[other], Device):
             fail(path / other, "expected a device")
+        if "prefix" in attrs:  # a prefix pair (only the first `count` rows travel)
+            if attrs["prefix"] is not True:
+                fail(path / "prefix", "expected true (a prefix pair) or no field")
+            if node.op == "send" and len(node.inputs) != 2:
+                fail(path / "prefix", f"a prefix send takes (x, count), got "
+                                      f"{len(node.inputs)} inputs")
     else:
         from ..ops.attrs import attr_problems
         for where, why in attr_problems(node.primitive, attrs):

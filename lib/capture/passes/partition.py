@@ -5,6 +5,10 @@
   producer's device and a `recv` on the consumer's, joined by a rendezvous key; one pair per
   (value, destination device) however many consumers it has there. The placer's
   `to_device` copies are exactly these edges, so each becomes the recv that replaces it;
+- a `to_device_prefix` across devices (rows past a count are zero: lib/ops/prefix.py)
+  becomes a prefix pair: a send of (x, count) with `prefix=True` that transmits x[:count],
+  and a recv with `prefix=True` whose output has x's full static shape, the rows that did
+  not travel zero. Shapes stay static; only the valid rows cross;
 - each control edge (`after`) from a node on another device becomes a zero-byte pair (a
   send with no input ordered after the predecessor, a recv with no output the node is
   ordered after), so an ordering of state updates the graph asked for survives the cut.
@@ -50,6 +54,19 @@ def partition(graph: Graph) -> Graph:
             found = pairs[(value, dest)] = recv.outputs[0]
         return found
 
+    def prefixed(value, count, dest):
+        """The recv on `dest` of the first `count` rows of `value` (a prefix pair, once per
+        (value, count, destination))."""
+        found = pairs.get((value, count, dest))
+        if found is None:
+            key = key_for(value.device, dest)
+            rw.add("send", (value, count), {"key": key, "to": dest, "prefix": True}, (),
+                   value.device, value.node.source)
+            recv = rw.add("recv", (), {"key": key, "from": value.device, "prefix": True},
+                          [(value.shape, value.dtype, dest)], dest, value.node.source)
+            found = pairs[(value, count, dest)] = recv.outputs[0]
+        return found
+
     def go_ahead(node, dest):
         """The output-less recv on `dest` that comes after `node` (on another device)."""
         found = pairs.get((node, dest))
@@ -69,6 +86,11 @@ def partition(graph: Graph) -> Graph:
             rw._map(node, [recv])
             rw.nodes[node] = (recv.node,)
             continue
+        if node.op == "to_device_prefix" and inputs[0].device is not where:
+            recv = prefixed(inputs[0], inputs[1], where)
+            rw._map(node, [recv])
+            rw.nodes[node] = (recv.node,)
+            continue
         inputs = [v if v.device is where else received(v, where) for v in inputs]
         after = [a if a.device is where else go_ahead(a, where) for a in rw.after(node)]
         new = rw.add(node.op, inputs, node.attrs,
@@ -83,12 +105,15 @@ def partition(graph: Graph) -> Graph:
 
 
 def _sends_early(nodes: list) -> list:
-    """Each send moved up to right after what it waits for (its value's producer, or the
-    node it is ordered after), so the receiving device waits no longer than it must."""
+    """Each send moved up to right after what it waits for (the last producer of its
+    values, or the node it is ordered after), so the receiving device waits no longer than
+    it must."""
+    position = {n: i for i, n in enumerate(nodes)}
     anchored: dict = {}
     for n in nodes:
         if n.op == "send":
-            anchor = n.inputs[0].node if n.inputs else n.after[0]
+            anchor = max((v.node for v in n.inputs), key=position.__getitem__) \
+                if n.inputs else n.after[0]
             anchored.setdefault(anchor, []).append(n)
     ordered = []
     for n in nodes:

@@ -6,6 +6,8 @@ What is fixed first:
   slots are variables made beside their parameter, its slots stay together), and each
   result is handed back on the device the traced code gave it;
 - an op that says where its result lives (creation, random draws, `to_device`) stays there;
+  a copy (`to_device`, `to_device_prefix`) starts where its input is, and a prefix copy's
+  count is brought there too (the sender decides how many rows to send);
 - a node recorded inside `with rill.device(...)` runs there (any device of the kind for a
   spec without an index), and one inside `rill.colocate_with(t)` beside t's producer;
 - a node that holds subgraphs (cond, while_loop) runs whole on one device;
@@ -99,6 +101,11 @@ class _Placer:
                 v = node.inputs[0]
                 inputs = [self.on(v, v.device) if v.node in self.deferred else self.rw.get(v)]
                 attrs = dict(attrs, source=inputs[0].device)
+            elif node.op == "to_device_prefix":  # as to_device; the count stays beside x
+                v = node.inputs[0]
+                x = self.on(v, v.device) if v.node in self.deferred else self.rw.get(v)
+                inputs = [x, self.on(node.inputs[1], x.device)]
+                attrs = dict(attrs, source=x.device)
             else:
                 inputs = [self.on(v, where) for v in node.inputs]
             if node.subgraphs and where is not node.device:
