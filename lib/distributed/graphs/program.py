@@ -121,7 +121,7 @@ class TaskProgram(PartitionedProgram):
             for task in self.remote:
                 self.box.post(task_rank(w, task), "run", self.step, [("meta", "id", ident)],
                               CONTROL)
-            results = super().__call__(args)
+            results = super().__call__(args) if self.devices else []
             self.box.flush(f"the sends of {self.name}")
             steps = [self.box.steps.get(task_rank(w, t), 0) for t in self.remote]
             self.global_step = max(steps, default=0)
