@@ -7,6 +7,11 @@ workers; a step is pull (fetch the variables) + push (send a gradient of the sam
   dense    one 100 MB variable (25M float32)
   sparse   32 random rows of a 1 GB embedding table (2^20 x 256 float32), fetched and
            updated as rows
+each run twice, side by side: by the eager ParameterServer strategy ("scalar") and as a
+captured between-graph step (rill.distributed.replicate, "scalar-captured": the ps runs the
+variable's read and its SGD update, the worker the rest). Eager and captured jobs alternate
+at each worker count, and each pair is repeated (--rounds) keeping each one's best median, so
+that the load other processes put on the machine falls on both alike.
 All-reduce: the step time of a small MLP (digits-sized) with AllReduce over 1-3 workers.
 Stragglers: 3 synchronous workers, each step one of them (chosen at random) sleeps 20 ms
 before pushing; step time with 0 and with 1 backup worker.
@@ -25,32 +30,55 @@ import time
 import numpy as np
 
 PAPER_MS = {"scalar": "1.8 (1 worker)", "dense": "147", "sparse": "5-20"}
-TARGET_MS = {"scalar": 0.2, "sparse": 1.0}
+TARGET_MS = {"scalar": 0.2, "sparse": 1.0}   # at 1 worker; and captured <= eager at each size
+CAPTURED = "-captured"
+PENDING = "pending: ShardedEmbedding"
+
+
+def sharded_embedding():
+    """rill.distributed.graphs.embedding.ShardedEmbedding, or None while it is not there
+    (the captured sparse case needs it: a plain table on a ps would be pulled whole)."""
+    try:
+        from rill.distributed.graphs.embedding import ShardedEmbedding
+    except ImportError:
+        return None
+    return ShardedEmbedding
+
+
+def null_model(case: str, quick: bool):
+    """The null model of a case: one variable, zero (the table lazily zero until written)."""
+    import rill
+    from rill import nn
+    model = nn.Module()
+    if case == "sparse":
+        model.table = nn.Embedding(1, 256)
+        rows = 2 ** 12 if quick else 2 ** 20  # 1 GiB
+        model.table.weight = nn.Parameter(rill.zeros(rows, 256))
+    else:
+        size = () if case == "scalar" else (2 ** 16 if quick else 25 * 2 ** 20 // 4,)  # 100 MB
+        model.v = nn.Parameter(rill.zeros(*size))
+    return model
+
+
+def report(times: list) -> None:
+    """The chief's RESULT line: median and min over the steps after warm-up."""
+    warm = times[min(5, len(times) // 2):]
+    print("RESULT " + json.dumps({"median_ms": 1e3 * float(np.median(warm)),
+                                  "min_ms": 1e3 * float(np.min(warm)), "n": len(warm)}))
 
 
 # ---- the job every rank runs ---------------------------------------------------------------
 
 def job(case: str, steps: int, extra: str, quick: bool) -> None:
+    if case.endswith(CAPTURED):
+        return captured_job(case[:-len(CAPTURED)], steps, quick)
     import rill
     import rill.distributed as dist
     from rill import nn
     w = dist.init()
-
-    class Null(nn.Module):
-        def __init__(self, shape):
-            super().__init__()
-            self.v = nn.Parameter(rill.zeros(*shape))
-
     times = []
     if case in ("scalar", "dense", "sparse", "straggler"):
-        if case == "sparse":
-            model = nn.Module()
-            model.table = nn.Embedding(1, 256)
-            rows = 2 ** 12 if quick else 2 ** 20  # 1 GiB (lazily zero until written)
-            model.table.weight = nn.Parameter(rill.zeros(rows, 256))
-        else:
-            dense = (2 ** 16 if quick else 25 * 2 ** 20 // 4,)  # 100 MB of float32
-            model = Null(dense if case == "dense" else ())
+        model = null_model("scalar" if case == "straggler" else case, quick)
         opt = rill.optim.SGD(model.parameters(), lr=0.0)
         backups = int(extra) if case == "straggler" else 0
         ps = dist.ParameterServer(model, opt, mode="sync", backup_workers=backups)
@@ -94,9 +122,46 @@ def job(case: str, steps: int, extra: str, quick: bool) -> None:
             opt.step()
             times.append(time.perf_counter() - t0)
     if w.chief:
-        warm = times[min(5, len(times) // 2):]
-        print("RESULT " + json.dumps({"median_ms": 1e3 * float(np.median(warm)),
-                                      "min_ms": 1e3 * float(np.min(warm)), "n": len(warm)}))
+        report(times)
+
+
+def captured_job(case: str, steps: int, quick: bool) -> None:
+    """The same null step captured: the worker's step reads the variable from the ps (a
+    recv of all of it), makes a loss of it, and sends back a gradient of the same size
+    (zero: SGD with lr=0 leaves the variable as it is); the ps reads, sends, receives and
+    applies. `steps` calls, sync mode, timed on the worker."""
+    import rill
+    import rill.distributed as dist
+    w = dist.init()
+    if w.role == "ps":
+        stats = dist.serve()  # {step function: counts}; each job has one
+        print("STATS " + json.dumps(next(iter(stats.values()), {})))
+        return
+    model = null_model(case, quick)
+    if case == "sparse":
+        raise SystemExit(PENDING)
+    dist.place_on_ps(model)
+    opt = rill.optim.SGD(model.parameters(), lr=0.0)
+
+    @dist.replicate(mode="sync")
+    def step(zero):
+        opt.zero_grad()
+        # all of v comes to the worker (a sum here, not on the ps); its gradient is `zero`
+        # broadcast to v's size, sent back whole
+        loss = model.v.to("cpu").sum() * zero
+        loss.backward()
+        opt.step()
+        return loss
+
+    zero = rill.zeros(())
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        step(zero)
+        times.append(time.perf_counter() - t0)
+    dist.close()
+    if w.chief:
+        report(times)
 
 
 # ---- the driver ----------------------------------------------------------------------------
@@ -122,11 +187,32 @@ def run(case: str, workers: int, steps: int, ps: int = 1, extra: str = "0",
     return result
 
 
+def null_steps(case: str, counts, steps: int, rounds: int, quick: bool):
+    """(eager results, captured results) per worker count: the two jobs alternate (which
+    goes first swaps each round) and each keeps the run with the lowest median. A captured
+    case that cannot run yet is the string saying why."""
+    eager, captured = [], []
+    pending = case == "sparse" and sharded_embedding() is None
+    for n in counts:
+        best: dict = {}
+        for r in range(rounds):
+            names = [case] + ([] if pending else [case + CAPTURED])
+            for name in names if r % 2 == 0 else names[::-1]:
+                got = run(name, n, steps, quick=quick)
+                if name not in best or got["median_ms"] < best[name]["median_ms"]:
+                    best[name] = got
+        eager.append(best[case])
+        captured.append(PENDING if pending else best[case + CAPTURED])
+    return eager, captured
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true",
                    help="a smoke run: few steps, 1 worker, small tables (figures not meaningful)")
     p.add_argument("--json", help="write the results here")
+    p.add_argument("--rounds", type=int, default=0,
+                   help="eager/captured pairs per case and worker count (default 2; 1 quick)")
     p.add_argument("--job", help=argparse.SUPPRESS)
     p.add_argument("--steps", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--extra", default="0", help=argparse.SUPPRESS)
@@ -140,18 +226,30 @@ def main(argv=None) -> None:
     if a.quick:
         steps = {k: 8 for k in steps}
     counts = (1,) if a.quick else (1, 2, 3)
+    rounds = a.rounds or (1 if a.quick else 2)
     results: dict = {}
-    table = Table(title="null-model steps, 1 ps, synchronous: median ms (pull + push)")
+    table = Table(title=f"null-model steps, 1 ps, synchronous: median ms (pull + push), eager "
+                        f"strategy and captured graphs (best of {rounds} alternating runs)")
     for col in ("case", *[f"{n} worker{'s' if n > 1 else ''}" for n in counts], "paper",
                 "target"):
         table.add_column(col, justify="right")
     for case in ("scalar", "dense", "sparse"):
-        row = [run(case, n, steps[case], quick=a.quick) for n in counts]
-        results[case] = row
+        eager, captured = null_steps(case, counts, steps[case], rounds, a.quick)
+        results[case], results[case + CAPTURED] = eager, captured
+        ratios = [None if isinstance(c, str) else c["median_ms"] / e["median_ms"]
+                  for e, c in zip(eager, captured)]
+        results[case + "-ratio"] = ratios
         target = TARGET_MS.get(case)
-        verdict = "-" if target is None else \
-            f"<= {target} ms: {'met' if row[0]['median_ms'] <= target else 'NOT met'}"
-        table.add_row(case, *[f"{r['median_ms']:.3f}" for r in row], PAPER_MS[case], verdict)
+        for name, row in ((case, eager), (case + CAPTURED, captured)):
+            verdict = "-" if target is None or isinstance(row[0], str) else \
+                f"<= {target} ms: {'met' if row[0]['median_ms'] <= target else 'NOT met'}"
+            table.add_row(name, *[r if isinstance(r, str) else f"{r['median_ms']:.3f}"
+                                  for r in row], PAPER_MS[case] if name == case else "", verdict)
+        known = [r for r in ratios if r is not None]
+        verdict = "-" if not known else \
+            f"<= 1: {'met' if all(r <= 1 for r in known) else 'NOT met'}"
+        table.add_row("captured / eager", *["-" if r is None else f"{r:.2f}" for r in ratios],
+                      "", verdict, end_section=True)
     console.print(table)
     single = run("allreduce", 1, steps["allreduce"], ps=0)
     table = Table(title="all-reduce: MLP step (64-128-10, batch 32 per worker), median ms")
