@@ -106,8 +106,9 @@ def parse(argv):
     p.add_argument("--timeout", type=float, default=300.0,
                    help="seconds any blocking exchange may wait before it fails, naming the "
                         "ranks that did not arrive")
-    p.add_argument("--mpiexec", default=None, help="the mpiexec to run (default: srun inside a Slurm allocation, "
-                        "else the one found)")
+    p.add_argument("--mpiexec", default=None,
+                   help="the mpiexec to run (default: srun inside a Slurm allocation, else "
+                        "the one found)")
     p.add_argument("script", help="the Python script every rank runs")
     p.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
     a = p.parse_args(argv)

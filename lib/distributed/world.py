@@ -27,7 +27,7 @@ from ..errors import ArgumentError, DistributedError
 # Set by MPICH's and Open MPI's launchers, by srun's PMI-2 and PMIx plugins, and by
 # rill-launch: MPI can find the job's other processes, so it is worth initializing.
 _LAUNCHED_BY = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "RILL_LAUNCHED")
-# srun's advice when the tasks of a step have no way to find each other.
+# The fix, when the tasks srun started have no way to find each other.
 _SRUN_FIX = ("start it with srun --mpi=pmi2 (or export SLURM_MPI_TYPE=pmi2, or set "
              "MpiDefault=pmi2 in slurm.conf): the MPICH wheel that rill[distributed] installs "
              "reaches srun's tasks through PMI-2")
@@ -99,10 +99,11 @@ def init(timeout: float | None = None) -> World:
                                op="init") from None
     comm = MPI.COMM_WORLD
     if task is not None and task[1] > 1 and comm.Get_size() == 1:
-        # srun wired an interface this MPI does not speak (PMIx for the MPICH wheel): each
-        # task would be rank 0 of its own world, and train alone.
-        raise DistributedError(f"srun started {task[1]} tasks, but MPI found only this one "
-                               f"(SLURM_MPI_TYPE={os.environ.get('SLURM_MPI_TYPE', 'unset')}): "
+        # srun wired no interface this MPI speaks (rill-launch with SLURM_MPI_TYPE=none, or
+        # an MPI that ignores the one wired): each task would be rank 0 of its own world,
+        # and train alone. (The MPICH wheel itself stops at MPI_Init under srun's PMIx.)
+        raise DistributedError(f"srun started {task[1]} tasks, but MPI found only this one: "
+                               f"srun wired no process-management interface this MPI speaks; "
                                f"{_SRUN_FIX}", op="init")
     board = None
     path = os.environ.get("RILL_STATUS_FILE")

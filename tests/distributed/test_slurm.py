@@ -137,14 +137,14 @@ class Cluster:
                              self.root.glob("*.out")))
 
     def run(self, cmd, timeout: float = 60, **env) -> subprocess.CompletedProcess:
-        return subprocess.run(list(map(str, cmd)), capture_output=True, text=True,
+        return subprocess.run(list(map(str, cmd)), capture_output=True, text=True, check=False,
                               timeout=timeout, env=dict(self.env, **env))
 
     def stop(self) -> None:
         if any(p.poll() is None for p in self.daemons[1:]):  # no job outlives the cluster
             try:
                 subprocess.run(["scancel", "--user", getpass.getuser()], env=self.env,
-                               capture_output=True, timeout=10)
+                               capture_output=True, check=False, timeout=10)
             except (OSError, subprocess.TimeoutExpired):
                 pass
         for p in reversed(self.daemons):  # slurmd, slurmctld, then munged
@@ -202,7 +202,18 @@ def test_srun_without_pmi_names_the_fix_instead_of_running_alone(slurm):
     out = _output(proc)
     assert proc.returncode != 0, out
     assert "DistributedError" in out and "task 1 of 2" in out, out
-    assert "srun --mpi=pmi2" in out and "rank 0 of 2" not in out, out
+    assert "srun --mpi=pmi2" in out and "rank 0 of" not in out, out
+
+
+def test_rill_launch_with_no_interface_mpi_speaks_names_the_fix(slurm):
+    # SLURM_MPI_TYPE chooses rill-launch's interface; with none, MPI starts each rank alone.
+    proc = slurm.run(["salloc", "-n", 2, *_launch("-n", 2, "--timeout", 30,
+                                                   SCRIPTS / "slurm_ranks.py")],
+                     SLURM_MPI_TYPE="none")
+    out = _output(proc)
+    assert proc.returncode != 0, out
+    assert "srun started 2 tasks, but MPI found only this one" in out, out
+    assert "srun --mpi=pmi2" in out and "rank 0 of" not in out, out
 
 
 def test_srun_with_one_task_is_a_world_of_one(slurm):
