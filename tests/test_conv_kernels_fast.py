@@ -85,6 +85,10 @@ def test_conv1d_and_conv3d_match_torch(dtype):
           stride=2, padding=2, dilation=2)
     check(F.conv3d, TF.conv3d, [randn(6, 3, 9, 8, 7), randn(5, 3, 3, 2, 3), randn(5)], dtype,
           padding=(1, 0, 1), stride=(1, 2, 1))
+    # stride 1: the input gradient's col2im runs over whole padded rows
+    check(F.conv1d, TF.conv1d, [randn(7, 4, 33), randn(6, 4, 5), randn(6)], dtype, padding=3)
+    check(F.conv3d, TF.conv3d, [randn(6, 3, 7, 8, 6), randn(5, 3, 3, 2, 3), randn(5)], dtype,
+          padding=(1, 2, 0), dilation=(1, 2, 1))
 
 
 def test_conv2d_input_and_weight_only_gradients():

@@ -142,6 +142,9 @@ def conv_transpose(g, w, input_size, stride, padding, dilation):
     wt = np.ascontiguousarray(w.reshape(o, rows).T, dtype=dtype)
     gm = g.reshape(n, o, pixels)
     gx = np.empty((n, c) + tuple(input_size), dtype=dtype)
+    if all(st == 1 for st in stride) and min(min(p) for p in padding) >= 0:
+        _conv_transpose_unit_stride(g, wt, gx, kernel, padding, dilation)
+        return gx.astype(g.dtype, copy=False)
     # For each tap: the output pixels that land inside the image, and where they land.
     taps = []
     for tap in itertools.product(*(range(k) for k in kernel)):
@@ -171,6 +174,50 @@ def conv_transpose(g, w, input_size, stride, padding, dilation):
                                                               tap + src]
     parallel.split(run, n, n * rows * pixels, serial_blas=True)
     return gx.astype(g.dtype, copy=False)
+
+
+def _conv_transpose_unit_stride(g, wt, gx, kernel, padding, dilation):
+    """conv_transpose into gx for stride 1 and pads >= 0, with a col2im of long runs.
+
+    g is first laid out in the rows of the padded image (zeros past each row's end). Then
+    each tap's columns, w^T @ g, are the padded image's pixels shifted by one flat offset,
+    and col2im is KK adds of a run as long as all of g's rows, per channel (the general
+    col2im adds runs one output row long: in NumPy, each run costs as much as ~100 pixels).
+    The zeros land on padding (or past the image, in slack) and add nothing.
+    """
+    n, o = g.shape[:2]
+    c = gx.shape[1]
+    out = tuple(g.shape[2:])
+    padded = tuple(s + lo + hi for s, (lo, hi) in zip(gx.shape[2:], padding))
+    strides = [int(np.prod(padded[i + 1:])) for i in range(len(padded))]  # in pixels
+    span = out[0] * strides[0]                     # g in padded rows: (out[0],) + padded[1:]
+    offsets = [sum(t * d * st for t, d, st in zip(tap, dilation, strides))
+               for tap in itertools.product(*(range(k) for k in kernel))]
+    plane = max(int(np.prod(padded)), max(offsets) + span)
+    rows = wt.shape[0]
+    dtype = gx.dtype
+    per = _images_per_step(rows * span, np.dtype(dtype).itemsize)
+    into_g = tuple(slice(0, s) for s in out)
+    crop = tuple(slice(lo, lo + s) for (lo, _), s in zip(padding, gx.shape[2:]))
+
+    def run(lo, hi):
+        m0 = min(per, hi - lo)
+        gp = np.zeros((m0, o, out[0]) + padded[1:], dtype=dtype)
+        cols = np.empty((m0, rows, span), dtype=dtype)
+        image = np.empty((m0, c, plane), dtype=dtype)
+        for a, z in _steps(lo, hi, per):
+            m = z - a
+            np.copyto(gp[(slice(0, m), slice(None)) + into_g], g[a:z], casting="unsafe")
+            cm = cols[:m]
+            np.matmul(wt, gp[:m].reshape(m, o, span), out=cm)
+            cm = cm.reshape(m, c, len(offsets), span)
+            im = image[:m]
+            im.fill(0)
+            for j, off in enumerate(offsets):
+                im[:, :, off:off + span] += cm[:, :, j]
+            np.copyto(gx[a:z], im[:, :, :int(np.prod(padded))].reshape((m, c) + padded)[
+                (slice(None), slice(None)) + crop])
+    parallel.split(run, n, n * rows * span, serial_blas=True)
 
 
 def conv_weight_grad(x, g, kernel_size, stride, padding, dilation):
