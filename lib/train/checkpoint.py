@@ -8,6 +8,10 @@ state (`model.layer.weight`, `optimizer.state.0.momentum`, `step`).
 
 Restore compares the file with the live objects first and changes nothing unless all that
 is asked for matches, so a failed restore never leaves a model half loaded.
+
+In a distributed job, tensors held by other tasks (the variables of a captured step on a
+parameter server) are saved and restored by those tasks, each its own shard; the file at
+`path` is then the manifest, written last (lib/distributed/graphs/checkpoint.py).
 """
 from __future__ import annotations
 
@@ -79,8 +83,16 @@ class Checkpoint:
         return self.write(self.snapshot(path, step), path)
 
     def snapshot(self, path=None, step=None):
-        """The state to write, checked and fixed now; `write` it later from any thread."""
-        return plan({"kind": _KIND, "step": step, "objects": self.state()}, path)
+        """The state to write, checked and fixed now; `write` it later from any thread.
+
+        Tensors held by other tasks of a distributed job are not written from here (this
+        process has only host copies of their initial values): each task that holds some
+        writes its shard now, and the snapshot is the manifest listing the shards.
+        """
+        state = self.state()
+        if _holds_remote(state):
+            return _distributed().snapshot(state, path, step, _KIND)
+        return plan({"kind": _KIND, "step": step, "objects": state}, path)
 
     @staticmethod
     def write(snapshot, path) -> str:
@@ -101,6 +113,14 @@ class Checkpoint:
 
     def apply(self, saved: dict, path, strict=True, include=None, exclude=None):
         """Restore from the contents of a file already `read` (see `restore`)."""
+        shards = saved.get("shards")
+        if shards is not None:  # a distributed checkpoint's manifest
+            if include is not None or exclude is not None:
+                raise ArgumentError("include=/exclude= cannot select in a distributed "
+                                    "checkpoint: each task restores its whole shard",
+                                    op="restore")
+            objects, shards = _distributed().read_manifest(saved, path, HeldElsewhere)
+            saved = dict(saved, objects=objects)
         select = _selector(include, exclude)
         report = RestoreReport(os.fspath(path), saved["step"])
         merged = {}
@@ -114,6 +134,8 @@ class Checkpoint:
                 report.unexpected.extend(_specs(value, name, select, report))
         if strict and (report.missing or report.unexpected or report.mismatched):
             raise CheckpointError(report.mismatch_message(), op="restore")
+        if shards is not None:  # each task holding values restores them, all at once
+            _distributed().restore_shards(shards, path, saved["step"])
         self._load(merged, report)
         return report
 
@@ -200,6 +222,48 @@ def read(path) -> dict:
     return saved
 
 
+# ---- tensors other tasks hold --------------------------------------------------------------
+
+
+class HeldElsewhere:
+    """What a distributed checkpoint's manifest says in place of a tensor another task
+    holds: that task restores it from its shard."""
+
+    __slots__ = ("task", "name", "shape", "dtype")
+
+    def __init__(self, task: str, name: str, shape: tuple, dtype):
+        self.task, self.name, self.shape, self.dtype = task, name, shape, dtype
+
+    def matches(self, t) -> bool:
+        """Whether live tensor `t` is the one this stands for (as far as this process can
+        tell: a tensor a captured step has used here is known by its name there)."""
+        return isinstance(t, Tensor) and t.device.task == self.task and \
+            (tuple(t.shape), t.dtype) == (self.shape, self.dtype) and \
+            _distributed().held_name(t) in (None, self.name)
+
+    def __repr__(self) -> str:
+        return f"{self.shape} {self.dtype.name} held by {self.task} as {self.name}"
+
+
+def _distributed():
+    from ..distributed.graphs import checkpoint
+    return checkpoint
+
+
+def _holds_remote(value) -> bool:
+    """Whether a state holds a tensor of another task (checked before anything of
+    rill.distributed is imported: a run without a job never loads it)."""
+    if isinstance(value, Tensor):
+        return value.device.task is not None
+    return _is_container(value) and any(_holds_remote(v) for _, v in _items(value))
+
+
+def _holds_elsewhere(value) -> bool:
+    if isinstance(value, HeldElsewhere):
+        return True
+    return _is_container(value) and any(_holds_elsewhere(v) for _, v in _items(value))
+
+
 # ---- comparing and merging states ---------------------------------------------------------
 
 
@@ -223,7 +287,10 @@ def _join(prefix, key) -> str:
 
 def _describe(value) -> str:
     if isinstance(value, Tensor):
-        return f"{tuple(value.shape)} {value.dtype.name}"
+        held = f" on {value.device.task}" if value.device.task is not None else ""
+        return f"{tuple(value.shape)} {value.dtype.name}{held}"
+    if isinstance(value, HeldElsewhere):
+        return repr(value)
     if isinstance(value, (dict, list, tuple)):
         return type(value).__name__
     return type(value).__name__
@@ -252,6 +319,13 @@ def _specs(value, name, select, report) -> list:
 
 def _take(saved, name, select, report):
     """The selected part of a saved subtree, for a place the live state leaves empty."""
+    if _holds_elsewhere(saved):
+        # Another task restores these values (an optimizer's slots for its variables);
+        # this process makes its stand-ins when a captured step first runs, and the task
+        # gives them the restored values then. Loading part of such an entry here would
+        # leave the object half made, so none of it is.
+        report.loaded += [n.split(" (")[0] for n in _specs(saved, name, select, report)]
+        return _SKIP
     if _is_container(saved) and len(saved):
         kept = [(k, _take(v, _join(name, k), select, report)) for k, v in _items(saved)]
         kept = [(k, v) for k, v in kept if v is not _SKIP]
@@ -299,6 +373,15 @@ def _merge(current, saved, name, select, report):
         return current if taken is _SKIP else taken
     if not select(name):
         report.excluded.append(name)
+        return current
+    if isinstance(saved, HeldElsewhere) or \
+            (isinstance(current, Tensor) and current.device.task is not None):
+        # Restored by the task that holds it; a value from a file cannot reach it from here.
+        if isinstance(saved, HeldElsewhere) and saved.matches(current):
+            report.loaded.append(name)
+        else:
+            report.mismatched.append(f"{name}: checkpoint {_describe(saved)} vs model "
+                                     f"{_describe(current)}")
         return current
     if _is_container(current) or _is_container(saved) or \
             isinstance(current, Tensor) != isinstance(saved, Tensor) or \

@@ -25,6 +25,8 @@ from ..serialization import TEMP_SUFFIX
 from .checkpoint import Checkpoint, read
 
 _NAME = re.compile(r"^ckpt-(\d+)\.rill$")
+# A distributed checkpoint's shards (lib/distributed/graphs/checkpoint.py), by step.
+_SHARD = re.compile(r"^shard-[a-z]+\d+\.ckpt-(\d+)\.[0-9a-f]{8}\.rill$")
 _TEMP = re.compile(r"^\.ckpt-\d+\.rill\.(\d+)\..*" + re.escape(TEMP_SUFFIX) + "$")
 
 
@@ -119,6 +121,17 @@ class CheckpointManager:
                 os.unlink(self.path_for(step))
             except FileNotFoundError:
                 pass
+        # Shards go with their manifest; those of a save that never wrote its manifest (the
+        # job died first) go once no kept checkpoint has their step. Only the chief writes
+        # here, after the save's own shards exist, so no save in flight loses any.
+        kept = set(self._steps())
+        for name in os.listdir(self.directory):
+            m = _SHARD.match(name)
+            if m and int(m.group(1)) not in kept:
+                try:
+                    os.unlink(os.path.join(self.directory, name))
+                except FileNotFoundError:
+                    pass
 
     # ---- saving ------------------------------------------------------------------------------
 
