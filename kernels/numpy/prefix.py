@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from rill.ops import prefix as _declared  # noqa: F401 - the primitive, wherever this loads first
 from rill.ops.primitive import register_kernels
 
 
