@@ -7,7 +7,6 @@ graph's prefix send and recv do to a buffer (lib/capture/graph_ops.py).
 from __future__ import annotations
 
 import numpy as np
-
 from rill.ops import prefix as _declared  # noqa: F401 - the primitive, wherever this loads first
 from rill.ops.primitive import register_kernels
 

@@ -25,12 +25,11 @@ from __future__ import annotations
 from ... import dtypes as dt
 from ...devices import device as as_device
 from ...errors import ArgumentError, DistributedError, DTypeError
+from ...kernels.numpy import prefix as _prefix_kernels  # noqa: F401 - to_device_prefix's kernels
 from ...nn import functional as F
 from ...nn import init
 from ...nn.module import Module
 from ...nn.parameter import Parameter
-from ...ops import prefix as _prefix  # noqa: F401 - declares to_device_prefix
-from ...kernels.numpy import prefix as _prefix_kernels  # noqa: F401 - and its kernels
 from ...ops.arguments import as_int, as_tensor
 from ...ops.checks import check
 from ...ops.creation import arange, empty, to_device, zeros
