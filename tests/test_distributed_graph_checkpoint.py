@@ -375,3 +375,18 @@ def test_held_elsewhere_matches_by_task_and_spec():
     assert not held.matches(rill.zeros(2, device="ps:1"))
     assert not held.matches(rill.zeros(2))
     assert not held.matches(rill.zeros(2, device="ps:0", dtype=rill.float64))
+
+
+def test_the_manager_prunes_shards_with_their_manifests_and_those_no_manifest_lists(tmp_path):
+    from rill.train import CheckpointManager
+    for name in ("shard-ps0.ckpt-1.0123abcd.rill", "shard-ps1.ckpt-1.0123abcd.rill",
+                 "shard-ps0.ckpt-2.89abcdef.rill",   # a save that died before its manifest
+                 "shard-ps0.notes.0123abcd.rill"):   # not a manager's: left alone
+        (tmp_path / name).write_bytes(b"")
+    manager = CheckpointManager(Checkpoint(w=rill.zeros(2)), tmp_path, max_to_keep=2)
+    manager.save(1)
+    assert "shard-ps0.ckpt-1.0123abcd.rill" in os.listdir(tmp_path)
+    manager.save(3)
+    manager.save(4)
+    assert sorted(os.listdir(tmp_path)) == ["ckpt-3.rill", "ckpt-4.rill",
+                                            "shard-ps0.notes.0123abcd.rill"]

@@ -251,11 +251,17 @@ def _distributed():
 
 
 def _holds_remote(value) -> bool:
-    """Whether a state holds a tensor of another task (checked before anything of
-    rill.distributed is imported: a run without a job never loads it)."""
+    """Whether a state holds a tensor of another task (a plain checkpoint's state holds
+    none, and takes the path it always took)."""
     if isinstance(value, Tensor):
         return value.device.task is not None
     return _is_container(value) and any(_holds_remote(v) for _, v in _items(value))
+
+
+def _leaf_names(value, name) -> list:
+    if _is_container(value) and len(value):
+        return [n for k, v in _items(value) for n in _leaf_names(v, _join(name, k))]
+    return [name]
 
 
 def _holds_elsewhere(value) -> bool:
@@ -324,7 +330,7 @@ def _take(saved, name, select, report):
         # this process makes its stand-ins when a captured step first runs, and the task
         # gives them the restored values then. Loading part of such an entry here would
         # leave the object half made, so none of it is.
-        report.loaded += [n.split(" (")[0] for n in _specs(saved, name, select, report)]
+        report.loaded += _leaf_names(saved, name)
         return _SKIP
     if _is_container(saved) and len(saved):
         kept = [(k, _take(v, _join(name, k), select, report)) for k, v in _items(saved)]

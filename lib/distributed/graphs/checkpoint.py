@@ -34,6 +34,7 @@ import hashlib
 import os
 import re
 import secrets
+import threading
 
 import numpy as np
 
@@ -132,6 +133,7 @@ class ShardArgs:
 
 
 _APPLIED: set = set()  # (directory, shard file) restored by this process: applied once
+_RESTORING = threading.Lock()  # workers' executor threads restore one at a time
 
 
 def serve(server, worker: int, kind: str, message) -> None:
@@ -156,9 +158,9 @@ def _save(server, worker: int, message) -> list:
                                "<name>.<8 hex digits>", op="save")
     step = _int(message, "step")
     path = os.path.join(directory, shard_name(server.here, token))
-    graph = save_graph(server.store, path, server.here, step)
     args = ShardArgs()
     with _quiet(server, worker, "save"):
+        graph = save_graph(server.store, path, server.here, step)
         _program(graph)(args)
     written, digest = args.written
     return [("meta", "file", _bytes(os.path.basename(written))),
@@ -167,7 +169,6 @@ def _save(server, worker: int, message) -> list:
 
 
 def _restore(server, worker: int, message) -> list:
-    import threading
     directory, file = _directory(message), _text(message, "file")
     expected, step = _text(message, "sha256"), _int(message, "step")
     found = _SHARD.match(file)
@@ -178,9 +179,8 @@ def _restore(server, worker: int, message) -> list:
     if not _HEX.match(expected):
         raise CheckpointError(f"a restore request's sha256 {expected[:70]!r} is not 64 "
                               "lowercase hex digits", op="restore")
-    lock = server.__dict__.setdefault("_checkpoint_lock", threading.Lock())
     key = (os.path.realpath(directory), file)
-    with lock:  # several workers ask for the same shard; the first applies it
+    with _RESTORING:  # several workers ask for the same shard; the first applies it
         if key in _APPLIED:
             return [("meta", "count", np.int64(-1))]
         path = os.path.join(directory, file)
@@ -271,10 +271,12 @@ def restore_graph(store: dict, values: dict):
     graph = Graph(name="restore")
     names = sorted(values)
     for key in names:
-        if key not in store:
-            t = values[key]
-            made = new_tensor(np.zeros(t.shape, t.dtype.storage), t.dtype, devices.cpu)
+        t = values[key]
+        made = new_tensor(np.zeros(t.shape, t.dtype.storage), t.dtype, devices.cpu)
+        if key not in store:  # a later registration adopts it (registration.decode)
             store[key] = _grad_holder(made) if key.endswith(".grad") else made
+        elif key.endswith(".grad") and store[key].grad is None:
+            store[key].grad = made
         graph.variables.append(_variable(key, store[key]))
     restore = graph.add("restore", (), {"names": tuple(names)},
                         [(values[k].shape, values[k].dtype) for k in names], devices.cpu)
