@@ -15,6 +15,11 @@ them over today's: the old kernels stay callable without a copy of their code he
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/conv.py
     python bench/conv.py --cases step --repeats 200 --baseline HEAD~3 --json conv.json
+
+`--baseline 4a5a1aa` compares with the whole-batch im2col kernels as they were just before
+the per-image ones (kernels/numpy/conv_per_image.py). Each case calls with the same image
+every time, so the whole-batch forward finds its columns cached from the call before (its
+"fwd" rows are a little flattering; a training step's later layers see new images).
 """
 from __future__ import annotations
 

@@ -190,3 +190,17 @@ def test_bad_arguments_raise_rill_errors():
         F.conv2d(x, rill.tensor(randn(6, 3, 3, 3)))
     with pytest.raises(rill.Error, match="stride"):
         F.conv2d(x, rill.tensor(randn(6, 4, 3, 3)), stride=0)
+
+
+@pytest.mark.parametrize("per", [2, 3])
+def test_runs_of_images_that_do_not_divide_the_batch(monkeypatch, per):
+    """One thread over 7 images, `per` images per GEMM: the last run is short."""
+    from rill.kernels.numpy import conv_per_image
+    monkeypatch.setattr(parallel, "MIN_ELEMENTS", 1 << 62)  # no split: one chunk of 7
+    xs, ws = (7, 3, 10, 9), (4, 3, 3, 3)
+    pixels = 10 * 9  # padding 1 keeps the size
+    monkeypatch.setattr(conv_per_image, "_COLS_BYTES", per * 27 * pixels * 8)
+    monkeypatch.setattr(conv_per_image, "_WEIGHT_GRAD_COLUMNS", per * pixels)
+    check(F.conv2d, TF.conv2d, [randn(*xs), randn(*ws), randn(4)], "float64", padding=1)
+    check(F.conv2d, TF.conv2d, [randn(*xs), randn(*ws), randn(4)], "float64", padding=1,
+          stride=2)

@@ -4,19 +4,19 @@ core on its own share of the images, with BLAS at one thread.
 conv.py's whole-batch scheme builds the im2col columns of every image at once (9.4 MB for 32
 images of 32 channels at 16x16, 3x3) and leaves the GEMMs' threading to BLAS. Measured on a
 2-core machine, that loses twice: the columns go out to memory and back for each GEMM, and
-the BLAS worker thread keeps spinning for a while after each GEMM (OpenBLAS: up to ~0.1 s),
-taking a core from the split copies, col2im adds and pooling passes that run between
-GEMMs. Here each thread takes consecutive images (parallel.split), and for each group of
-images small enough to stay in its core's cache it builds their columns and runs the
-products on them at once:
+BLAS's worker thread keeps spinning after each GEMM (OpenBLAS: tens of milliseconds), taking
+a core from the split copies, col2im adds and pooling passes that run between GEMMs. Here
+each thread takes consecutive images (parallel.split), and for each run of images small
+enough to stay in its core's cache it builds their columns and runs the products on them:
     forward:      y_i = w[O, C*KK] @ cols_i[C*KK, P]                  (P output pixels)
-    input grad:   cols_i = w^T @ g_i, then col2im: one strided add per kernel tap,
-                  clipped to the image (no padded buffer to fill and crop)
+    input grad:   cols_i = w^T @ g_i, then col2im: one add per kernel tap, clipped to the
+                  image; for stride 1, over whole padded rows (_conv_transpose_unit_stride)
     weight grad:  gw^T += cols[C*KK, n*P] @ g^T[n*P, O] (g^T read in place by BLAS), summed
-                  over the chunk's groups of images, then over the chunks in order
+                  over the chunk's runs of images, then over the chunks in order
 Images come out (N, O, *spatial) contiguous, the layout the next layer's passes read best.
 The columns are cheap to rebuild in cache, so the weight gradient recomputes them rather
-than keeping the forward's.
+than keeping the forward's. (Winograd F(2x2, 3x3) was tried for the 3x3 stride-1 products:
+its transforms, as NumPy passes, cost more than the GEMM flops it saves at 16x16 images.)
 """
 from __future__ import annotations
 
