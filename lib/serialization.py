@@ -144,6 +144,13 @@ def plan(obj, path=None) -> Plan:
     tensors, names = [], []
 
     def tensor_ref(t: Tensor, name: str):
+        if t.device.task is not None:  # its value is another process's; ours is stale
+            raise CheckpointError(
+                f"{os.fspath(path) + ': ' if path is not None else ''}cannot save "
+                f"{'at ' + repr(name) if name else 'the tensor'}: it is held by task "
+                f"{t.device.task}, and this process has only its initial value. Save it with "
+                "rill.train.Checkpoint (which asks that task to save it), or "
+                "rill.distributed.fetch() it first", op="save")
         tensors.append(t)
         names.append(name)
         return {"tensor": len(tensors) - 1}

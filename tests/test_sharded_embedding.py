@@ -214,6 +214,6 @@ def test_a_job_moves_only_looked_up_rows_and_trains(tmp_path):
     assert proc.returncode == 0, out
     assert out.count("bytes per step checked") == 2, out
     assert out.count("'applied': 120, 'contributions': 120, 'dropped': 0") == 2, out
-    for k in range(2):  # a ps runs the lookups without the model's code
+    for k in range(2):  # a ps runs the lookups without the model's code (nor torch's)
         modules = (tmp_path / f"ps{k}_imports.txt").read_text().split()
-        assert "rill.distributed.graphs.embedding" not in modules
+        assert "rill" in modules and not [m for m in modules if m.startswith("torch")]

@@ -11,8 +11,9 @@ from .collectives import (Handle, all_gather, all_reduce, barrier, broadcast, re
 from .world import World, init, world
 from .allreduce import AllReduce
 from .ps import ParameterServer
-from .graphs import close, fetch, global_step, place_on_ps, replicate, serve
+from .graphs import (ShardedEmbedding, close, fetch, global_step, place_on_ps, replicate,
+                     serve)
 
 __all__ = ["init", "world", "World", "Handle", "all_reduce", "broadcast", "all_gather",
            "reduce_scatter", "barrier", "send", "recv", "DistributedError", "AllReduce",
-           "ParameterServer", "place_on_ps", "replicate", "serve", "fetch", "global_step", "close"]
+           "ParameterServer", "ShardedEmbedding", "place_on_ps", "replicate", "serve", "fetch", "global_step", "close"]

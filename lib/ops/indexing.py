@@ -153,7 +153,7 @@ def key_shape(shape, static, array_shapes):
         else:
             advanced.append(next(arrays))
             positions.append(pos)
-    has_arrays = any(k is ARRAY for k in key)
+    has_arrays = any(k == ARRAY for k in key)  # equal, not identical: a loaded key is a new tuple
     if not has_arrays:  # ints alone just drop their axes
         return tuple(basic_before + basic_after)
     try:

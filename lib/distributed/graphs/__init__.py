@@ -15,9 +15,11 @@ run each step; the ps (server.py) runs no model code.
     registration.py  a part as a message, and its checks
     postbox.py       values and control messages over MPI, with deadlines
     placement.py     place_on_ps(): variables over the ps tasks
+    embedding.py     ShardedEmbedding: a table split by rows over the ps tasks
 """
+from .embedding import ShardedEmbedding
 from .placement import place_on_ps
 from .program import close, fetch, global_step, replicate
 from .server import serve
 
-__all__ = ["place_on_ps", "replicate", "fetch", "global_step", "close", "serve"]
+__all__ = ["ShardedEmbedding", "place_on_ps", "replicate", "fetch", "global_step", "close", "serve"]

@@ -175,7 +175,10 @@ class GraphServer:
                 print(f"{self.here}: {kind} for {task_of(self.world, worker)} failed: {text}",
                       file=sys.stderr)
                 traceback.print_exc()
-                self.box.fail(worker, text)
+                if kind == "run":  # the worker waits for values
+                    self.box.fail(worker, text)
+                else:              # the worker waits for a reply
+                    self._refuse(worker, text)
                 self.failure = self.failure or e
 
     def _step(self, worker: int, message) -> None:
