@@ -249,3 +249,10 @@ def test_a_step_that_cannot_complete_fails_at_the_deadline_naming_the_task_and_k
     assert "DistributedError" in out
     assert "recv of '" in out and "on worker:0 from ps:0 (call 2)" in out, out
     assert "did not complete within 3 s" in out
+
+
+def test_saving_another_tasks_tensor_directly_is_refused(tmp_path):
+    held = rill.zeros(3, device="ps:0")  # here only a host copy of its initial value
+    with pytest.raises(rill.CheckpointError, match="held by task ps:0.*Checkpoint"):
+        rill.save({"w": held}, tmp_path / "w.rill")
+    assert not (tmp_path / "w.rill").exists()

@@ -168,3 +168,13 @@ def test_manifest_naming_a_file_outside_the_directory_is_refused(saved):
     manifest["graph"]["file"] = "../../etc/passwd"
     json.dump(manifest, open(path / "manifest.json", "w"))
     _refused(path, "not a graph file name")
+
+
+def test_a_loaded_graph_indexes_with_arrays(tmp_path):
+    # A key read from the document is a new tuple; array positions are found by equality.
+    table = rill.nn.Embedding(6, 3)
+    f = rill.capture(lambda ids: table(ids) * 2.0)
+    ids = rill.tensor([4, 0, 4])
+    expected = f(ids).numpy()
+    f.save(tmp_path / "g")
+    np.testing.assert_array_equal(rill.load_graph(tmp_path / "g")(ids).numpy(), expected)
