@@ -70,7 +70,7 @@ def split(fn, n: int, elements: int, serial_blas: bool = False) -> None:
     chunks = min(n, parts * CHUNKS_PER_THREAD)
     bounds = [n * i // chunks for i in range(chunks + 1)]
     turns = itertools.count()  # next() on it is atomic under the GIL
-    with _blas_at_one_thread() if serial_blas else contextlib.nullcontext():
+    with blas_at_one_thread() if serial_blas else contextlib.nullcontext():
         futures = [_pool.submit(_run, fn, bounds, turns) for _ in range(1, parts)]
         try:
             _take(fn, bounds, turns)
@@ -96,8 +96,19 @@ def _blas_controllers():
     return _blas
 
 
+# GEMMs smaller than this many multiply-adds gain little from BLAS's threads (OpenBLAS
+# threads them from 2^18), and each threaded call leaves a BLAS worker spinning for tens of
+# milliseconds, competing with the passes split here. A kernel can run such a GEMM under
+# blas_at_one_thread() (measured: the CNN step of bench/train.py with its three small
+# linear-layer GEMMs so held ran in 31.5 ms instead of 79.6, median, interleaved, host load ~5).
+SMALL_GEMM = 1 << 22
+
+
 @contextlib.contextmanager
-def _blas_at_one_thread():
+def blas_at_one_thread():
+    """BLAS held at one thread inside (process-wide: BLAS has one setting; nests and may be
+    entered from several threads at once; the last to leave restores the thread counts).
+    Without threadpoolctl it does nothing."""
     global _blas_holders
     with _blas_lock:
         if _blas_holders == 0:
