@@ -162,8 +162,8 @@ def test_async_replicas_apply_every_contribution():
 def _registration(tamper=None):
     model, placed, step, args = _between_graph_step()
     part = step.partitions_for(*args)["ps:0/cpu"]
-    entries, names = registration.encode(part, "worker:1", 7, {"mode": "sync", "workers": 2,
-                                                               "backup_workers": 0})
+    entries, names = registration.encode(part, "worker:1", 7, {
+        "mode": "sync", "workers": 2, "backup_workers": 0, "step": "step"})
     if tamper is not None:
         doc = json.loads(bytes(entries[0][2]))
         tamper(doc)
@@ -226,7 +226,7 @@ def test_sync_with_a_backup_worker_drops_the_stragglers_contributions(tmp_path):
                      "straggler", tmp_path)
     assert rc == 0, out
     line = next(l for l in out.splitlines() if "ps stats" in l)
-    stats = eval(line.split("ps stats ", 1)[1], {})[1]  # noqa: S307 - our own printed dict
+    stats = eval(line.split("ps stats ", 1)[1], {})["step"]  # noqa: S307 - our printed dict
     assert stats["dropped"] >= 1 and stats["applied"] >= 10, stats
     # every applied step took the first 2 of the 3 workers; every other contribution was
     # dropped (late for its step, or left over when the other workers closed)

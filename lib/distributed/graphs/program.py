@@ -9,7 +9,6 @@ tagged with the call's number, the rest through the in-process rendezvous.
 """
 from __future__ import annotations
 
-import itertools
 import threading
 
 import numpy as np
@@ -22,7 +21,6 @@ from ..world import world
 from . import registration
 from .postbox import CONTROL, GLOBAL_STEP, postbox, task_rank
 
-_IDS = itertools.count(1)          # step functions of this process, in the order made
 _HELD: dict = {}                   # id(tensor) -> (task, name on that task, tensor)
 _PEERS: set = set()                # ranks of the tasks this process has registered with
 
@@ -84,8 +82,8 @@ class TaskProgram(PartitionedProgram):
         self.name = name
         w = world()
         self.options = {"mode": "async", "backup_workers": 0, **(replicas or {}),
-                        "workers": len(w.worker_ranks)}
-        self.ident = next(_IDS)
+                        "workers": len(w.worker_ranks), "step": name}
+        self.ident = registration.fingerprint(name, [g for _, g in tasks.values()])
         self.calls = 0
         self.registered = False
         self.lock = threading.Lock()

@@ -51,6 +51,21 @@ def encode(part: Graph, task: str, ident: int, options: dict):
                      for old in used}
 
 
+def fingerprint(name: str, parts) -> int:
+    """The step function's number, the same on every worker that runs the same step (so
+    that their parts join one group of replicas on a ps, whatever order a worker traced its
+    step functions in): a hash of its name and its parts' documents, written as every worker
+    writes them before naming its own task."""
+    import hashlib
+    digest = hashlib.sha256(name.encode("utf-8"))
+    for part in parts:
+        arrays: dict = {}
+        digest.update(json.dumps(encode_graph(part, arrays), sort_keys=True).encode("utf-8"))
+        for key in sorted(arrays):
+            digest.update(np.ascontiguousarray(arrays[key]).tobytes())
+    return int.from_bytes(digest.digest()[:7], "little")  # < 2**56: a JSON and int64 number
+
+
 def _key(name: str, kind: str) -> str:
     return name + (".grad" if kind == "grad" else "")
 
@@ -152,11 +167,12 @@ def _grad_holder(value):
 
 
 def _options(doc, path) -> dict:
-    schema.fields(doc, path, ("mode", "workers", "backup_workers"))
+    schema.fields(doc, path, ("mode", "workers", "backup_workers", "step"))
     if doc["mode"] not in ("sync", "async"):
         schema.fail(path / "mode", "expected 'sync' or 'async'")
     workers = schema.expect(doc["workers"], int, path / "workers", "int")
     backup = schema.expect(doc["backup_workers"], int, path / "backup_workers", "int")
     if not 0 <= backup < workers:
         schema.fail(path / "backup_workers", f"expected 0 <= backup_workers < {workers}")
-    return {"mode": doc["mode"], "workers": workers, "backup_workers": backup}
+    return {"mode": doc["mode"], "workers": workers, "backup_workers": backup,
+            "step": schema.text(doc["step"], path / "step")}

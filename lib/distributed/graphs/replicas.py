@@ -157,6 +157,7 @@ class Replicas:
     the global step (steps applied), the accumulators, and the counts."""
 
     def __init__(self, mode: str, workers: int, backup_workers: int, names, timeout: float):
+        self.name = "step"  # the captured function's name (for the counts serve() returns)
         self.mode, self.workers, self.backup = mode, workers, backup_workers
         self.required = 1 if mode == "async" else workers - backup_workers
         self.names = frozenset(names)

@@ -84,7 +84,8 @@ class GraphServer:
         self.failure = None
 
     def run(self) -> dict:
-        """Serve until every worker has closed; returns the counts per step function."""
+        """Serve until every worker has closed; returns the counts per step function (by
+        the name its capture gave it)."""
         open_workers = set(self.world.worker_ranks)
         while open_workers:
             # Between requests a ps idles as long as the workers compute: no deadline (a
@@ -107,8 +108,11 @@ class GraphServer:
         self.box.flush("the last replies")
         if self.failure is not None:
             raise self.failure
-        return {ident: dict(g.stats, global_step=g.global_step)
-                for ident, g in self.groups.items()}
+        counts = {}
+        for ident, g in self.groups.items():
+            name = g.name if g.name not in counts else f"{g.name}#{ident:x}"
+            counts[name] = dict(g.stats, global_step=g.global_step)
+        return counts
 
     # ---- registration ------------------------------------------------------------------
 
@@ -122,6 +126,7 @@ class GraphServer:
                 group = self.groups[ident] = replicas.Replicas(
                     options["mode"], options["workers"], options["backup_workers"],
                     part.names, self.world.timeout)
+                group.name = options["step"]
             elif (group.mode, group.workers, group.backup) != (
                     options["mode"], options["workers"], options["backup_workers"]) or \
                     frozenset(part.names) != group.names:
