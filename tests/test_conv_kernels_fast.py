@@ -54,6 +54,11 @@ def close(a, b, dtype):
 # images per GEMM run.
 CONV2D = [
     ((7, 5, 13, 11), (6, 5, 3, 3), dict(padding=1)),
+    # from 64 rows (C*KK) on, stride 1 copies columns in runs of whole padded rows
+    ((7, 8, 13, 11), (6, 8, 3, 3), dict(padding=1)),
+    ((6, 11, 19, 16), (5, 11, 3, 2), dict(dilation=(2, 3), padding=(1, 2))),
+    ((7, 5, 15, 13), (6, 5, 5, 3), dict(padding="same", dilation=2)),
+    ((6, 8, 9, 10), (4, 8, 3, 3), dict()),
     ((9, 3, 17, 15), (8, 3, 3, 3), dict(stride=2, padding=(2, 1))),
     ((6, 4, 19, 16), (5, 4, 3, 2), dict(dilation=(2, 3), padding=(1, 2))),
     ((8, 6, 12, 14), (4, 6, 1, 1), dict()),                       # no padding: x read in place
@@ -86,9 +91,12 @@ def test_conv1d_and_conv3d_match_torch(dtype):
     check(F.conv3d, TF.conv3d, [randn(6, 3, 9, 8, 7), randn(5, 3, 3, 2, 3), randn(5)], dtype,
           padding=(1, 0, 1), stride=(1, 2, 1))
     # stride 1: the input gradient's col2im runs over whole padded rows
-    check(F.conv1d, TF.conv1d, [randn(7, 4, 33), randn(6, 4, 5), randn(6)], dtype, padding=3)
-    check(F.conv3d, TF.conv3d, [randn(6, 3, 7, 8, 6), randn(5, 3, 3, 2, 3), randn(5)], dtype,
-          padding=(1, 2, 0), dilation=(1, 2, 1))
+    for c in (4, 13):  # below and above 64 rows
+        check(F.conv1d, TF.conv1d, [randn(7, c, 33), randn(6, c, 5), randn(6)], dtype,
+              padding=3)
+    for c in (3, 4):
+        check(F.conv3d, TF.conv3d, [randn(6, c, 7, 8, 6), randn(5, c, 3, 2, 3), randn(5)],
+              dtype, padding=(1, 2, 0), dilation=(1, 2, 1))
 
 
 def test_conv2d_input_and_weight_only_gradients():
@@ -197,10 +205,11 @@ def test_runs_of_images_that_do_not_divide_the_batch(monkeypatch, per):
     """One thread over 7 images, `per` images per GEMM: the last run is short."""
     from rill.kernels.numpy import conv_per_image
     monkeypatch.setattr(parallel, "MIN_ELEMENTS", 1 << 62)  # no split: one chunk of 7
-    xs, ws = (7, 3, 10, 9), (4, 3, 3, 3)
     pixels = 10 * 9  # padding 1 keeps the size
-    monkeypatch.setattr(conv_per_image, "_COLS_BYTES", per * 27 * pixels * 8)
-    monkeypatch.setattr(conv_per_image, "_WEIGHT_GRAD_COLUMNS", per * pixels)
-    check(F.conv2d, TF.conv2d, [randn(*xs), randn(*ws), randn(4)], "float64", padding=1)
-    check(F.conv2d, TF.conv2d, [randn(*xs), randn(*ws), randn(4)], "float64", padding=1,
-          stride=2)
+    for c in (3, 8):  # 27 and 72 rows: both forward copies
+        xs, ws = (7, c, 10, 9), (4, c, 3, 3)
+        monkeypatch.setattr(conv_per_image, "_COLS_BYTES", per * c * 9 * pixels * 8)
+        monkeypatch.setattr(conv_per_image, "_WEIGHT_GRAD_COLUMNS", per * pixels)
+        check(F.conv2d, TF.conv2d, [randn(*xs), randn(*ws), randn(4)], "float64", padding=1)
+        check(F.conv2d, TF.conv2d, [randn(*xs), randn(*ws), randn(4)], "float64", padding=1,
+              stride=2)
