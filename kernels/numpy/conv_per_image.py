@@ -18,7 +18,7 @@ Images come out (N, O, *spatial) contiguous, the layout the next layer's passes 
 The columns are cheap to rebuild in cache, so the weight gradient recomputes them rather
 than keeping the forward's. Tried and dropped (1 thread, no faster): Winograd F(2x2, 3x3)
 for the 3x3 stride-1 products (its transforms, as NumPy passes, cost more than the GEMM flops
-it saves at 16x16; 10-20% faster at 32x32), and the weight gradient's columns over whole
+it saves at 16x16, and all but ~10% of them at 32x32), and the weight gradient's columns over whole
 padded rows, or as one GEMM per tap read in place from the padded image.
 """
 from __future__ import annotations
