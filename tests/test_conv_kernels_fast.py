@@ -213,3 +213,13 @@ def test_runs_of_images_that_do_not_divide_the_batch(monkeypatch, per):
         check(F.conv2d, TF.conv2d, [randn(*xs), randn(*ws), randn(4)], "float64", padding=1)
         check(F.conv2d, TF.conv2d, [randn(*xs), randn(*ws), randn(4)], "float64", padding=1,
               stride=2)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_fewer_images_than_threads(monkeypatch, dtype):
+    """One image on four threads: not split, BLAS keeps its threads; same results."""
+    monkeypatch.setattr(parallel, "THREADS", 4)
+    check(F.conv2d, TF.conv2d, [randn(1, 8, 21, 19), randn(6, 8, 3, 3), randn(6)], dtype,
+          padding=1)
+    check(F.conv2d, TF.conv2d, [randn(3, 8, 21, 19), randn(6, 8, 3, 3), randn(6)], dtype,
+          padding=2, stride=2)

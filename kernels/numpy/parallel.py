@@ -59,10 +59,12 @@ def split(fn, n: int, elements: int, serial_blas: bool = False) -> None:
     """Runs fn(lo, hi) over consecutive chunks covering range(n), on all cores, when
     the pass touches at least MIN_ELEMENTS `elements`; else fn(0, n). The chunks must write
     disjoint outputs. serial_blas: the chunks run GEMMs, so BLAS is held at one thread while
-    they run (only when the pass is split: fn(0, n) alone keeps BLAS's threads)."""
+    they run; with fewer items than threads the pass is not split, and fn(0, n) keeps BLAS's
+    threads (one image on many cores: BLAS splits its GEMMs over all of them)."""
     global _pool
     parts = min(THREADS, n)
-    if parts < 2 or elements < MIN_ELEMENTS or getattr(_inside, "active", False):
+    if parts < 2 or elements < MIN_ELEMENTS or getattr(_inside, "active", False) or \
+            (serial_blas and n < THREADS):
         fn(0, n)
         return
     if _pool is None:
