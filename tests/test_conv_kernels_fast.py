@@ -151,7 +151,7 @@ def test_per_image_and_whole_batch_kernels_agree():
 
 
 def test_weight_gradient_is_deterministic():
-    """Chunks go to whichever thread is free; their partial sums still add in one order."""
+    """The threads' partial sums add in one order, whichever thread finishes first."""
     x, g = randn(16, 8, 16, 16).astype(np.float32), randn(16, 12, 16, 16).astype(np.float32)
     attrs = dict(stride=(1, 1), padding=((1, 1), (1, 1)), dilation=(1, 1), groups=1)
     first = conv_kernels.conv_weight_grad(x, g, (3, 3), **attrs)

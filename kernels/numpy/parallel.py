@@ -11,7 +11,6 @@ for a while after each call, would compete with ours.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -34,29 +33,16 @@ _pool: ThreadPoolExecutor | None = None
 _inside = threading.local()  # set in the pool's threads: a nested split runs serially
 
 
-# Chunks per thread: handed out in turn, so a thread slowed by a busy core (another
-# process, or BLAS's threads spinning after a GEMM) takes fewer of them.
-CHUNKS_PER_THREAD = 4
-
-
-def _take(fn, bounds, turns):
-    """Runs fn on chunks taken in turn (next() on a shared counter) until none are left."""
-    for i in turns:
-        if i + 1 >= len(bounds):
-            return
-        fn(bounds[i], bounds[i + 1])
-
-
-def _run(fn, bounds, turns):
+def _run(fn, lo, hi):
     _inside.active = True
     try:
-        _take(fn, bounds, turns)
+        fn(lo, hi)
     finally:
         _inside.active = False
 
 
 def split(fn, n: int, elements: int, serial_blas: bool = False) -> None:
-    """Runs fn(lo, hi) over consecutive chunks covering range(n), on all cores, when
+    """Runs fn(lo, hi) over consecutive chunks covering range(n), one chunk per core, when
     the pass touches at least MIN_ELEMENTS `elements`; else fn(0, n). The chunks must write
     disjoint outputs. serial_blas: the chunks run GEMMs, so BLAS is held at one thread while
     they run; with fewer items than threads the pass is not split, and fn(0, n) keeps BLAS's
@@ -69,13 +55,11 @@ def split(fn, n: int, elements: int, serial_blas: bool = False) -> None:
         return
     if _pool is None:
         _pool = ThreadPoolExecutor(max_workers=THREADS - 1, thread_name_prefix="rill-cpu")
-    chunks = min(n, parts * CHUNKS_PER_THREAD)
-    bounds = [n * i // chunks for i in range(chunks + 1)]
-    turns = itertools.count()  # next() on it is atomic under the GIL
+    bounds = [n * i // parts for i in range(parts + 1)]
     with blas_at_one_thread() if serial_blas else contextlib.nullcontext():
-        futures = [_pool.submit(_run, fn, bounds, turns) for _ in range(1, parts)]
+        futures = [_pool.submit(_run, fn, bounds[i], bounds[i + 1]) for i in range(1, parts)]
         try:
-            _take(fn, bounds, turns)
+            fn(bounds[0], bounds[1])
         finally:
             for f in futures:
                 f.result()  # waits for every chunk; re-raises the first failure
