@@ -327,3 +327,42 @@ def test_no_pickle_where_data_crosses_processes():
                 if node.func.attr not in ("reduce", "scan") or "comm" in receiver.lower():
                     problems.append(f"{path.name}:{node.lineno} {ast.unparse(node.func)}")
     assert not problems, problems
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the watcher is Linux-only")
+def test_a_rank_killed_from_outside_while_the_job_stops_is_named_killed(tmp_path):
+    """A SIGKILL that reaches the rank before mpiexec's stop request reaches its watcher:
+    the rank died of a signal the watcher never sent, so it was killed, not stopped."""
+    import signal
+    import time
+    from rill.distributed import bootstrap
+    from rill.distributed.status import StatusBoard
+    path = str(tmp_path / "board")
+    StatusBoard(path, 1)
+    watcher = os.fork()
+    if watcher == 0:  # the watcher; its child returns from watch() and idles as the rank
+        try:
+            bootstrap.watch(path, 0, 1)
+            time.sleep(60)
+        finally:
+            os._exit(0)
+    board = StatusBoard(path, 1)
+
+    def state(pid):
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+
+    deadline = time.monotonic() + 20
+    while not board.read()[0].pid and time.monotonic() < deadline:
+        time.sleep(0.01)
+    rank = board.read()[0].pid
+    os.kill(watcher, signal.SIGSTOP)  # the watcher is not scheduled (a busy machine)
+    while state(watcher) != "T":
+        time.sleep(0.01)
+    os.kill(rank, signal.SIGKILL)     # the rank's process is killed
+    while state(rank) != "Z":
+        time.sleep(0.01)
+    os.kill(watcher, signal.SIGINT)   # then mpiexec stops the job
+    os.kill(watcher, signal.SIGCONT)
+    os.waitpid(watcher, 0)
+    assert board.read()[0].outcome() == "killed by SIGKILL"

@@ -57,14 +57,19 @@ def watch(path: str, rank: int, size: int) -> None:
     board = StatusBoard(path, size)
     board.started(rank, child)
     stops = []
+    sent = set()  # the signals this watcher sent the rank
+
+    def send(sig):
+        sent.add(sig)
+        _kill(child, sig)
 
     def stop(signum, frame):
         stops.append(signum)
-        _kill(child, signal.SIGTERM if len(stops) == 1 else signal.SIGKILL)
+        send(signal.SIGTERM if len(stops) == 1 else signal.SIGKILL)
         if len(stops) == 1:
             signal.alarm(5)
 
-    signal.signal(signal.SIGALRM, lambda signum, frame: _kill(child, signal.SIGKILL))
+    signal.signal(signal.SIGALRM, lambda signum, frame: send(signal.SIGKILL))
     for s in STOP_SIGNALS:
         signal.signal(s, stop)
     _die_with(launcher, signal.SIGHUP)  # mpiexec gone (even by SIGKILL): stop the rank
@@ -77,7 +82,9 @@ def watch(path: str, rank: int, size: int) -> None:
         board.ended(rank, "exited", code)
         os._exit(code)
     killed_by = os.WTERMSIG(status)
-    if stops:
+    # Stopped: it died of a signal this watcher sent. A signal from elsewhere (a SIGKILL
+    # racing mpiexec's stop request to the watcher) is what killed it.
+    if stops and killed_by in sent:
         board.ended(rank, "stopped", stops[0])
         os._exit(128 + stops[0])
     board.ended(rank, "killed", killed_by)

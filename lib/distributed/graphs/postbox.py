@@ -163,7 +163,12 @@ class Postbox:
         from mpi4py import MPI
         sender = status.Get_source()
         buffer = bytearray(status.Get_count(MPI.BYTE))
-        msg.Recv([buffer, MPI.BYTE])
+        try:
+            msg.Recv([buffer, MPI.BYTE])
+        except MPI.Exception as e:  # the sender's process went away while sending
+            raise DistributedError(f"receiving a message from {task_of(self.world, sender)} "
+                                   f"(rank {sender}) failed: {e.Get_error_string()}; did that "
+                                   "task die?", op="recv") from None
         return wire.decode(buffer, f"rank {sender} ({task_of(self.world, sender)})")
 
     def _drain(self) -> None:
