@@ -2,10 +2,7 @@
 rill-launch (mpiexec of the MPICH wheel), each bounded in time."""
 from __future__ import annotations
 
-import os
 import pathlib
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -16,12 +13,7 @@ import rill.distributed as dist
 SCRIPTS = pathlib.Path(__file__).parent / "distributed"
 
 
-def launch(*args, timeout=120):
-    """rill-launch ARGS; returns (exit code, combined output)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "RILL_"))}
-    proc = subprocess.run([sys.executable, "-m", "rill.distributed.launch", *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout, env=env)
-    return proc.returncode, proc.stdout + proc.stderr
+from launching import launch  # noqa: E402
 
 
 def test_a_process_without_a_launcher_is_a_world_of_one():

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import os
 import pathlib
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -24,12 +22,7 @@ from rill.train.checkpoint import HeldElsewhere
 SCRIPTS = pathlib.Path(__file__).parent / "distributed"
 
 
-def launch(*args, timeout=120):
-    """rill-launch ARGS; returns (exit code, combined output)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "RILL_"))}
-    proc = subprocess.run([sys.executable, "-m", "rill.distributed.launch", *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout, env=env)
-    return proc.returncode, proc.stdout + proc.stderr
+from launching import launch  # noqa: E402
 
 
 def test_a_killed_ps_restarts_every_task_from_the_last_distributed_checkpoint(tmp_path):

@@ -24,23 +24,7 @@ LIB = pathlib.Path(rill.__file__).parent / "distributed"
 
 pytestmark = pytest.mark.timeout(240)
 
-# Set by a cluster's resource manager or by hand: they would spread a job over hosts.
-_CLUSTER = ("PMI_", "RILL_", "HYDRA_", "SLURM_", "PBS_", "LSB_", "PE_HOSTFILE", "UCX_", "FI_")
-
-
-def _env():
-    return {k: v for k, v in os.environ.items() if not k.startswith(_CLUSTER)}
-
-
-def _command(*args):
-    return [sys.executable, "-m", "rill.distributed.launch", *map(str, args)]
-
-
-def launch(*args, timeout=120):
-    """rill-launch ARGS; returns (exit code, combined output)."""
-    proc = subprocess.run(_command(*args), capture_output=True, text=True, timeout=timeout,
-                          env=_env())
-    return proc.returncode, proc.stdout + proc.stderr
+from launching import clean_env as _env, command as _command, launch  # noqa: E402
 
 
 # ---- a killed rank is named ----------------------------------------------------------------
