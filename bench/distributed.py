@@ -9,14 +9,16 @@ workers; a step is pull (fetch the variables) + push (send a gradient of the sam
            updated as rows
 each run twice, side by side: by the eager ParameterServer strategy ("scalar") and as a
 captured between-graph step (rill.distributed.replicate, "scalar-captured": the ps runs the
-variable's read and its SGD update, the worker the rest). Eager and captured jobs alternate
-at each worker count, and each pair is repeated (--rounds) keeping each one's best median, so
-that the load other processes put on the machine falls on both alike.
+variable's read and its SGD update, the worker the rest; the sparse one through
+ShardedEmbedding, async, as a step whose ps answers a lookup cannot be synchronous yet).
+Eager and captured jobs alternate at each worker count, and each pair is repeated (--rounds)
+keeping each one's best median, so that the load other processes put on the machine falls
+on both alike.
 All-reduce: the step time of a small MLP (digits-sized) with AllReduce over 1-3 workers.
 Stragglers: 3 synchronous workers, each step one of them (chosen at random) sleeps 20 ms
 before pushing; step time with 0 and with 1 backup worker.
 
-    python bench/distributed.py            # a few minutes; --quick for a smoke run
+    python bench/distributed.py            # about 10 minutes; --quick for a smoke run
 """
 from __future__ import annotations
 
