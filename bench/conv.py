@@ -15,6 +15,7 @@ them over today's: the old kernels stay callable without a copy of their code he
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/conv.py
     python bench/conv.py --cases step --repeats 200 --baseline HEAD~3 --json conv.json
+    python bench/conv.py --cases step --hold-small-gemms     # + the variant HOLD below
 
 `--baseline 4a5a1aa` compares with the whole-batch im2col kernels as they were just before
 the per-image ones (kernels/numpy/conv_per_image.py). Each case calls with the same image
@@ -131,6 +132,31 @@ def _torch_case(what, shape, out_channels, image_grad):
 
 
 _loaded = []
+# The variant that runs the linear layers' GEMMs (small in these cases) with BLAS held at
+# one thread: an experiment for the linear-algebra kernels, which thread every GEMM from
+# 2^18 multiply-adds and leave a BLAS worker spinning afterwards, beside the conv kernels'
+# own threads (kernels/numpy/parallel.py, SMALL_GEMM).
+HOLD = "rill, small GEMMs 1 BLAS thread"
+MULTIPLY_ADDS = {  # kernel: its GEMM's multiply-adds, from its first two arguments
+    "matmul": lambda a, b: a.size * b.shape[-1],          # (..., M, K) @ (..., K, N)
+    "linear": lambda x, w: x.size * w.shape[0],           # x (..., I), w (O, I)
+    "linear_weight_grad": lambda g, x: g.size * x.shape[-1],  # g^T (O, B) @ x (B, I)
+}
+
+
+def _hold_small_gemms() -> None:
+    from rill.kernels.numpy import parallel
+    from rill.ops.primitive import PRIMITIVES
+
+    def held(kernel, multiply_adds):
+        def run(*args, **attrs):
+            if multiply_adds(*args[:2]) >= parallel.SMALL_GEMM:
+                return kernel(*args, **attrs)
+            with parallel.blas_at_one_thread():
+                return kernel(*args, **attrs)
+        return run
+    for name, multiply_adds in MULTIPLY_ADDS.items():
+        PRIMITIVES[name].kernels["cpu"] = held(PRIMITIVES[name].kernels["cpu"], multiply_adds)
 
 
 def setup(label: str, what):
@@ -139,6 +165,10 @@ def setup(label: str, what):
     if label == "torch":
         import torch
         torch.set_num_threads(blas_threads())
+    elif label == HOLD:
+        if not _loaded:
+            _hold_small_gemms()
+            _loaded.append(label)
     elif label != "rill" and not _loaded:
         _load_baseline(revision)
         _loaded.append(revision)
@@ -165,6 +195,8 @@ def main() -> None:
     parser.add_argument("--baseline", default=BASELINE,
                         help="git revision whose CPU conv/pool kernels are the baseline")
     parser.add_argument("--no-baseline", action="store_true")
+    parser.add_argument("--hold-small-gemms", action="store_true",
+                        help=f"add the variant {HOLD!r}")
     parser.add_argument("--json", help="write samples and medians to this file")
     args = parser.parse_args()
     cases = [("cnn step" if c == "step" else c) for c in args.cases]
@@ -176,13 +208,16 @@ def main() -> None:
                   f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE')}")
     before = f"rill {args.baseline}"
     modules = {"rill": "rill", "torch": "torch"}
+    if args.hold_small_gemms:
+        modules = {"rill": "rill", HOLD: "rill", "torch": "torch"}
     if not args.no_baseline:
         modules = {before: "rill", **modules}
     report = {"machine": harness.machine(), "blas": blas, "baseline": args.baseline,
               "cases": {}}
     table = Table(title=f"ms per call, median of {args.repeats} (rotated in blocks of "
                         f"{args.block})")
-    for col in ("case", *modules, "rill / torch", *(("before / torch", "before / rill")
+    for col in ("case", *modules, "rill / torch", *(("held / torch",) if HOLD in modules else ()),
+                *(("before / torch", "before / rill")
                                                     if before in modules else ())):
         table.add_column(col, justify="left" if col == "case" else "right")
     procs, conns, skipped, _ = harness.start(modules, setup, train.WARMUP_CALLS)
@@ -198,6 +233,8 @@ def main() -> None:
             med = {k: statistics.median(v) for k, v in samples.items()}
             row = [case, *(f"{med[k]:.2f}" for k in modules),
                    f"{med['rill'] / med['torch']:.2f}"]
+            if HOLD in med:
+                row.append(f"{med[HOLD] / med['torch']:.2f}")
             if before in med:
                 row += [f"{med[before] / med['torch']:.2f}", f"{med[before] / med['rill']:.2f}"]
             table.add_row(*row)
