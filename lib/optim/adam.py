@@ -66,12 +66,18 @@ class Adam(Optimizer):
         small = 1.0 - group["betas"][0] < 0.5  # which form of lerp: a branch on beta1
         self._guard(group, "['betas'][0] > 0.5", lambda: group["betas"][0] > 0.5, "betas")
         hypers = self._hypers(group, "lr", "betas")
+        corrections: dict = {}  # (step cohort, device, dtype) -> (step_size, sqrt(1 - beta2^t))
         for p, g, state in self._dense_updates(group, "exp_avg", "exp_avg_sq"):
             lr, (beta1, beta2) = hypers(p.device)
-            step = state["step"]
-            # The step count is a tensor (see step_count): corrections in float64, then cast.
-            bias_correction2_sqrt = cast(sqrt(1.0 - beta2 ** step), p.dtype)
-            step_size = cast(lr / (1.0 - beta1 ** step), p.dtype)
+            cohort = self._step_cohort(state)
+            key = (cohort if cohort is not None else object(), p.device, p.dtype)
+            if key not in corrections:  # once for all counts known equal (see Optimizer)
+                step = state["step"]
+                # The step count is a tensor (see step_count): corrections in float64, then
+                # cast.
+                corrections[key] = (cast(lr / (1.0 - beta1 ** step), p.dtype),
+                                    cast(sqrt(1.0 - beta2 ** step), p.dtype))
+            step_size, bias_correction2_sqrt = corrections[key]
             m, v = state["exp_avg"], state["exp_avg_sq"]
             if amsgrad:
                 if weight_decay != 0:

@@ -433,18 +433,47 @@ class Optimizer:
         gradient as the dense one it stands for: exactly the dense result) and negated if
         `maximize`; state created with a step count and the zero `slots`, the step counted.
         SparseAdam, Adagrad and plain SGD keep sparse gradients sparse instead."""
+        made_now, stepped_from = object(), {}  # cohorts of this call (see _step_cohort)
         for p in group["params"]:
             g = p.grad
             if g is None:
                 continue
             if isinstance(g, SparseRows):
                 g = g.to_dense()
+            made = p not in self.state
             state = self._state(p, lambda: {"step": step_count(device=p.device),
                                             **{name: zeros_like(p) for name in slots}})
+            old = None if made else self._step_cohort(state)
             state["step"] += 1
+            self._set_cohort(state["step"], made_now if made else
+                             stepped_from.setdefault(old, object()) if old is not None
+                             else object())
             if group.get("maximize"):
                 g = -g
             yield p, g, state
+
+    # Step counts known equal ("cohorts"). Every parameter keeps its own step count, as
+    # torch's state_dict has it, but the parameters of a group usually step together, so
+    # their counts are equal and a step's bias corrections (Adam's: 8 scalar ops) need
+    # computing once for all of them. Which counts are equal is known without reading them
+    # (a captured step cannot: its counts live in the graph): counts made in one step() of
+    # one group start equal; counts that were equal and all step stay equal; a count that
+    # steps while others of its cohort do not leaves it. A step count this bookkeeping has
+    # not seen (replaced by the user) is a cohort of its own.
+
+    def _step_cohort(self, state):
+        """A token for state["step"]: equal tokens mean equal counts; None if not known."""
+        step = state.get("step")
+        held = getattr(self, "_cohorts", {}).get(id(step))
+        return held[1] if held is not None and held[0] is step else None
+
+    def _set_cohort(self, step, token) -> None:
+        cohorts = self.__dict__.setdefault("_cohorts", {})
+        if len(cohorts) > 2 * len(self.state) + 16:  # forget counts no state holds now
+            alive = {id(s.get("step")) for s in self.state.values()}
+            for key in [k for k in cohorts if k not in alive]:
+                del cohorts[key]
+        cohorts[id(step)] = (step, token)  # the count itself: its id stays its own
 
     def _state(self, p, make) -> dict:
         """p's state, made by make() at first use. Made eagerly even inside a capture: the
@@ -539,6 +568,13 @@ class Optimizer:
             self.check_group(loaded)  # bad values are refused before anything changes
             groups.append(loaded)
         self.state = state
+        self._cohorts = {}
+        for group in self.param_groups:  # loaded counts: equal values in a group, one cohort
+            tokens: dict = {}
+            for p in group["params"]:
+                step = state.get(p, {}).get("step")
+                if isinstance(step, Tensor):
+                    self._set_cohort(step, tokens.setdefault(step.item(), object()))
         for i, (group, loaded) in enumerate(zip(self.param_groups, groups)):
             if not isinstance(group, ParamGroup):
                 self.param_groups[i] = self._group(loaded, i)
