@@ -155,8 +155,9 @@ def test_async_replicas_apply_every_contribution():
 def _registration(tamper=None):
     model, placed, step, args = _between_graph_step()
     part = step.partitions_for(*args)["ps:0/cpu"]
-    entries, names = registration.encode(part, "worker:1", 7, {
-        "mode": "sync", "workers": 2, "backup_workers": 0, "step": "step"})
+    options = {"mode": "sync", "workers": 2, "backup_workers": 0, "step": "step"}
+    _, names = registration.encode(part, "worker:1", 7, options)
+    entries, _ = registration.encode(part, "worker:1", 7, options, set(names.values()))
     if tamper is not None:
         doc = json.loads(bytes(entries[0][2]))
         tamper(doc)
@@ -176,6 +177,13 @@ def test_a_registration_round_trips_and_names_variables():
              if n.op in ("send", "recv")}
     assert {str(p) for p in peers} == {"worker:1/cpu"}
     first = {k: v.numpy().copy() if not k.endswith(".grad") else None for k, v in store.items()}
+    # a ps that lacks variables asks for them: a registration without values says which
+    bare = wire.decode(wire.encode("register", 0, [e for e in message.entries
+                                                  if e[0] != "value"]), "rank 2 (worker:1)")
+    with pytest.raises(registration.Missing) as missing:
+        registration.decode(bare, {}, "worker:1", "ps:0")
+    assert set(missing.value.keys) == set(names.values())
+    registration.decode(bare, store, "worker:1", "ps:0")  # held already: nothing to send
     registration.decode(message, store, "worker:1", "ps:0")  # a second worker shares them
     assert all(first[k] is None or np.array_equal(store[k].numpy(), first[k]) for k in store)
 
@@ -249,3 +257,32 @@ def test_saving_another_tasks_tensor_directly_is_refused(tmp_path):
     with pytest.raises(rill.CheckpointError, match="held by task ps:0.*Checkpoint"):
         rill.save({"w": held}, tmp_path / "w.rill")
     assert not (tmp_path / "w.rill").exists()
+
+
+def _sharded_step():
+    table = dist.ShardedEmbedding(1000, 4, shards=["ps:0/cpu"])
+    opt = rill.optim.SGD(table.parameters(), lr=0.1)
+
+    @rill.capture
+    def step(ids):
+        opt.zero_grad()
+        table(ids).sum().backward()
+        opt.step()
+    return step.partitions_for(rill.tensor([1, 2, 3]))["ps:0/cpu"]
+
+
+def test_a_ps_updates_a_sharded_tables_rows_in_place():
+    part = _sharded_step()
+    # the gradient stays rows (no table-sized .grad on the ps), and the update is in place
+    assert {n.op for n in part.nodes if any(v.shape == (1000, 4) for v in n.outputs)} == \
+        {"read", "index_add"}
+    assert not [v for v in part.variables if v.kind == "grad"]
+    pull, serve, contribute, apply = replicas.split(part, "async")
+    assert apply.count("add_rows") == 1 and apply.count("index_add") == 0
+    assert apply.count("assign") == 0 and apply.count("read") == 1  # only the lr
+    apply.lint()
+
+
+def test_sync_replicas_refuse_to_average_a_lookups_ids_or_rows():
+    with pytest.raises(rill.DistributedError, match="averaging them over workers"):
+        replicas.split(_sharded_step(), "sync")

@@ -137,6 +137,26 @@ def _name(node) -> str:
     return name
 
 
+def _add_rows(node, graph):
+    # A parameter server's sparse update (lib/distributed/graphs/replicas.py): the variable's
+    # buffer is that task's own, so the rows are added where they are, as index_add would
+    # into a copy (the same np.add.at, so the same sums).
+    import numpy as np
+    from ..ops.indexing import numpy_key
+    var = variable_of(node, graph)
+    key = node.attrs.get("key")
+
+    def run(args, inputs):
+        owner = var.owner
+        buffer = owner._data
+        if not buffer.flags.writeable:
+            buffer = owner._data = buffer.copy()
+        np.add.at(buffer, numpy_key(key, inputs[1:]), inputs[0])
+        owner._version += 1
+        return ()
+    return run
+
+
 def _checkpoint(node, graph):
     # A task's checkpoint graph (lib/distributed/graphs/checkpoint.py) says how.
     from ..distributed.graphs import checkpoint
@@ -145,7 +165,7 @@ def _checkpoint(node, graph):
 
 _HANDLERS = {"input": _input, "constant": _constant, "read": _read, "assign": _assign,
              "send": _send, "recv": _recv, "accumulate": _accumulate, "take": _take,
-             "save": _checkpoint, "restore": _checkpoint}
+             "save": _checkpoint, "restore": _checkpoint, "add_rows": _add_rows}
 
 
 def variable_of(node, graph):

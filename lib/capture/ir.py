@@ -18,6 +18,7 @@ Ops are primitive names, plus four that belong to the graph itself:
   recv      what the matching send handed over (no output for a go-ahead)   attrs: key, from
   accumulate  add a worker's contribution to a ps's accumulator  attrs: name
   take        the mean of the accumulator's contributions    attrs: name
+  add_rows    add values into rows of a variable, in place             attrs: var, key
   save        write its inputs (variables' values) to a checkpoint shard  attrs: names
   restore     the values a checkpoint shard holds                        attrs: names
 Send and recv exist only in partitioned graphs (lib/capture/passes/partition.py);
@@ -36,7 +37,7 @@ import itertools
 import math
 
 GRAPH_OPS = ("input", "constant", "read", "assign", "send", "recv", "accumulate", "take",
-             "save", "restore")
+             "save", "restore", "add_rows")
 
 
 class Value:

@@ -328,7 +328,7 @@ def graph(doc, path, arrays: dict, paths: dict, into: Graph | None = None) -> Gr
         op = text(entry["op"], at / "op")
         if op in ("send", "recv") and not PARTITION.get():  # saved graphs are never cut
             fail(at / "op", f"{op} nodes are made when a graph is loaded, not stored")
-        if op in ("accumulate", "take", "save", "restore"):
+        if op in ("accumulate", "take", "save", "restore", "add_rows"):
             fail(at / "op", f"{op} nodes are made by a task of a distributed job, not stored")
         if op not in GRAPH_OPS and op not in PRIMITIVES:
             fail(at / "op", f"unknown op {op[:40]!r}: this rill does not have it")

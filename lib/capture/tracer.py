@@ -175,6 +175,11 @@ class Tracer:
             grad = owner.grad
             if grad is before:
                 continue
+            if isinstance(grad, SparseRows) and owner.device.task is not None:
+                # Another task's table: the step used its rows there; a dense .grad of it
+                # would cost table-sized work on its ps every step. Not kept (None after).
+                self.cleared.append(owner)
+                continue
             if isinstance(grad, SparseRows):
                 grad = grad.to_dense()  # graphs carry gradients dense (see capture/README)
             if grad is None:  # zero_grad() and no new gradient (a frozen parameter)

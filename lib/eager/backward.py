@@ -255,10 +255,12 @@ def backward(roots, grads=None, *, retain_graph=False, create_graph=False) -> No
         if not create_graph and isinstance(ct, Tensor):
             ct = ct.detach()
         if interpreter.capturing:  # the graph reads and writes .grad as a variable
-            if isinstance(ct, SparseRows):
+            if isinstance(ct, SparseRows) and t.device.task is None:
                 # A graph's shapes are fixed, and how many distinct rows a batch touches is
                 # data: inside a capture a gather's gradient is the dense tensor it stands
                 # for (the same values; clipping, manual updates and optimizers see a Tensor).
+                # A table another task holds (a parameter server's) keeps its rows: the
+                # optimizer updates only them there, and its .grad is not kept (tracer).
                 ct = ct.to_dense()
             old = interpreter.current_grad(t)
             interpreter.set_grad(t, ct if old is None else add_cotangents(old, ct))

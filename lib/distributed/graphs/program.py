@@ -93,10 +93,20 @@ class TaskProgram(PartitionedProgram):
         w = world()
         box = postbox(w)
         for task, (device, part) in self.remote.items():
-            entries, names = registration.encode(part, w.task_name, self.ident, self.options)
             rank = task_rank(w, task)
-            box.post(rank, "register", 0, entries, CONTROL)
-            box.wait_for(rank, ("ack",), f"registering {self.name} with {task}")
+            wanted = ()
+            for attempt in range(2):  # the ps names the variables it lacks; then they go
+                entries, names = registration.encode(part, w.task_name, self.ident,
+                                                     self.options, wanted)
+                box.post(rank, "register", 0, entries, CONTROL)
+                ack = box.wait_for(rank, ("ack",), f"registering {self.name} with {task}")
+                wanted = {name for field, name, _ in ack.entries
+                          if field == "meta" and name != "id"}
+                if not wanted:
+                    break
+            else:
+                raise DistributedError(f"{task} still lacks {sorted(wanted)[:3]} after they "
+                                       f"were sent, registering {self.name}", op="capture")
             _PEERS.add(rank)
             for i, key in names.items():
                 v = part.variables[i]

@@ -23,8 +23,19 @@ FORMAT, VERSION = "rill-partition", 1
 MAX_DOCUMENT = 1 << 28
 
 
-def encode(part: Graph, task: str, ident: int, options: dict):
-    """(entries of a "register" message, {variable index in part: its name on the ps})."""
+class Missing(Exception):
+    """The registration names variables the ps does not hold and carries no values for."""
+
+    def __init__(self, keys):
+        super().__init__(", ".join(keys))
+        self.keys = keys
+
+
+def encode(part: Graph, task: str, ident: int, options: dict, values_for=()):
+    """(entries of a "register" message, {variable index in part: its name on the ps}).
+    The message carries the initial values of the variables named in `values_for` only:
+    a ps asks for those it does not hold yet (a table of 1 GB crosses once, not once per
+    worker)."""
     used = sorted({n.attrs["var"] for n in part.nodes if n.op in ("read", "assign")})
     index = {old: new for new, old in enumerate(used)}
     arrays: dict = {}
@@ -38,10 +49,11 @@ def encode(part: Graph, task: str, ident: int, options: dict):
         v = part.variables[old]
         variables.append({"name": v.name, "kind": v.kind, "shape": list(v.shape),
                           "dtype": v.dtype.name})
-        owner = v.owner if v.kind == "value" else v.owner.grad
-        value = np.zeros(v.shape, v.dtype.storage) if owner is None else \
-            np.asarray(owner.device.backend.to_host(owner._data))
-        values.append(("value", _key(v.name, v.kind), value))
+        if _key(v.name, v.kind) in values_for:
+            owner = v.owner if v.kind == "value" else v.owner.grad
+            value = np.zeros(v.shape, v.dtype.storage) if owner is None else \
+                np.asarray(owner.device.backend.to_host(owner._data))
+            values.append(("value", _key(v.name, v.kind), value))
     body = {"format": FORMAT, "version": VERSION, "id": ident, "options": options,
             "variables": variables, "graph": doc}
     text = json.dumps(body).encode("utf-8")
@@ -106,7 +118,7 @@ def decode(message, store: dict, sender: str, here: str):
         schema.fail(root / "format", f"expected {FORMAT} version {VERSION}")
     ident = schema.expect(doc["id"], int, root / "id", "int")
     options = _options(doc["options"], root / "options")
-    variables = []
+    variables, missing = [], []
     for i, entry in enumerate(schema.expect(doc["variables"], list, root / "variables",
                                             "list")):
         at = root / "variables" / i
@@ -119,9 +131,12 @@ def decode(message, store: dict, sender: str, here: str):
         dtype = schema.dtype(entry["dtype"], at / "dtype")
         key = _key(name, kind)
         holder = store.get(key)
+        if holder is None and ("value", key) not in entries:
+            missing.append(key)
+            continue
         if holder is None:
             value = entries.get(("value", key))
-            if value is None or value.shape != shape or value.dtype != dtype.storage:
+            if value.shape != shape or value.dtype != dtype.storage:
                 schema.fail(at, f"its initial value is missing or is not {dtype}{list(shape)}")
             holder = store[key] = new_tensor(np.array(value), dtype, devices.cpu)
             if kind == "grad":
@@ -131,6 +146,8 @@ def decode(message, store: dict, sender: str, here: str):
             schema.fail(at, f"is {dtype}{list(shape)}; this ps holds {key} as "
                             f"{target.dtype}{list(target.shape)}")
         variables.append(Variable(holder, kind, name, shape, dtype, devices.cpu))
+    if missing:
+        raise Missing(missing)
     arrays = {name: np.asarray(a) for (field, name), a in entries.items() if field == "array"}
     graph = Graph(variables=variables, name=f"{sender}.{ident}")
     token = schema.PARTITION.set(True)

@@ -55,6 +55,16 @@ def split(part: Graph, mode: str = "async"):
     served = {n for n in serve.nodes if n.op == "recv"}
     take_from = {n for n in received if n.outputs and _feeds(part, n, assigns)}
     if mode == "sync":
+        # Only values whose mean is meaningful can be averaged: floating-point values at fixed
+        # positions; not ids, nor the looked-up rows of a sharded table (prefix moves).
+        odd = [n for n in take_from if not n.outputs[0].dtype.is_floating or
+               n.attrs.get("prefix")]
+        if odd:
+            raise DistributedError(
+                f"synchronous replicas average what workers send, but the step sends the ps "
+                f"{odd[0].outputs[0].dtype} values by {odd[0].attrs['key']} (a sharded "
+                "table's ids or rows): averaging them over workers has no meaning. Use "
+                "mode='async' for this step", op="replicate")
         both = [n for n in take_from if any(n.attrs["key"] == r.attrs["key"] for r in served)]
         if both:
             raise DistributedError(
@@ -78,9 +88,48 @@ def split(part: Graph, mode: str = "async"):
     contribute.nodes.sort(key=lambda n: n.op != "recv")  # every recv first
     takes = {n: ("take", {"name": n.attrs["key"]}) for n in take_from}
     apply = _closure(part, assigns, takes)
+    apply = _rows_in_place(apply)
     for graph, kind in ((pull, "pull"), (serve, "serve"), (apply, "apply")):
         graph.name = f"{part.name}.{kind}"
     return pull, serve, contribute, apply
+
+
+def _rows_in_place(apply: Graph) -> Graph:
+    """`assign(v, index_add(read(v), rows, ids))`, the read used by nothing else, becomes
+    `add_rows(rows, ids, var=v)`: the update of a sharded table's looked-up rows writes them
+    where they are (a ps's variables are its own) instead of copying the whole table."""
+    from ...ops.indexing import ARRAY
+    uses: dict = {}
+    for node in apply.nodes:
+        for v in node.inputs:
+            uses.setdefault(v, []).append(node)
+    fused: dict = {}  # assign -> (index_add, read)
+    for node in apply.nodes:
+        if node.op != "assign":
+            continue
+        update = node.inputs[0].node
+        if update.op != "index_add" or ARRAY not in update.attrs.get("key", ()):
+            continue
+        read = update.inputs[0].node
+        if read.op == "read" and read.attrs["var"] == node.attrs["var"] and \
+                uses[read.outputs[0]] == [update] and uses[update.outputs[0]] == [node] and \
+                not any(read in n.after for n in apply.nodes if n is not node):
+            fused[node] = (update, read)
+    if not fused:
+        return apply
+    gone = {n for pair in fused.values() for n in pair}
+    nodes = []
+    for node in apply.nodes:
+        if node in gone:
+            continue
+        if node in fused:
+            update, read = fused[node]
+            node = type(node)("add_rows", update.inputs[1:], {"var": node.attrs["var"],
+                                                              "key": update.attrs["key"]},
+                              node.device, node.source, [a for a in node.after if a is not read])
+        nodes.append(node)
+    apply.nodes = nodes
+    return apply
 
 
 def _accumulate(recv):

@@ -138,6 +138,10 @@ class GraphServer:
                     op="register")
             part.group = group
             self.parts[(sender, ident)] = part
+        except registration.Missing as e:  # asked again, with these variables' values
+            self.box.post(sender, "ack", 0, [("meta", "id", np.int64(message.step))] +
+                          [("meta", key, np.int64(0)) for key in e.keys], REPLY)
+            return
         except Error as e:
             self._refuse(sender, f"{type(e).__name__}: {e.message}")
             return
