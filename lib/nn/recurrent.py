@@ -14,6 +14,9 @@ from ..eager.context import current
 from ..errors import ArgumentError, DTypeError, ShapeError
 from ..tensor import Tensor
 from ..ops.creation import empty, zeros
+from ..ops.lstm_cell import lstm_cell
+# Until kernels/numpy/__init__.py imports it: registers the fused cell's CPU kernels.
+from ..kernels.numpy import lstm_cell as _lstm_cell_kernels  # noqa: F401
 from ..ops.elementwise import relu, sigmoid, tanh
 from ..ops.shape import concat, expand_dims, reshape, split, squeeze, stack, swapaxes
 from . import functional as F
@@ -33,10 +36,9 @@ def rnn_step(x_proj, h, w_hh, b_hh, nonlinearity: str):
 def lstm_step(x_proj, h, c, w_hh, b_hh, w_hr=None):
     """One LSTM step from the input's projection x @ W_ih.T + b_ih; returns (h, c). With a
     projection w_hr (proj_size, hidden_size), h is projected down after each step."""
-    gates = x_proj + F.linear(h, w_hh, b_hh)
-    i, f, g, o = split(gates, gates.shape[-1] // 4, axis=-1)
-    c = sigmoid(f) * c + sigmoid(i) * tanh(g)
-    h = sigmoid(o) * tanh(c)
+    # One fused primitive on CPU (the GEMM and the gates' math in one kernel; ops/lstm_cell.py),
+    # the same formula in rill ops elsewhere.
+    h, c = lstm_cell(x_proj, h, c, w_hh, b_hh)
     return (h if w_hr is None else F.linear(h, w_hr)), c
 
 
