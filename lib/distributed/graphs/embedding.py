@@ -25,7 +25,6 @@ from __future__ import annotations
 from ... import dtypes as dt
 from ...devices import device as as_device
 from ...errors import ArgumentError, DistributedError, DTypeError
-from ...kernels.numpy import prefix as _prefix_kernels  # noqa: F401 - to_device_prefix's kernels
 from ...nn import functional as F
 from ...nn import init
 from ...nn.module import Module

@@ -159,6 +159,32 @@ class Postbox:
         self._wait(arrived, what, self.world.worker_ranks, deadline)
         return found[0]
 
+    def poll_control(self):
+        """(message, sender) of a CONTROL message that has arrived, or None (no waiting)."""
+        from mpi4py import MPI
+        status = MPI.Status()
+        msg = self.comm.Improbe(MPI.ANY_SOURCE, CONTROL, status)
+        if msg is None:
+            return None
+        return self._read(msg, status), status.Get_source()
+
+    def collect(self) -> None:
+        """Take in the values that have arrived, and let completed sends go."""
+        with self.probe:
+            self._drain()
+        if self.pending:
+            with self.sending:
+                self._reap()
+
+    def has_all(self, source: int, keys, step: int) -> bool:
+        values = self.values
+        return all((source, key, step) in values for key in keys)
+
+    def discard(self, source: int, step: int) -> None:
+        """Forget values of `source`'s `step` that nothing took (its go-aheads)."""
+        for k in [k for k in self.values if k[0] == source and k[2] == step]:
+            del self.values[k]
+
     def _read(self, msg, status) -> wire.Message:
         from mpi4py import MPI
         sender = status.Get_source()

@@ -15,11 +15,11 @@ import numpy as np
 
 from ...capture.partitioned import PartitionedProgram
 from ...capture.passes.partition import split_results
-from ...capture.transport import Rendezvous, Transport, move
+from ...capture.transport import Rendezvous, Transport
 from ...errors import DistributedError
 from ..world import world
 from . import registration
-from .postbox import CONTROL, GLOBAL_STEP, postbox, task_rank
+from .postbox import CONTROL, postbox, task_rank
 
 _HELD: dict = {}                   # id(tensor) -> (task, name on that task, tensor)
 _PEERS: set = set()                # ranks of the tasks this process has registered with

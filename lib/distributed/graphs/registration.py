@@ -17,7 +17,7 @@ import numpy as np
 from ...capture import schema
 from ...capture.ir import Graph, Variable
 from ...capture.serialize import encode_graph
-from ...errors import CheckpointError, DistributedError
+from ...errors import CheckpointError
 
 FORMAT, VERSION = "rill-partition", 1
 MAX_DOCUMENT = 1 << 28
@@ -101,7 +101,6 @@ def decode(message, store: dict, sender: str, here: str):
     """(ident, options, Graph) of a "register" message from task `sender`, checked; the
     variables it names are taken from `store` ({name: holder Tensor}), and the ones not
     there yet made from the values the message carries."""
-    from ...capture.ir import GRAPH_OPS  # noqa: F401
     from ...tensor import new_tensor
     from ... import devices
     entries = {(field, name): array for field, name, array in message.entries}

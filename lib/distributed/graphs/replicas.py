@@ -236,6 +236,12 @@ class Replicas:
                     self.lock.wait(min(left, 1.0))
             return self.global_step
 
+    def ready(self, worker: int) -> bool:
+        """Whether a pull of this worker may run now (wait_turn without waiting)."""
+        last = self.last.get(worker)
+        return self.mode != "sync" or last is None or self.global_step > last or \
+            self._starved()
+
     def commit(self, contribution: Contribution, apply) -> None:
         """Count a contribution; when it completes its step, apply(self) runs (under the
         lock, so that steps apply one at a time and no contribution lands in between)."""

@@ -5,20 +5,21 @@ model code. The loop answers control messages until every worker has closed:
 
     register  a worker's part (registration.py), checked like any loaded graph, cut into
               pull / contribute / apply (replicas.py), its variables made on first sight
-    run       a step of a registered part: queued to that worker's executor thread
+    run       a step of a registered part: its phases run as its values arrive
     fetch     the current values of variables (after the worker's earlier steps)
     save / restore  this task's variables to / from its shard of a checkpoint
     close     the worker is done
 
-Each worker has an executor thread, so that the ps serves several workers' steps at once (a
-step waits for its worker's values); updates to the variables apply one step at a time.
+One thread serves every worker, as an event loop (GraphServer.run): a request never waits
+inside a program; each phase of a step runs once the values it needs have arrived, so the
+steps of several workers interleave, and updates apply one step at a time.
 """
 from __future__ import annotations
 
-import queue
 import sys
-import threading
+import time
 import traceback
+from collections import deque
 
 import numpy as np
 
@@ -27,6 +28,7 @@ from ...capture.transport import Transport
 from ...errors import DistributedError, Error
 from ..world import world
 from . import registration, replicas
+from ..collectives import _yield
 from .postbox import CONTROL, REPLY, GLOBAL_STEP, postbox, task_of, task_rank
 
 
@@ -41,6 +43,9 @@ class Registered:
             setattr(self, kind, Program(g.lint(), parallel=False) if g.nodes else None)
         self.names = sorted(n.attrs["name"] for g in (serve, contribute) for n in g.nodes
                             if n.op == "accumulate")
+        # the worker's values each phase needs before it runs (keys of its recvs)
+        self.waits_for = {kind: [n.attrs["key"] for n in g.nodes if n.op == "recv"]
+                          for kind, g in self.parts.items()}
 
 
 class PsStepArgs(list):
@@ -68,6 +73,17 @@ class ToWorker(Transport):
         pass
 
 
+class StepRun:
+    """A worker's "run" request in progress: which phase it is in, and its step args."""
+
+    def __init__(self, part, step: int, global_step: int, args):
+        self.part, self.step, self.global_step, self.args = part, step, global_step, args
+        self.phase = 0  # index into PHASES
+
+
+PHASES = ("pull", "serve", "contribute")
+
+
 class GraphServer:
     def __init__(self, w=None):
         self.world = w = w or world()
@@ -79,32 +95,37 @@ class GraphServer:
         self.store: dict = {}       # variable name -> its tensor (grads: a holder of .grad)
         self.parts: dict = {}       # (worker rank, graph id) -> Registered
         self.groups: dict = {}      # graph id -> Replicas shared by the workers' parts
-        self.queues: dict = {}      # worker rank -> its executor's queue
-        self.threads: list = []
+        self.requests = {r: deque() for r in w.worker_ranks}  # each worker's, in order
+        self.running: dict = {}     # worker rank -> its StepRun
+        self.since: dict = {}       # worker rank -> when its first request began to wait
         self.failure = None
 
     def run(self) -> dict:
         """Serve until every worker has closed; returns the counts per step function (by
-        the name its capture gave it)."""
+        the name its capture gave it).
+
+        One thread does everything, as an event loop: it takes control messages and values
+        as they arrive, and moves each worker's oldest request on as far as what has
+        arrived allows (a step's pull once the barrier lets it, its serve and contribute
+        phases once the worker's values for them are here, then the update). No request
+        waits inside a program, so no thread hands work to another, and a ps with several
+        workers polls MPI from one thread only."""
         open_workers = set(self.world.worker_ranks)
-        while open_workers:
-            # Between requests a ps idles as long as the workers compute: no deadline (a
-            # worker that fails stops the whole job; the exchanges of a step have theirs).
-            message, sender = self.box.next_control(f"serve on {self.here} (waiting for "
-                                                    "any worker)", float("inf"))
-            kind = message.kind
-            if kind == "close":
-                open_workers.discard(sender)
-                self._executor(sender).put(None)
-            elif kind == "register":
-                self._register(message, sender)
-            elif kind in ("run", "fetch", "save", "restore"):
-                self._executor(sender).put((kind, message))
-            else:
-                raise DistributedError(f"a {kind} message from {task_of(self.world, sender)} "
-                                       "on the control channel; refused", op="serve")
-        for t in self.threads:
-            t.join()
+        start = time.monotonic()
+        pause = 0.0
+        while open_workers or any(self.requests.values()):
+            moved = self._take_control(open_workers)
+            self.box.collect()
+            for worker in self.world.worker_ranks:
+                while self.requests[worker] and self._advance(worker):
+                    moved = True
+            if moved:
+                pause, start = 0.0, time.monotonic()
+            elif time.monotonic() - start < 2e-3:
+                _yield()  # most exchanges end within a few milliseconds
+            else:  # then idle, so that a ps waiting for slow workers leaves them the cores
+                pause = min(max(pause * 1.5, 2e-5), 1e-3)
+                time.sleep(pause)
         self.box.flush("the last replies")
         if self.failure is not None:
             raise self.failure
@@ -113,6 +134,26 @@ class GraphServer:
             name = g.name if g.name not in counts else f"{g.name}#{ident:x}"
             counts[name] = dict(g.stats, global_step=g.global_step)
         return counts
+
+    def _take_control(self, open_workers) -> bool:
+        """Queue each control message that has arrived (a registration is answered now)."""
+        moved = False
+        while True:
+            found = self.box.poll_control()
+            if found is None:
+                return moved
+            message, sender = found
+            moved = True
+            kind = message.kind
+            if kind == "register":
+                self._register(message, sender)
+            elif kind in ("run", "fetch", "save", "restore", "close"):
+                self.requests[sender].append((kind, message))
+                if kind == "close":
+                    open_workers.discard(sender)
+            else:
+                raise DistributedError(f"a {kind} message from {task_of(self.world, sender)} "
+                                       "on the control channel; refused", op="serve")
 
     # ---- registration ------------------------------------------------------------------
 
@@ -151,69 +192,100 @@ class GraphServer:
         self.box.post(worker, "error", 0, [("text", "error", np.frombuffer(
             why.encode("utf-8")[:60000], np.uint8))], REPLY)
 
-    # ---- each worker's requests, in order, on its own thread ---------------------------
+    # ---- each worker's requests, in order -----------------------------------------------
 
-    def _executor(self, worker: int) -> queue.SimpleQueue:
-        found = self.queues.get(worker)
-        if found is None:
-            found = self.queues[worker] = queue.SimpleQueue()
-            t = threading.Thread(target=self._serve_worker, args=(worker, found),
-                                 name=f"rill-serve-{task_of(self.world, worker)}", daemon=True)
-            t.start()
-            self.threads.append(t)
-        return found
-
-    def _serve_worker(self, worker: int, requests) -> None:
-        from . import checkpoint
-        while True:
-            item = requests.get()
-            if item is None:
+    def _advance(self, worker: int) -> bool:
+        """Move the worker's oldest request on; True if it finished (the next may start)."""
+        kind, message = self.requests[worker][0]
+        try:
+            if kind == "run":
+                done = self._step(worker, message)
+            elif kind == "close":
                 for group in self.groups.values():
                     group.close(worker)
-                return
-            kind, message = item
-            try:
-                if kind == "run":
-                    self._step(worker, message)
-                elif kind == "fetch":
-                    self._fetch(worker, message)
-                else:
-                    checkpoint.serve(self, worker, kind, message)
-            except Exception as e:  # noqa: BLE001 - told to the worker, then raised here
-                text = e.message if isinstance(e, Error) else f"{type(e).__name__}: {e}"
-                print(f"{self.here}: {kind} for {task_of(self.world, worker)} failed: {text}",
-                      file=sys.stderr)
-                traceback.print_exc()
-                if kind == "run":  # the worker waits for values
-                    self.box.fail(worker, text)
-                else:              # the worker waits for a reply
-                    self._refuse(worker, text)
-                self.failure = self.failure or e
+                done = True
+            elif not all(g.ready(worker) for g in self.groups.values()):
+                done = False  # a fetch or checkpoint waits for the worker's earlier steps
+            elif kind == "fetch":
+                self._fetch(worker, message)
+                done = True
+            else:
+                from . import checkpoint
+                checkpoint.serve(self, worker, kind, message)
+                done = True
+        except Exception as e:  # noqa: BLE001 - told to the worker, then raised here
+            self._failed(worker, kind, e)
+            done = True
+        if done:
+            self.requests[worker].popleft()
+            self.running.pop(worker, None)
+            self.since.pop(worker, None)
+            return True
+        waited = time.monotonic() - self.since.setdefault(worker, time.monotonic())
+        if waited > self.world.timeout:
+            self.requests[worker].popleft()
+            self.running.pop(worker, None)
+            self.since.pop(worker, None)
+            self._failed(worker, kind, DistributedError(
+                f"{kind} for {task_of(self.world, worker)} on {self.here} waited "
+                f"{self.world.timeout:g} s: {self._waiting_for(worker, kind)}", op="serve"))
+        return False
 
-    def _step(self, worker: int, message) -> None:
-        ident = _meta(message, "id")
-        part = self.parts.get((worker, ident))
-        if part is None:
-            raise DistributedError(f"{task_of(self.world, worker)} asked to run step "
-                                   f"function {ident}, which it has not registered", op="serve")
-        group, step = part.group, message.step
-        what = f"step {step} of {task_of(self.world, worker)}"
-        s = group.wait_turn(worker, what)
-        args = PsStepArgs()
-        args.transport = ToWorker(self.box, worker, step, s)
-        args.accumulators = group
-        args.contribution = replicas.Contribution(worker, s)
-        for phase in (part.pull, part.serve, part.contribute):
-            if phase is not None:
-                phase(args)
-        if part.apply is not None:
-            group.commit(args.contribution, lambda g: part.apply(args))
-        self.box.flush(what)
+    def _step(self, worker: int, message) -> bool:
+        """Run the parts of a step whose inputs are here; True once the step is done."""
+        run = self.running.get(worker)
+        if run is None:
+            ident = _meta(message, "id")
+            part = self.parts.get((worker, ident))
+            if part is None:
+                raise DistributedError(f"{task_of(self.world, worker)} asked to run step "
+                                       f"function {ident}, which it has not registered",
+                                       op="serve")
+            if not part.group.ready(worker):
+                return False  # sync: its last contribution is not applied yet
+            args = PsStepArgs()
+            s = part.group.global_step
+            args.transport = ToWorker(self.box, worker, message.step, s)
+            args.accumulators = part.group
+            args.contribution = replicas.Contribution(worker, s)
+            run = self.running[worker] = StepRun(part, message.step, s, args)
+        while run.phase < len(PHASES):
+            phase = PHASES[run.phase]
+            if not self.box.has_all(worker, run.part.waits_for[phase], run.step):
+                return False
+            program = getattr(run.part, phase)
+            if program is not None:
+                program(run.args)
+            run.phase += 1
+        if run.part.apply is not None:
+            run.part.group.commit(run.args.contribution, lambda g: run.part.apply(run.args))
+        self.box.discard(worker, run.step)  # go-aheads nobody waits for
+        return True
+
+    def _waiting_for(self, worker: int, kind: str) -> str:
+        run = self.running.get(worker)
+        if run is None:
+            return ("the worker's earlier steps to be applied (a step still lacks "
+                    "contributions from other workers)")
+        phase = PHASES[run.phase]
+        missing = [k for k in run.part.waits_for[phase]
+                   if (worker, k, run.step) not in self.box.values]
+        return f"the worker's values {missing[:3]} of step {run.step} ({phase})"
+
+    def _failed(self, worker: int, kind: str, e: Exception) -> None:
+        text = e.message if isinstance(e, Error) else f"{type(e).__name__}: {e}"
+        print(f"{self.here}: {kind} for {task_of(self.world, worker)} failed: {text}",
+              file=sys.stderr)
+        if not isinstance(e, Error):
+            traceback.print_exc()
+        if kind == "run":  # the worker waits for values
+            self.box.fail(worker, text)
+        else:              # the worker waits for a reply
+            self._refuse(worker, text)
+        self.failure = self.failure or e
 
     def _fetch(self, worker: int, message) -> None:
         wanted = [name for field, name, _ in message.entries if field == "wanted"]
-        for group in self.groups.values():
-            group.wait_turn(worker, f"fetch for {task_of(self.world, worker)}")
         entries = []
         for name in wanted:
             holder = self.store.get(name)
