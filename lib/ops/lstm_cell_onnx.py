@@ -1,0 +1,25 @@
+"""ONNX export of the fused LSTM cell (lib/ops/lstm_cell.py): the same formula in plain ONNX
+ops, so a captured nn.LSTM exports as before the cell was fused. A row of the exporter's
+table (lib/onnx/export_ops.py: fn(b, node, ins) -> one ONNX name per output)."""
+from __future__ import annotations
+
+
+def export_lstm_cell(b, node, ins):
+    """gates = x_proj + h @ w_hh^T (+ b_hh); c' = s(f) c + s(i) tanh(g); h' = s(o) tanh(c').
+    The residual outputs (acts, tanh_c') serve rill's backward only: None."""
+    x_proj, h, c, w = ins[:4]
+    gates = b.op("Add", [x_proj, b.op("MatMul", [h, b.op("Transpose", [w], perm=[1, 0])])])
+    if len(ins) > 4:
+        gates = b.op("Add", [gates, ins[4]])
+    hidden = node.inputs[2].shape[1]
+    i, f, g, o = b.split(gates, [hidden] * 4, axis=1)
+    c_new = b.op("Add", [b.op("Mul", [b.op("Sigmoid", [f]), c]),
+                         b.op("Mul", [b.op("Sigmoid", [i]), b.op("Tanh", [g])])])
+    h_new = b.op("Mul", [b.op("Sigmoid", [o]), b.op("Tanh", [c_new])])
+    return [h_new, c_new, None, None]
+
+
+def register() -> None:
+    """Put the row in the exporter's table (once; idempotent)."""
+    from ..onnx.export_ops import TABLE
+    TABLE.setdefault("lstm_cell", export_lstm_cell)
