@@ -86,7 +86,8 @@ def _blas_controllers():
 # threads them from 2^18), and each threaded call leaves a BLAS worker spinning for tens of
 # milliseconds, competing with the passes split here. A kernel can run such a GEMM under
 # blas_at_one_thread() (measured: the CNN step of bench/train.py with its three small
-# linear-layer GEMMs so held ran in 31.5 ms instead of 79.6, median, interleaved, host load ~5).
+# linear-layer GEMMs so held, 2 threads: 22.3 ms instead of 29.8 on a quiet host, and 31.5
+# instead of 79.6 at load ~5; medians, `bench/conv.py --hold-small-gemms` and interleaved).
 SMALL_GEMM = 1 << 22
 
 
