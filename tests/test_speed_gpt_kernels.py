@@ -162,3 +162,53 @@ def test_captured_clip_agrees_with_eager_and_takes_one_norm():
         np.testing.assert_array_equal(c.numpy(), e)
     (variant,) = captured.variants.values()
     assert variant.program.graph.count("norm") == 1
+
+
+# ---- softmax, log_softmax, cross-entropy (row sums as matrix-vector products) -----------
+
+@pytest.mark.parametrize("shape, axis, dtype, tol", [
+    ((512, 65), -1, np.float32, 1e-6), ((8, 4, 64, 64), -1, np.float64, 1e-13),
+    ((7,), 0, np.float32, 1e-6), ((5, 9), 0, np.float64, 1e-13), ((3, 4), -1, np.float16, 2e-3)])
+def test_softmax_and_log_softmax_match_torch(shape, axis, dtype, tol):
+    x = (np.random.default_rng(6).standard_normal(shape) * 4).astype(dtype)
+    tx = torch.tensor(x.astype(np.float32) if dtype == np.float16 else x)
+    for ours, theirs in ((rill.softmax, torch.softmax), (rill.log_softmax, torch.log_softmax)):
+        got = ours(rill.tensor(x), axis=axis)
+        assert got.dtype.name == np.dtype(dtype).name
+        np.testing.assert_allclose(got.numpy().astype(np.float64),
+                                   theirs(tx, dim=axis).numpy().astype(np.float64),
+                                   rtol=tol, atol=tol)
+
+
+def test_softmax_rows_of_minus_inf_are_nan_as_torch():
+    x = np.array([[0.0, -np.inf, 1.0], [-np.inf, -np.inf, -np.inf]], np.float32)
+    for ours, theirs in ((rill.softmax, torch.softmax), (rill.log_softmax, torch.log_softmax)):
+        got = ours(rill.tensor(x), axis=-1).numpy()
+        assert np.isnan(got[1]).all()
+        np.testing.assert_allclose(got, theirs(torch.tensor(x), dim=-1).numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("label_smoothing, reduction", [(0.0, "mean"), (0.1, "mean"),
+                                                        (0.2, "sum"), (0.0, "none")])
+def test_cross_entropy_and_its_gradient_match_torch(dtype, label_smoothing, reduction):
+    rng = np.random.default_rng(7)
+    logits = (rng.standard_normal((512, 65)) * 3).astype(dtype)
+    target = rng.integers(0, 65, 512)
+    target[::7] = -100  # ignored rows
+    rl, tl = rill.tensor(logits, requires_grad=True), torch.tensor(logits, requires_grad=True)
+    ours = F.cross_entropy(rl, rill.tensor(target), reduction=reduction,
+                           label_smoothing=label_smoothing)
+    theirs = torch.nn.functional.cross_entropy(tl, torch.tensor(target), reduction=reduction,
+                                               label_smoothing=label_smoothing)
+    tol = 2e-6 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(ours.detach().numpy(), theirs.detach().numpy(), rtol=tol,
+                               atol=tol)
+    ours.sum().backward()
+    theirs.sum().backward()
+    np.testing.assert_allclose(rl.grad.numpy(), tl.grad.numpy(), rtol=tol, atol=tol * 1e-2)
+
+
+def test_cross_entropy_bad_target_is_a_rill_error():
+    with pytest.raises(rill.Error, match="outside"):
+        F.cross_entropy(rill.zeros((2, 3)), rill.tensor([0, 3]))

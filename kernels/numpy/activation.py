@@ -1,4 +1,12 @@
-"""softmax / log_softmax CPU kernels: shift by the max so exp never overflows."""
+"""softmax / log_softmax CPU kernels: shift by the max so exp never overflows.
+
+Along the last axis of float32/float64 data (a model's logits, attention scores) a row's
+sum is a matrix-vector product, `e @ ones`, and the exponentials are taken in place: NumPy's
+sum along a short last axis runs an inner loop per row (at (512, 65) float32, 15 us against
+3 us). The sums round differently from NumPy's pairwise ones, within float rounding.
+softmax_cross_entropy reads log-probabilities only at the targets (and their row means,
+for label smoothing) instead of making the whole log_softmax.
+"""
 from __future__ import annotations
 
 import numpy as np
@@ -17,15 +25,39 @@ def _shifted(x, axis):
     return x - m
 
 
+def _by_rows(x, axis) -> bool:
+    """Whether the fast path applies: the last axis of non-empty float32/float64 data."""
+    return (x.ndim >= 1 and x.size > 0 and axis in (-1, x.ndim - 1)
+            and x.dtype in (np.float32, np.float64))
+
+
+def _row_sums(e):
+    """Sums along the last axis, as e @ ones (BLAS; see the module docstring)."""
+    return e @ np.ones(e.shape[-1], e.dtype)
+
+
 def softmax(x, axis):
     with np.errstate(invalid="ignore", over="ignore"):
+        if _by_rows(x, axis):
+            e = _shifted(x, axis)  # a new array: exponentiated and scaled in place
+            np.exp(e, out=e)
+            e /= _row_sums(e)[..., None]
+            return e
         e = np.exp(_shifted(x, axis))
         return e / np.sum(e, axis=axis if x.ndim else None, keepdims=True)
+
+
+def _log_sum_exp_shifted(z):
+    """log of the row sums of exp(z) (z: rows shifted by their max), as (..., 1)."""
+    return np.log(_row_sums(np.exp(z)))[..., None]
 
 
 def log_softmax(x, axis):
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         z = _shifted(x, axis)
+        if _by_rows(x, axis):
+            z -= _log_sum_exp_shifted(z)
+            return z
         return z - np.log(np.sum(np.exp(z), axis=axis if x.ndim else None, keepdims=True))
 
 
@@ -45,10 +77,20 @@ def _valid_targets(target, c, ignore_index):
 def softmax_cross_entropy(logits, target, ignore_index, label_smoothing, reduction):
     n, c = logits.shape
     valid, safe = _valid_targets(target, c, ignore_index)
-    lp = log_softmax(logits, 1)
-    loss = -lp[np.arange(n), safe]
-    if label_smoothing:
-        loss = (1.0 - label_smoothing) * loss - label_smoothing * lp.mean(axis=1)
+    if _by_rows(logits, 1):
+        # Only the targets' log-probabilities (and each row's mean, for smoothing)
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            z = _shifted(logits, 1)
+            lse = _log_sum_exp_shifted(z)[:, 0]
+            loss = -(z[np.arange(n), safe] - lse)
+            if label_smoothing:
+                loss = ((1.0 - label_smoothing) * loss
+                        - label_smoothing * (_row_sums(z) / c - lse))
+    else:
+        lp = log_softmax(logits, 1)
+        loss = -lp[np.arange(n), safe]
+        if label_smoothing:
+            loss = (1.0 - label_smoothing) * loss - label_smoothing * lp.mean(axis=1)
     loss = np.where(valid, loss, 0)
     if reduction == "sum":
         loss = loss.sum()
