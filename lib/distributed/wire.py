@@ -64,6 +64,9 @@ DTYPES = tuple(np.dtype(t) for t in ("<?", "<i1", "<i2", "<i4", "<i8", "<u1", "<
 MAX_NDIM = 64    # what NumPy allows
 MAX_NAME = 4096  # bytes of a variable's name
 _CODE = {d.newbyteorder("="): i + 1 for i, d in enumerate(DTYPES)}
+_FIELD_CODE = {f: i + 1 for i, f in enumerate(FIELDS)}
+_SHAPE = [struct.Struct(f"<{n}Q") for n in range(MAX_NDIM + 1)]
+_CODE_OF: dict = {}  # dtype object -> its code (or None): newbyteorder costs a microsecond
 
 
 class Message(NamedTuple):
@@ -84,13 +87,15 @@ def encode(kind: str, step: int, entries) -> bytearray:
     size = HEADER.size
     for field, name, array in entries:
         array = np.asarray(array)
-        code = _CODE.get(array.dtype.newbyteorder("="))
+        code = _CODE_OF.get(array.dtype)
+        if code is None:  # first sight of this dtype object (a byte order spelled out)
+            code = _CODE_OF[array.dtype] = _CODE.get(array.dtype.newbyteorder("="))
         if field not in CARRIES[kind] or code is None or array.ndim > MAX_NDIM:
             raise DistributedError(f"a {kind} message cannot carry {field!r} {name!r} as "
                                    f"{array.dtype}[{array.ndim} dims]", op="wire")
         raw_name = name.encode("utf-8")
         data = array.astype(DTYPES[code - 1], order="C", copy=False)  # 0-d stays 0-d
-        parts.append((FIELDS.index(field) + 1, code, data, raw_name))
+        parts.append((_FIELD_CODE[field], code, data, raw_name))
         size += ENTRY.size + 8 * data.ndim + _padded(len(raw_name)) + _padded(data.nbytes)
     out = bytearray(size)
     HEADER.pack_into(out, 0, MAGIC, VERSION, KINDS.index(kind) + 1, 0, step, len(parts), 0)
@@ -98,11 +103,13 @@ def encode(kind: str, step: int, entries) -> bytearray:
     for field, code, data, raw_name in parts:
         ENTRY.pack_into(out, at, field, code, data.ndim, 0, len(raw_name))
         at += ENTRY.size
-        struct.pack_into(f"<{data.ndim}Q", out, at, *data.shape)
+        _SHAPE[data.ndim].pack_into(out, at, *data.shape)
         at += 8 * data.ndim
         out[at:at + len(raw_name)] = raw_name
         at += _padded(len(raw_name))
-        out[at:at + data.nbytes] = data.reshape(-1).view(np.uint8).data
+        # small arrays as bytes (fewer calls); large ones copied once, through a view
+        out[at:at + data.nbytes] = data.tobytes() if data.nbytes <= 4096 else \
+            data.reshape(-1).view(np.uint8).data
         at += _padded(data.nbytes)
     return out
 

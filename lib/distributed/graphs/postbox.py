@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 
 import numpy as np
 
@@ -51,7 +52,7 @@ class Postbox:
         self.steps: dict = {}        # sender -> the latest global step it reported
         self.failed: dict = {}       # sender -> what it said failed
         self.replies: dict = {}      # sender -> [messages on REPLY]
-        self.pending: list = []      # (request, buffer) of posted sends
+        self.pending = deque()       # (request, buffer) of posted sends, oldest first
         self.probe = threading.Lock()
         self.sending = threading.Lock()
         self.sent_bytes = self.received_bytes = 0  # value bytes (payloads), for tests/benches
@@ -63,8 +64,7 @@ class Postbox:
         buffer = wire.encode(kind, step, entries)
         with self.sending:
             self.pending.append((self.comm.Isend([buffer, MPI.BYTE], dest, tag), buffer))
-            if len(self.pending) > 64:
-                self._reap()
+            self._reap()
 
     def send(self, dest: int, key: str, step: int, buffer, global_step: int | None = None):
         """Post `buffer` (a host array, or None for a go-ahead) as value `key` of `step`."""
@@ -76,17 +76,17 @@ class Postbox:
         self.post(dest, "tensor", step, entries, VALUE)
 
     def _reap(self) -> None:
-        from mpi4py import MPI
-        done = MPI.Request.Testsome([r for r, _ in self.pending]) or []
-        if done:
-            keep = set(range(len(self.pending))) - set(done)
-            self.pending = [self.pending[i] for i in sorted(keep)]
+        """Let go of the sends that have completed, oldest first (they mostly complete in
+        the order they were posted; a later one waits for the next reap)."""
+        pending = self.pending
+        while pending and pending[0][0].Test():
+            pending.popleft()
 
     def flush(self, what: str = "send") -> None:
         """Wait until every posted send has completed (with the job's deadline)."""
         from mpi4py import MPI
         with self.sending:
-            pending, self.pending = self.pending, []
+            pending, self.pending = self.pending, deque()
         if pending:
             requests = [r for r, _ in pending]
             self._wait(lambda: MPI.Request.Testall(requests), what, None)
@@ -254,4 +254,6 @@ def postbox(w: World) -> Postbox:
                                        "process is not part of a distributed job: start it "
                                        "with rill-launch (or srun)", op="capture")
             _POSTBOX = Postbox(w)
+            import atexit
+            atexit.register(_POSTBOX.flush, "the last sends at exit")
         return _POSTBOX

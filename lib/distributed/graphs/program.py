@@ -129,8 +129,9 @@ class TaskProgram(PartitionedProgram):
             for task in self.remote:
                 self.box.post(task_rank(w, task), "run", self.step, [("meta", "id", ident)],
                               CONTROL)
+            # The sends complete on their own (the postbox keeps their buffers until then
+            # and reaps them as it posts more; close() and fetch() wait for the rest).
             results = super().__call__(args) if self.devices else []
-            self.box.flush(f"the sends of {self.name}")
             steps = [self.box.steps.get(task_rank(w, t), 0) for t in self.remote]
             self.global_step = max(steps, default=0)
             return results
@@ -213,6 +214,7 @@ def close() -> None:
     for rank in sorted(_PEERS or set(w.ps_ranks)):
         box.post(rank, "close", 0, [], CONTROL)
     box.flush("close")
+    _PEERS.clear()
 
 
 def replicate(fn=None, *, mode: str = "async", backup_workers: int = 0, **capture_options):
