@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import IndexingError
+from .pacing import Pacer
 
 
 def program(graph):
@@ -47,13 +48,15 @@ def run_scan(*inputs, body, length, reverse, n_carry, n_x, state, **_):
     step = program(body)
     first_y = n_carry + len(state)
     ys = _stacks(body.outputs[first_y:], length, _module(inputs))
-    for t in (range(length - 1, -1, -1) if reverse else range(length)):
-        outs = step(carry + [x[t] for x in xs] + consts)
-        carry = outs[:n_carry]
-        for j, p in enumerate(state):
-            consts[p] = outs[n_carry + j]
-        for stack, y in zip(ys, outs[first_y:]):
-            stack[t] = y
+    with Pacer(body) as pacer:
+        for t in (range(length - 1, -1, -1) if reverse else range(length)):
+            outs = step(carry + [x[t] for x in xs] + consts)
+            carry = outs[:n_carry]
+            for j, p in enumerate(state):
+                consts[p] = outs[n_carry + j]
+            for stack, y in zip(ys, outs[first_y:]):
+                stack[t] = y
+            pacer.tick()
     return carry + [consts[p] for p in state] + ys
 
 
@@ -66,14 +69,16 @@ def run_while(*inputs, cond, body, n_carry, state, max_iterations, backward, **_
     xp = _module(inputs)
     stacks = _stacks(body.outputs[first_res:], max_iterations, xp, zero=True) if saving else []
     i = 0
-    while (max_iterations is None or i < max_iterations) and bool(test(carry + consts)[0]):
-        outs = step(carry + consts)
-        carry = outs[:n_carry]
-        for j, p in enumerate(state):
-            consts[p] = outs[n_carry + j]
-        for stack, r in zip(stacks, outs[first_res:]):
-            stack[i] = r
-        i += 1
+    with Pacer(body) as pacer:
+        while (max_iterations is None or i < max_iterations) and bool(test(carry + consts)[0]):
+            outs = step(carry + consts)
+            carry = outs[:n_carry]
+            for j, p in enumerate(state):
+                consts[p] = outs[n_carry + j]
+            for stack, r in zip(stacks, outs[first_res:]):
+                stack[i] = r
+            i += 1
+            pacer.tick()
     result = carry + [consts[p] for p in state]
     if saving:  # the trip count and the stacks, for the reversed loop of the gradient
         result += [xp.asarray(i, dtype=np.int64)] + stacks
