@@ -4,7 +4,9 @@ Case: one LSTM layer, input 128, hidden 256, sequence 50, batch 32 (x is (T, N, 
 mean of the output squared; the gradients of all four parameters (weight_ih_l0, weight_hh_l0,
 bias_ih_l0, bias_hh_l0). Variants, each one call of the step:
     rill captured   `rill.capture` of the step (zero_grad, forward, loss, backward): the LSTM
-                    records one `scan` node, its gradient a reversed scan over saved residuals
+                    records one `scan` node whose body is one fused `lstm_cell` (the recurrent
+                    GEMM and the gates), its gradient a reversed scan of `lstm_cell_grad` and
+                    one GEMM per step over saved residuals
     rill eager      the same step uncaptured: the LSTM runs a Python loop over time steps
     torch eager     `torch.nn.LSTM` on CPU with the same weights (rill uses PyTorch's
                     parameter names and layout)
@@ -25,7 +27,8 @@ checked call, never a timed one, and a few warm-up calls follow it.
 As in bench/capture.py, each variant runs in its own process (thread counts left at each
 library's default) and the parent rotates blocks of consecutive calls between them with a
 pause between blocks, so machine noise falls on all alike. The table gives medians and
-minimums in ms per step, and ratios of medians.
+minimums in ms per step, and ratios of medians, with the host's load average before and after
+the timing and the BLAS libraries NumPy uses (threadpoolctl), as the figures depend on both.
 
     python bench/control_flow.py                  # about a minute
     python bench/control_flow.py --quick          # smoke run: tiny sizes, a few seconds
@@ -36,6 +39,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import statistics
 
 import numpy as np
@@ -257,6 +261,17 @@ def check(first: dict) -> dict:
 
 # ---- report --------------------------------------------------------------------------------
 
+def blas_info() -> list:
+    """The BLAS libraries loaded in this process (threadpoolctl), as 'name arch threads'."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return ["threadpoolctl not installed"]
+    return [f"{i.get('internal_api')} {i.get('version')} {i.get('architecture', '')} "
+            f"{i.get('num_threads')} threads" for i in threadpool_info()
+            if i.get("user_api") == "blas"]
+
+
 def ratios(m: dict) -> dict:
     out = {}
     for other in (EAGER, TORCH, JAX, NUMPY):
@@ -315,7 +330,9 @@ def main(argv=None) -> None:
     try:
         first = harness.set_up(conns, sizes)
         errors = check(first)
+        load_before = os.getloadavg()
         samples = harness.time_in_rotation(conns, args.repeats, args.block, settle)
+        load_after = os.getloadavg()
     finally:
         harness.stop(procs, conns)
     medians = {k: statistics.median(v) for k, v in samples.items()}
@@ -323,6 +340,10 @@ def main(argv=None) -> None:
                   "the largest value): " + ", ".join(f"{k} {max(e):.1e}"
                                                       for k, e in errors.items()))
     console.print(table(title, samples, medians))
+    console.print("load average (1, 5, 15 min) before timing "
+                  f"{', '.join(f'{v:.2f}' for v in load_before)}; after "
+                  f"{', '.join(f'{v:.2f}' for v in load_after)}")
+    console.print("BLAS (threadpoolctl, this process): " + "; ".join(blas_info()))
     found = ratios(medians)
     for name, value in found.items():
         console.print(f"  {name}: [bold]{value:.2f}[/bold]")
@@ -335,6 +356,8 @@ def main(argv=None) -> None:
     if args.json:
         report = {"machine": {**harness.machine(),
                               "versions seen by the variants": found_versions},
+                  "load_average": {"before": load_before, "after": load_after},
+                  "blas": blas_info(),
                   "sizes": sizes, "repeats": args.repeats, "block": args.block,
                   "skipped": skipped, "median_ms": medians,
                   "min_ms": {k: min(v) for k, v in samples.items()}, "ratios": found,
