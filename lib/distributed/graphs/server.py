@@ -221,14 +221,18 @@ class GraphServer:
             self.running.pop(worker, None)
             self.since.pop(worker, None)
             return True
+        # The worker's own deadline (the job's timeout) tells the user which value it was
+        # waiting for; this guard, twice as long, only keeps a ps from holding a request
+        # whose worker is gone.
         waited = time.monotonic() - self.since.setdefault(worker, time.monotonic())
-        if waited > self.world.timeout:
+        if waited > 2 * self.world.timeout:
             self.requests[worker].popleft()
             self.running.pop(worker, None)
             self.since.pop(worker, None)
             self._failed(worker, kind, DistributedError(
                 f"{kind} for {task_of(self.world, worker)} on {self.here} waited "
-                f"{self.world.timeout:g} s: {self._waiting_for(worker, kind)}", op="serve"))
+                f"{2 * self.world.timeout:g} s: {self._waiting_for(worker, kind)}",
+                op="serve"))
         return False
 
     def _step(self, worker: int, message) -> bool:
