@@ -151,3 +151,18 @@ def test_a_captured_step_computes_corrections_once_per_group():
     (variant,) = run.variants.values()
     # one beta1 ** t and one beta2 ** t per group (2 groups, 6 parameters)
     assert variant.program.graph.count("power") == 4
+
+
+@pytest.mark.filterwarnings("ignore::rill.CaptureWarning")  # a new pattern traces anew
+def test_captured_steps_whose_counts_part_match_torch():
+    rp, ropt, tp, topt = _pair("AdamW")
+
+    @rill.capture
+    def step(used):
+        _step(rp, ropt, rill, used, 0)
+
+    for used in PATTERN + PATTERN:  # later calls replay the variants the first ones traced
+        step(used)
+        _step(tp, topt, torch, used, 0)
+        _close(rp, tp, ropt, topt)
+    assert len(step.variants) == 4

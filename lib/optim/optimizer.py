@@ -433,7 +433,9 @@ class Optimizer:
         gradient as the dense one it stands for: exactly the dense result) and negated if
         `maximize`; state created with a step count and the zero `slots`, the step counted.
         SparseAdam, Adagrad and plain SGD keep sparse gradients sparse instead."""
+        from ..ops.methods import assign
         made_now, stepped_from = object(), {}  # cohorts of this call (see _step_cohort)
+        counted = {}  # (cohort, device) -> a count of it already counted in this call
         for p in group["params"]:
             g = p.grad
             if g is None:
@@ -444,28 +446,56 @@ class Optimizer:
             state = self._state(p, lambda: {"step": step_count(device=p.device),
                                             **{name: zeros_like(p) for name in slots}})
             old = None if made else self._step_cohort(state)
-            state["step"] += 1
-            self._set_cohort(state["step"], made_now if made else
-                             stepped_from.setdefault(old, object()) if old is not None
-                             else object())
+            cohort = made_now if made else stepped_from.setdefault(old, object()) \
+                if old is not None else object()
+            done = counted.get((cohort, p.device))
+            if done is None:
+                state["step"] += 1
+                counted[cohort, p.device] = state["step"]
+            else:  # an equal count, counted already: take its value (one op, not three)
+                assign(state["step"], done)
+            self._set_cohort(state["step"], cohort)
             if group.get("maximize"):
                 g = -g
             yield p, g, state
+        if current().interpreter.capturing:
+            # The graph counts (and Adam corrects) once per cohort as this step left them:
+            # it holds while the group's cohorts are those (see _step_cohort).
+            params = group["params"]
+            guard(f"{self._where(group)} step counts known equal",
+                  lambda: self._cohort_labels(params))
 
     # Step counts known equal ("cohorts"). Every parameter keeps its own step count, as
     # torch's state_dict has it, but the parameters of a group usually step together, so
-    # their counts are equal and a step's bias corrections (Adam's: 8 scalar ops) need
-    # computing once for all of them. Which counts are equal is known without reading them
-    # (a captured step cannot: its counts live in the graph): counts made in one step() of
-    # one group start equal; counts that were equal and all step stay equal; a count that
-    # steps while others of its cohort do not leaves it. A step count this bookkeeping has
-    # not seen (replaced by the user) is a cohort of its own.
+    # their counts are equal: a step counts one of them (the others take its value) and
+    # computes bias corrections (Adam's: 8 scalar ops) once for all. Which counts are equal
+    # is known without reading them (a captured step cannot: its counts live in the graph):
+    # counts made in one step() of one group start equal; counts that were equal and all
+    # step stay equal; a count that steps while others of its cohort do not leaves it. A
+    # step count this bookkeeping has not seen (replaced by the user) is a cohort of its
+    # own; one changed in place by the user is not noticed. A traced step guards the
+    # group's cohorts as it left them: a replay keeps them as they are, since it steps the
+    # same parameters; a call that finds others traces again.
 
     def _step_cohort(self, state):
         """A token for state["step"]: equal tokens mean equal counts; None if not known."""
         step = state.get("step")
         held = getattr(self, "_cohorts", {}).get(id(step))
         return held[1] if held is not None and held[0] is step else None
+
+    def _cohort_labels(self, params) -> tuple:
+        """Which of `params` have counts known equal, as first-seen labels: (0, 0, 1) says
+        the first two are; -1 for a parameter without state."""
+        labels: dict = {}
+        out = []
+        for p in params:
+            state = self.state.get(p)
+            if state is None:
+                out.append(-1)
+                continue
+            token = self._step_cohort(state)
+            out.append(labels.setdefault(object() if token is None else token, len(labels)))
+        return tuple(out)
 
     def _set_cohort(self, step, token) -> None:
         cohorts = self.__dict__.setdefault("_cohorts", {})
