@@ -97,7 +97,12 @@ else:
             time.sleep(8)
         else:
             step(x_all[mine], y_all[mine])
-            step(x_all[mine], y_all[mine])  # raises at the deadline
+            try:
+                step(x_all[mine], y_all[mine])  # raises at the deadline
+            except dist.DistributedError as e:  # kept whole for the test (output may be cut
+                with open(os.path.join(out, "stalled.txt"), "w") as f:  # when the job stops)
+                    f.write(str(e))
+                raise
     if setup == "straggler":  # until the ps have applied `steps` steps
         while dist.global_step() < steps:
             if w.task == 2:
