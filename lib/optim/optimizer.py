@@ -486,15 +486,19 @@ class Optimizer:
     def _cohort_labels(self, params) -> tuple:
         """Which of `params` have counts known equal, as first-seen labels: (0, 0, 1) says
         the first two are; -1 for a parameter without state."""
+        # (_step_cohort inlined: a captured step runs this before every call)
         labels: dict = {}
         out = []
+        states, cohorts = self.state, self.__dict__.get("_cohorts", {})
         for p in params:
-            state = self.state.get(p)
+            state = states.get(p)
             if state is None:
                 out.append(-1)
                 continue
-            token = self._step_cohort(state)
-            out.append(labels.setdefault(object() if token is None else token, len(labels)))
+            step = state.get("step")
+            held = cohorts.get(id(step))
+            token = held[1] if held is not None and held[0] is step else object()
+            out.append(labels.setdefault(token, len(labels)))
         return tuple(out)
 
     def _set_cohort(self, step, token) -> None:
