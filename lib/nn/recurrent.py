@@ -15,8 +15,6 @@ from ..errors import ArgumentError, DTypeError, ShapeError
 from ..tensor import Tensor
 from ..ops.creation import empty, zeros
 from ..ops.lstm_cell import lstm_cell
-# Until kernels/numpy/__init__.py imports it: registers the fused cell's CPU kernels.
-from ..kernels.numpy import lstm_cell as _lstm_cell_kernels  # noqa: F401
 from ..ops.elementwise import relu, sigmoid, tanh
 from ..ops.shape import concat, expand_dims, reshape, split, squeeze, stack, swapaxes
 from . import functional as F

@@ -610,3 +610,8 @@ def _attention(b, node, ins):
         hidden = np.triu(np.ones((length, keys), bool), k=1)
         scores = b.op("Add", [scores, b.const(np.where(hidden, -np.inf, 0).astype(d.storage))])
     return [b.op("MatMul", [b.op("Softmax", [scores], axis=-1), v]), None]
+
+
+from ..ops.lstm_cell_onnx import export_lstm_cell  # noqa: E402 - the fused cell's row
+
+TABLE["lstm_cell"] = export_lstm_cell

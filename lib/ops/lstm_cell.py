@@ -133,20 +133,5 @@ def lstm_cell(x_proj, h, c, w_hh, b_hh=None):
         x_proj.ndim == 2
     if not fused:
         return lstm_cell_composite(x_proj, h, c, w_hh, b_hh)
-    if current().interpreter.capturing and not _onnx_registered:
-        _register_onnx()  # a captured graph may be exported: the row must be in the table
     h_new, c_new, _, _ = bind(lstm_cell_p, *tensors)
     return h_new, c_new
-
-
-_onnx_registered = False
-
-
-def _register_onnx() -> None:
-    # Until lib/onnx/export_ops.py holds this row itself: registered on the first captured
-    # call, when every rill module is loaded (importing rill.onnx while rill.ops loads would
-    # be an import cycle).
-    global _onnx_registered
-    from .lstm_cell_onnx import register
-    register()
-    _onnx_registered = True

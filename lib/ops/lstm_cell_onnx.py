@@ -18,8 +18,3 @@ def export_lstm_cell(b, node, ins):
     h_new = b.op("Mul", [b.op("Sigmoid", [o]), b.op("Tanh", [c_new])])
     return [h_new, c_new, None, None]
 
-
-def register() -> None:
-    """Put the row in the exporter's table (once; idempotent)."""
-    from ..onnx.export_ops import TABLE
-    TABLE.setdefault("lstm_cell", export_lstm_cell)
