@@ -161,7 +161,21 @@ def test_captured_clip_agrees_with_eager_and_takes_one_norm():
     for e, c in zip(eager, out):
         np.testing.assert_array_equal(c.numpy(), e)
     (variant,) = captured.variants.values()
-    assert variant.program.graph.count("norm") == 1
+    graph = variant.program.graph
+    # one dot product of the joined gradients, not a norm per gradient
+    assert graph.count("norm") == 0 and graph.count("concat") == 1
+    dots = [n for n in graph.nodes if n.op == "matmul" and n.outputs[0].shape == ()]
+    assert len(dots) == 1 and graph.count("sqrt") == 1
+
+
+@pytest.mark.parametrize("dtype, tol", [(np.float32, 2e-6), (np.float16, 1e-3)])
+def test_total_norm_of_many_entries_matches_torch(dtype, tol):
+    rng = np.random.default_rng(8)
+    grads = [rng.standard_normal(s).astype(dtype) for s in [(256, 64), (64, 256), (3000,), (7,)]]
+    ours = rill.optim.clip.get_total_norm([rill.tensor(g) for g in grads])
+    theirs = torch.nn.utils.get_total_norm([torch.tensor(g) for g in grads])
+    assert ours.dtype.name == np.dtype(dtype).name
+    np.testing.assert_allclose(float(ours), float(theirs), rtol=tol)
 
 
 # ---- softmax, log_softmax, cross-entropy (row sums as matrix-vector products) -----------
