@@ -131,6 +131,48 @@ def run_once(a, launcher: list[str], extra_env: dict, status: str, attempt: int,
     # Each rank starts in bootstrap.py, which labels its output lines and runs the script.
     cmd = [*launcher, "-n", str(a.n), sys.executable, "-u", "-m", "rill.distributed.bootstrap",
            a.script, *a.args]
+    segments = _shared_segments()
+    try:
+        return _run(a, cmd, env, status, console)
+    finally:
+        _remove_orphans(_shared_segments() - segments)
+
+
+# MPICH's shared-memory segments, named after the job (its process manager's key-value space
+# name, from a pid): a job whose ranks are killed leaves its segment behind, and a later job
+# whose pid-derived name is the same joins the dead job's memory and hangs in MPI_Init (seen
+# on a test machine with pid_max 32768 and hundreds of such leftovers). So rill-launch
+# removes the segments its job made that no process still maps.
+SHM = "/dev/shm"
+
+
+def _shared_segments() -> set:
+    try:
+        return {name for name in os.listdir(SHM) if name.startswith("mpich_shm_")}
+    except OSError:
+        return set()
+
+
+def _remove_orphans(names) -> None:
+    if not names:
+        return
+    mapped = set()
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open(f"/proc/{pid}/maps") as f:
+                    mapped.update(line.rsplit("/", 1)[-1].strip() for line in f
+                                  if "/mpich_shm_" in line)
+            except OSError:
+                continue
+    for name in set(names) - mapped:
+        try:
+            os.unlink(os.path.join(SHM, name))
+        except OSError:
+            pass
+
+
+def _run(a, cmd, env, status: str, console: Console) -> int:
     if not console.is_terminal:
         rc, causes = outcome(a, status, subprocess.call(cmd, env=env))
         console.print(rank_table(a, status, f"exited with {rc}"))
