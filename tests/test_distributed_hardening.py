@@ -350,3 +350,26 @@ def test_a_rank_killed_from_outside_while_the_job_stops_is_named_killed(tmp_path
     os.kill(watcher, signal.SIGCONT)
     os.waitpid(watcher, 0)
     assert board.read()[0].outcome() == "killed by SIGKILL"
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="needs /dev/shm")
+def test_rill_launch_removes_only_unmapped_shared_memory_segments():
+    import mmap
+    from rill.distributed import launch as launcher
+    names = [f"mpich_shm_rilltest{os.getpid()}_{i}" for i in range(2)]
+    files = [open(os.path.join("/dev/shm", n), "w+b") for n in names]
+    try:
+        for f in files:
+            f.write(b"\0" * 4096)
+            f.flush()
+        held = mmap.mmap(files[1].fileno(), 4096)  # a live job still maps this one
+        assert set(names) <= launcher._shared_segments()
+        launcher._remove_orphans(names)
+        assert not os.path.exists(os.path.join("/dev/shm", names[0]))
+        assert os.path.exists(os.path.join("/dev/shm", names[1]))
+        held.close()
+    finally:
+        for f, n in zip(files, names):
+            f.close()
+            if os.path.exists(os.path.join("/dev/shm", n)):
+                os.unlink(os.path.join("/dev/shm", n))
