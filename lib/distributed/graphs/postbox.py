@@ -142,23 +142,6 @@ class Postbox:
                                    f"{message.kind} message", op="distributed")
         return message
 
-    def next_control(self, what: str, deadline: float | None = None):
-        """(message, sender) of the next CONTROL message from any rank."""
-        from mpi4py import MPI
-        status = MPI.Status()
-        found = []
-
-        def arrived():
-            msg = self.comm.Improbe(MPI.ANY_SOURCE, CONTROL, status)
-            if msg is None:
-                return False
-            sender = status.Get_source()
-            found.append((self._read(msg, status), sender))
-            return True
-
-        self._wait(arrived, what, self.world.worker_ranks, deadline)
-        return found[0]
-
     def poll_control(self):
         """(message, sender) of a CONTROL message that has arrived, or None (no waiting)."""
         from mpi4py import MPI

@@ -286,4 +286,4 @@ class Replicas:
         parts = self.accumulators[name]
         if len(parts) == 1:
             return parts[0]
-        return np.mean(parts, axis=0, dtype=parts[0].dtype)
+        return np.mean(parts, axis=0)  # NumPy's rule for the dtype, as the eager strategy

@@ -29,7 +29,7 @@ from ...errors import DistributedError, Error
 from ..world import world
 from . import registration, replicas
 from ..collectives import _yield
-from .postbox import CONTROL, REPLY, GLOBAL_STEP, postbox, task_of, task_rank
+from .postbox import GLOBAL_STEP, REPLY, postbox, task_of
 
 
 class Registered:
@@ -320,8 +320,4 @@ def serve() -> dict:
     return GraphServer().run()
 
 
-def rank_of(task: str) -> int:
-    return task_rank(world(), task)
-
-
-__all__ = ["serve", "GraphServer", "CONTROL"]
+__all__ = ["serve", "GraphServer"]
