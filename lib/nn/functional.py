@@ -17,6 +17,7 @@ from ..ops import arguments as arg  # a module, so its helpers are not functiona
 from ..ops import elementwise as _E
 from ..ops.checks import check
 from ..ops.creation import ones, zeros
+from ..ops.batch_norm import batch_norm_train as _batch_norm_train
 from ..ops.normalization import layer_norm as _layer_norm
 from ..ops.elementwise import abs, rsqrt, scaled_add, square, where
 from ..ops.indexing import take, take_along_axis
@@ -291,31 +292,28 @@ def batch_norm(x, running_mean=None, running_var=None, weight=None, bias=None,
     for t, what in ((running_mean, "running_mean"), (running_var, "running_var"),
                     (weight, "weight"), (bias, "bias")):
         _check_channels("batch_norm", t, c, what)
-    shape = (1, c) + (1,) * (x.ndim - 2)
-    axes = (0,) + tuple(range(2, x.ndim))
     if training:
         count = x.size // c
         if count <= 1:
             raise ShapeError(f"training batch_norm needs more than one value per channel, got "
                              f"input {x.shape}", op="batch_norm")
-        mu = mean(x, axis=axes, keepdims=True)
-        centered = x - mu
-        v = mean(square(centered), axis=axes, keepdims=True)
-        if running_mean is not None or running_var is not None:
-            if running_mean is None or running_var is None:
-                raise ArgumentError("give both running_mean and running_var, or neither",
-                                    op="batch_norm")
+        if (running_mean is None) != (running_var is None):
+            raise ArgumentError("give both running_mean and running_var, or neither",
+                                op="batch_norm")
+        # The fused primitive on CPU float32/float64, else the same math in rill ops.
+        y, mu, v = _batch_norm_train(x, weight, bias, eps)
+        if running_mean is not None:
             with no_grad():
                 m = float(momentum)
-                assign(running_mean, scaled_add(running_mean, reshape(mu, (c,)), 1 - m, m))
-                assign(running_var, scaled_add(running_var, reshape(v, (c,)), 1 - m,
+                assign(running_mean, scaled_add(running_mean, mu, 1 - m, m))
+                assign(running_var, scaled_add(running_var, v, 1 - m,
                                                m * count / (count - 1)))  # unbiased
-        y = centered * rsqrt(v + eps)
-    else:
-        if running_mean is None or running_var is None:
-            raise ArgumentError("inference batch_norm needs running_mean and running_var",
-                                op="batch_norm")
-        y = (x - reshape(running_mean, shape)) * reshape(rsqrt(running_var + eps), shape)
+        return y
+    if running_mean is None or running_var is None:
+        raise ArgumentError("inference batch_norm needs running_mean and running_var",
+                            op="batch_norm")
+    shape = (1, c) + (1,) * (x.ndim - 2)
+    y = (x - reshape(running_mean, shape)) * reshape(rsqrt(running_var + eps), shape)
     return _affine(y, weight, bias, shape)
 
 

@@ -559,6 +559,23 @@ def _layer_norm(b, node, ins):
     return [b.op("Add", [b.op("Mul", [b.op("Div", [centered, std]), w]), bias])]
 
 
+@_row("batch_norm_train")
+def _batch_norm_train(b, node, ins):
+    """Batch statistics in plain ops (ONNX's BatchNormalization has no portable training
+    mode): y, and the per-channel mean and biased variance the running statistics read."""
+    x, w, bias = ins
+    ndim, d = node.inputs[0].ndim, _out_dtype(node)
+    axes = [0] + list(range(2, ndim))
+    per_channel = b.ints([1, -1] + [1] * (ndim - 2))
+    mean = b.reduce("ReduceMean", x, axes, True)
+    centered = b.op("Sub", [x, mean])
+    variance = b.reduce("ReduceMean", b.op("Mul", [centered, centered]), axes, True)
+    std = b.op("Sqrt", [b.op("Add", [variance, b.scalar_like(node.attrs["eps"], d)])])
+    y = b.op("Mul", [b.op("Div", [centered, std]), b.op("Reshape", [w, per_channel])])
+    y = b.op("Add", [y, b.op("Reshape", [bias, per_channel])])
+    return [y, b.op("Reshape", [mean, b.ints([-1])]), b.op("Reshape", [variance, b.ints([-1])])]
+
+
 @_row("einsum")
 def _einsum(b, node, ins):
     equation = ",".join(node.attrs["inputs"]) + "->" + node.attrs["output"]
