@@ -399,6 +399,17 @@ def _adaptive_avg(x, output_size, rank, op):
     x = as_tensor(x, "input", op)
     _adaptive_input(x, rank, op)
     sizes = _output_size(output_size, x, rank, op)
+    spatial = x.shape[x.ndim - rank:]
+    if all(size % out == 0 for size, out in zip(spatial, sizes)):
+        # Equal windows that tile the input (global pooling among them): a mean over the
+        # window axes of a reshape. One reduction, where the matrix form below is a
+        # product per axis (and, backward, as many more) plus transposes.
+        from .reduce import mean
+        from .shape import reshape
+        split = x.shape[:x.ndim - rank] + sum(((out, size // out) for size, out in
+                                               zip(spatial, sizes)), ())
+        windows = tuple(range(x.ndim - rank + 1, x.ndim + rank, 2))
+        return mean(reshape(x, split), axis=windows)
     for i, out in enumerate(sizes):
         axis = x.ndim - rank + i
         try:
