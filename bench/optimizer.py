@@ -24,8 +24,8 @@ the copy's median time), measured in the same rotation as the updates.
 All variants start from the same float32 parameters and gradients. Before timing, each
 variant's parameters after its first steps are compared with rill eager's (tolerance 1e-5
 relative to each parameter, or to lr where the parameter is smaller; the error relative to
-the largest change from the start is printed too), and the script stops if any differs. The first call of the captured
-step traces and compiles: it is a checked call, never a timed one.
+the largest change from the start is printed too), and the script stops if any differs. The
+first call of the captured step traces and compiles: it is a checked call, never a timed one.
 
 As in bench/capture.py, each variant runs in its own process (bench/harness.py; thread counts
 left at each library's default: PyTorch's implementations may use every core, rill's NumPy
