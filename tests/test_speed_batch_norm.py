@@ -54,13 +54,22 @@ def test_float32_stays_float32_and_matches_float64():
     np.testing.assert_allclose(var.numpy(), want[2], rtol=1e-5)
 
 
-def test_large_batch_split_over_blocks_and_cores():
-    # (32, 16, 32, 32) float32 is 2 MiB: several blocks, split over the cores when it pays.
-    x, w, b = arrays((32, 16, 32, 32), seed=3)
-    y, mean, var = batch_norm_train(*(rill.tensor(a.astype(np.float32)) for a in (x, w, b)), EPS)
-    want = reference(x, w, b)
-    np.testing.assert_allclose(y.numpy(), want[0], rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(mean.numpy(), want[1], rtol=1e-5, atol=1e-6)
+@pytest.mark.parametrize("split_bytes", [1 << 40, 0])
+def test_blocks_and_cores_give_what_one_pass_gives(monkeypatch, split_bytes):
+    from rill.kernels.numpy import batch_norm as kernels
+    x, w, b = arrays((12, 5, 8, 8), seed=3)
+    g = loss_weights(x.shape)
+    one = kernels._batch_norm(x, w, b, EPS)
+    one_grad = kernels._batch_norm_grad(g, x, w, one[1], one[2], EPS)
+    # blocks of 3 images (an image is 512 bytes), in one thread or split over the cores
+    monkeypatch.setattr(kernels, "BLOCK_BYTES", 3 * 512)
+    monkeypatch.setattr(kernels, "SPLIT_BYTES", split_bytes)
+    monkeypatch.setattr(kernels, "split", lambda fn, n, elements: (fn(0, 5), fn(5, n)))
+    blocked = kernels._batch_norm(x, w, b, EPS)
+    blocked_grad = kernels._batch_norm_grad(g, x, w, one[1], one[2], EPS)
+    for got, want in zip(blocked + blocked_grad, one + one_grad):
+        np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(blocked[0], reference(x, w, b)[0], rtol=1e-12, atol=1e-12)
 
 
 def loss_weights(shape, seed=5):
@@ -184,3 +193,13 @@ def test_bad_input_is_a_rill_error():
         bind(batch_norm_grad_p, rill.randn(4, 3, 4), x, w, w, w, eps=EPS)
     with pytest.raises(rill.ShapeError, match="more than one value per channel"):
         F.batch_norm(rill.randn(1, 3), training=True)
+
+
+def test_variance_of_values_far_from_zero_stays_accurate():
+    # One pass over x - k (k one of each channel's values) keeps the two-pass accuracy where
+    # E[x^2] - E[x]^2 would cancel: float32 values around 1e4 with unit spread.
+    x = (1e4 + np.random.default_rng(7).standard_normal((16, 3, 20))).astype(np.float32)
+    _, mean, var = bind(batch_norm_p, rill.tensor(x), rill.ones(3), rill.zeros(3), eps=EPS)
+    want = reference(x.astype(np.float64), np.ones(3), np.zeros(3))
+    np.testing.assert_allclose(var.numpy(), want[2], rtol=1e-3)
+    np.testing.assert_allclose(mean.numpy(), want[1], rtol=1e-6)
