@@ -30,12 +30,20 @@ from numpy.lib.stride_tricks import as_strided
 
 from rill.kernels.numpy import parallel
 
-# Images per GEMM: enough columns to keep BLAS busy, few enough to stay in a core's L2.
-_COLS_BYTES = 1 << 19
+# Images per GEMM: about this many bytes of columns. Fewer, larger steps win on two cores,
+# although the columns then leave L2: the copies and col2im adds between the GEMMs are
+# NumPy calls of ~10^4 elements, and two threads issuing such calls contend for the GIL
+# (measured: two threads doing 14k-element adds took 1.7x as long as one doing both
+# threads' work). 512 KiB -> 2 MiB, batch 32, 3x3, ms at 2 threads: input gradient 3->16 at
+# 32x32 1.95 -> 1.27, 16->32 at 16x16 2.86 -> 1.92, 32->64 at 16x16 6.99 -> 4.29; forward
+# 3->16 1.03 -> 0.72, the others within noise.
+_COLS_BYTES = 1 << 21
 # The weight gradient's GEMM sums over its columns (images x pixels): short sums run slowly,
 # so it takes images until it has about this many (OpenBLAS measured: one image of 16x16 or
-# larger per GEMM is as fast as several).
+# larger per GEMM is as fast as several), or about _WEIGHT_GRAD_BYTES of columns where
+# images are small (3->16 at 32x32: 1.95 -> 1.52 ms; 16->32 at 16x16: 1.59 -> 1.20).
 _WEIGHT_GRAD_COLUMNS = 512
+_WEIGHT_GRAD_BYTES = 1 << 20
 # The stride-1 forward copies columns in runs of whole padded rows from this many rows of
 # the GEMMs (C*KK) on (measured, 1 thread, CPU time, 60 interleaved calls, 3x3: 9% faster
 # with 32 channels at 16x16, 15% at 32x32, 34% with 8 channels; not faster with 3).
@@ -279,7 +287,8 @@ def conv_weight_grad(x, g, kernel_size, stride, padding, dilation):
     dtype = _compute_dtype(x)
     geo = _Geometry(x.shape, kernel, stride, padding, dilation, dtype)
     gm = g.reshape(n, o, geo.pixels)
-    per = max(1, _WEIGHT_GRAD_COLUMNS // geo.pixels)
+    per = max(1, _WEIGHT_GRAD_COLUMNS // geo.pixels,
+              _WEIGHT_GRAD_BYTES // (geo.rows * geo.pixels * np.dtype(dtype).itemsize))
     partials = {}  # by first image: summed in that order, so the result is deterministic
 
     def run(lo, hi):
