@@ -23,9 +23,6 @@ def split_everything(monkeypatch):
     still run the threaded paths (chunks, BLAS held at one thread, partial sums)."""
     monkeypatch.setattr(parallel, "MIN_ELEMENTS", 0)
     monkeypatch.setattr(parallel, "THREADS", max(2, parallel.THREADS))
-    # The per-image forward too: small batches' forward otherwise takes the whole-batch GEMM
-    # (test_per_image_and_whole_batch_kernels_agree runs both).
-    monkeypatch.setattr(conv_kernels, "WHOLE_BATCH_FORWARD_BYTES", 0)
 
 
 def randn(*shape):
@@ -227,25 +224,3 @@ def test_fewer_images_than_threads(monkeypatch, dtype):
           padding=1)
     check(F.conv2d, TF.conv2d, [randn(3, 8, 21, 19), randn(6, 8, 3, 3), randn(6)], dtype,
           padding=2, stride=2)
-
-
-def test_forward_takes_the_whole_batch_gemm_while_its_columns_are_small(monkeypatch):
-    """Below WHOLE_BATCH_FORWARD_BYTES of columns the forward is one GEMM over the batch;
-    above it, the per-image kernel. Both give (N, O, *out) C-contiguous and the same values."""
-    from rill.kernels.numpy import conv_per_image
-    x, w, b = randn(6, 4, 9, 8), randn(5, 4, 3, 3), randn(5)
-    attrs = dict(stride=(1, 1), padding=((1, 1), (1, 1)), dilation=(1, 1), groups=1)
-    cols_bytes = 4 * 9 * 6 * 9 * 8 * 8
-    calls = []
-    per_image = conv_per_image.conv
-    monkeypatch.setattr(conv_per_image, "conv", lambda *a: calls.append(1) or per_image(*a))
-    outs = []
-    for limit in (cols_bytes, cols_bytes - 1):
-        monkeypatch.setattr(conv_kernels, "WHOLE_BATCH_FORWARD_BYTES", limit)
-        outs.append(conv_kernels.conv(x, w, b, **attrs))
-    assert len(calls) == 1  # only the second, over the limit
-    for y in outs:
-        assert y.shape == (6, 5, 9, 8) and y.flags.c_contiguous
-    close(outs[0], outs[1], "float64")
-    close(outs[0], TF.conv2d(torch.tensor(x), torch.tensor(w), torch.tensor(b),
-                             padding=1).numpy(), "float64")

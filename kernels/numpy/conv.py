@@ -27,12 +27,6 @@ from rill.ops.primitive import register_kernels
 # Ungrouped convolutions run conv_per_image's kernels (faster on these machines; see there);
 # False sends them through the whole-batch kernels below (benchmarks compare the two).
 PER_IMAGE = True
-# ... except the forward while its whole-batch columns stay under this size: one GEMM over
-# all images, on BLAS's threads, beats per-image GEMMs at one thread each plus their copies
-# (batch 32, 3x3, 2 threads, ms, per-image -> whole batch with its output made contiguous:
-# 16->32 at 16x16 1.90 -> 0.78, 64->64 at 8x8 3.03 -> 0.98, 64->128 at 16x16 9.6 -> 8.3;
-# even at 38 MB of columns, 32->64 at 32x32; per-image wins at 75 MB, 64->64 at 32x32).
-WHOLE_BATCH_FORWARD_BYTES = 1 << 25
 
 
 def _compute_dtype(a):
@@ -134,21 +128,18 @@ def _channels_first(y, n, out_size):
 
 
 def conv(x, w, *bias, stride, padding, dilation, groups):
+    if groups == 1 and PER_IMAGE:
+        return conv_per_image.conv(x, w, bias[0] if bias else None, stride, padding, dilation)
     n, o = x.shape[0], w.shape[0]
     kernel = w.shape[2:]
     out = tuple((s + p[0] + p[1] - d * (k - 1) - 1) // st + 1 for s, p, d, k, st in
                 zip(x.shape[2:], padding, dilation, kernel, stride))
-    cols_bytes = (np.prod(w.shape[1:]) * groups * n * np.prod(out) *
-                  np.dtype(_compute_dtype(x)).itemsize)
-    if groups == 1 and PER_IMAGE and cols_bytes > WHOLE_BATCH_FORWARD_BYTES:
-        return conv_per_image.conv(x, w, bias[0] if bias else None, stride, padding, dilation)
     cols = _cols(x, kernel, out, stride, padding, dilation, groups)
     wm = w.reshape(groups, o // groups, -1).astype(cols.dtype, copy=False)
     y = np.matmul(wm, cols).reshape(o, -1)
     if bias:
         y += bias[0].astype(y.dtype, copy=False)[:, None]
-    # (N, O, *out) contiguous, the layout the next layer's passes read best
-    return np.ascontiguousarray(_channels_first(y, n, out), dtype=x.dtype)
+    return _channels_first(y, n, out).astype(x.dtype, copy=False)
 
 
 def conv_transpose(g, w, input_size, stride, padding, dilation, groups):
