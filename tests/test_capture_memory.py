@@ -14,14 +14,16 @@ from rill.capture.executor import Program
 from rill.capture.passes import fuse as fuse_module
 from rill.capture.passes import pipeline
 from rill.capture.passes.fuse import fuse, fuse_where_it_pays
+from rill.capture.passes import memory as memory_module
 from rill.capture.passes.memory import memory, plan
 
 
 @pytest.fixture
 def planned(monkeypatch):
-    """Captured functions run fused and planned, groups of any size."""
+    """Captured functions run fused and planned, groups and values of any size."""
     monkeypatch.setattr(pipeline, "EXECUTION_PASSES", [fuse_where_it_pays, memory])
     monkeypatch.setitem(fuse_module.MIN_ELEMENTS, "cpu", 1)
+    monkeypatch.setattr(memory_module, "MIN_BYTES", 0)
 
 
 def _chain(x):
@@ -167,3 +169,13 @@ def test_values_that_escape_or_alias_get_no_slot():
                for j, s in enumerate(outs) if s is not None}
     assert sorted(v.node.op for v in slotted) == ["exp", "multiply", "tanh"]
     assert not slotted & set(graph.outputs)
+
+
+def test_small_values_are_left_to_numpy():
+    """Below MIN_BYTES a value is not planned (out= costs more than NumPy's own recycling of
+    small buffers); from MIN_BYTES on it is."""
+    small = memory_module.MIN_BYTES // 4 // 2  # float32 elements: half the limit
+    graphs = [rill.capture(_chain).graph_for(rill.ones(n)) for n in (small, small * 2)]
+    planned_values = [len(plan(g).values) for g in graphs]
+    assert planned_values[0] == 0 and planned_values[1] > 0
+

@@ -46,6 +46,10 @@ ENABLED = os.environ.get("RILL_MEMORY_PLAN", "1") != "0"
 # besides the elementwise ops (kernels/numpy/fused.py:ELEMENTWISE).
 _NEVER_ALIAS = frozenset({"fused", "matmul", "linear", "linear_weight_grad", "sum", "mean",
                           "max", "min", "logsumexp", "var"})
+# Smaller values are not planned: NumPy and malloc recycle small buffers at no cost, and a
+# ufunc called with out= costs ~0.5 us more than one that allocates (a captured chain of 50
+# ops on (64,) float32 took 0.033 ms planned, 0.020 unplanned).
+MIN_BYTES = 1 << 16
 
 
 def memory(graph: Graph) -> Graph:
@@ -102,6 +106,7 @@ def plan(graph: Graph) -> MemoryPlan:
 
     def eligible(v) -> bool:
         return v not in returned and v.shape != () and fusible_dtype(v.dtype) and \
+            _bytes(v.shape, np.dtype(v.dtype.storage)) >= MIN_BYTES and \
             all(_never_aliases(u) for u in users.get(v, ()))
 
     blocks: list = []    # bytes per block (grown while planning)
