@@ -20,10 +20,45 @@ def _result(value, like_dtype):
     return np.asarray(value).astype(like_dtype, copy=False)
 
 
+# Sums over every axis but one (a bias's gradient: (N, C, H, W) summed to (C,)) from this
+# many elements run as two matrix-vector products.
+KEEP_ONE_AXIS_MIN = 1 << 16
+
+
+def _sum_keeping_one_axis(x, axis):
+    """x summed over every axis but one, for float32/float64 C-contiguous x, as BLAS
+    matrix-vector products; None where that does not apply. NumPy's sum over axes (0, 2, 3)
+    walks short strided runs (at (32, 32, 32, 32) float32: 120 us against 35 us); BLAS sums
+    with vector accumulators, as accurate as NumPy's pairwise sums along a row."""
+    if x.dtype not in (np.float32, np.float64) or x.size < KEEP_ONE_AXIS_MIN or \
+            not x.flags.c_contiguous or axis is None:
+        return None
+    axes = _axes_of(axis, x.ndim)
+    kept = set(range(x.ndim)) - axes
+    if len(kept) != 1 or len(axes) != x.ndim - 1:
+        return None
+    k = kept.pop()
+    outer, inner = math.prod(x.shape[:k]), math.prod(x.shape[k + 1:])
+    rows = x.reshape(outer * x.shape[k], inner)
+    if inner > 1:
+        rows = rows @ np.ones(inner, x.dtype)
+    return np.ones(outer, x.dtype) @ rows.reshape(outer, x.shape[k])
+
+
 def _sum(x, axis, keepdims):
+    fast = _sum_keeping_one_axis(x, axis)
+    if fast is not None:
+        if keepdims:
+            fast = fast.reshape([s if a not in _axes_of(axis, x.ndim) else 1
+                                 for a, s in enumerate(x.shape)])
+        return fast
     acc = _accumulator(x)
     out = np.sum(x, axis=axis, keepdims=keepdims, dtype=acc)
     return _result(out, np.int64 if x.dtype.kind in "biu" else x.dtype)
+
+
+def _axes_of(axis, ndim):
+    return {a % ndim for a in (axis if isinstance(axis, tuple) else (axis,))}
 
 
 def _prod(x, axis, keepdims):
