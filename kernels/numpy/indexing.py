@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rill.ops.indexing import ARRAY, numpy_key
+from rill.ops.indexing import ARRAY, _is_row_gather, numpy_key
 from rill.ops.primitive import register_kernels
 
 
@@ -11,8 +11,34 @@ def _getitem(x, *arrays, key):
     return x[numpy_key(key, arrays)]
 
 
+# Rows added by one index array from this many: by sorted runs (np.add.at adds an element at
+# a time: 0.3 ms for 512 rows of 64, an embedding's gradient, against ~0.05 ms).
+ROWS_BY_RUNS_MIN = 64
+
+
+def _add_rows_by_runs(out, idx, values) -> bool:
+    """out[idx] += values with repeated rows summed: the rows sorted (stably) by index, each
+    run of one index summed by np.add.reduceat, then added once. False where it does not
+    apply (it leaves the result to np.add.at, whose errors name bad indices)."""
+    n = out.shape[0]
+    if idx.ndim != 1 or idx.size < ROWS_BY_RUNS_MIN or out.dtype.kind != "f" or \
+            values.dtype != out.dtype or idx.dtype.kind not in "iu" or \
+            values.shape != idx.shape + out.shape[1:] or idx.min() < -n or idx.max() >= n:
+        return False
+    idx = np.where(idx < 0, idx + n, idx)
+    order = np.argsort(idx, kind="stable")
+    ordered = idx[order]
+    starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
+    sums = np.add.reduceat(values.reshape(idx.size, -1)[order], starts, axis=0)
+    out.reshape(n, -1)[ordered[starts]] += sums
+    return True
+
+
 def _index_add(x, values, *arrays, key):
     out = x.copy()
+    if _is_row_gather(key, x.ndim) and len(arrays) == 1 and \
+            _add_rows_by_runs(out, np.asarray(arrays[0]), np.asarray(values)):
+        return out
     if ARRAY in key:
         np.add.at(out, numpy_key(key, arrays), values)  # repeated indices accumulate
     else:
