@@ -8,6 +8,7 @@ import numpy as np
 from rill.ops.primitive import register_kernels
 
 from .elementwise import quiet
+from .parallel import blas_at_one_thread
 
 
 def _accumulator(x):
@@ -40,9 +41,12 @@ def _sum_keeping_one_axis(x, axis):
     k = kept.pop()
     outer, inner = math.prod(x.shape[:k]), math.prod(x.shape[k + 1:])
     rows = x.reshape(outer * x.shape[k], inner)
-    if inner > 1:
-        rows = rows @ np.ones(inner, x.dtype)
-    return np.ones(outer, x.dtype) @ rows.reshape(outer, x.shape[k])
+    # At one BLAS thread: a threaded GEMV's workers keep spinning after it and take a core
+    # from the kernels that follow (measured in the eager CNN step: 24.6 -> 35.6 ms).
+    with blas_at_one_thread():
+        if inner > 1:
+            rows = rows @ np.ones(inner, x.dtype)
+        return np.ones(outer, x.dtype) @ rows.reshape(outer, x.shape[k])
 
 
 def _sum(x, axis, keepdims):
