@@ -44,6 +44,11 @@ _COLS_BYTES = 1 << 21
 # images are small (3->16 at 32x32: 1.95 -> 1.52 ms; 16->32 at 16x16: 1.59 -> 1.20).
 _WEIGHT_GRAD_COLUMNS = 512
 _WEIGHT_GRAD_BYTES = 1 << 20
+# With fewer rows (C*KK) than this, the weight gradient's GEMM is one product per image
+# (rows x pixels @ pixels x O, batched): OpenBLAS runs a product with a tiny output and a
+# long inner sum (27 x 16384 @ 16384 x 16) at ~30 GFLOP/s, per image at ~80 (batch 32, 2
+# threads: 3->16 at 32x32 1.50 -> 0.62 ms, 3->32 1.49 -> 0.97; no gain from 144 rows on).
+_WEIGHT_GRAD_BY_IMAGE_ROWS = 64
 # The stride-1 forward copies columns in runs of whole padded rows from this many rows of
 # the GEMMs (C*KK) on (measured, 1 thread, CPU time, 60 interleaved calls, 3x3: 9% faster
 # with 32 channels at 16x16, 15% at 32x32, 34% with 8 channels; not faster with 3).
@@ -289,18 +294,32 @@ def conv_weight_grad(x, g, kernel_size, stride, padding, dilation):
     gm = g.reshape(n, o, geo.pixels)
     per = max(1, _WEIGHT_GRAD_COLUMNS // geo.pixels,
               _WEIGHT_GRAD_BYTES // (geo.rows * geo.pixels * np.dtype(dtype).itemsize))
+    by_image = geo.rows < _WEIGHT_GRAD_BY_IMAGE_ROWS
     partials = {}  # by first image: summed in that order, so the result is deterministic
 
     def run(lo, hi):
         m = min(per, hi - lo)
         buffer = geo.pad_buffer(m)
-        cols = np.empty((geo.rows, m * geo.pixels), dtype=dtype)
-        gs = np.empty((o, m, geo.pixels), dtype=dtype)  # g of the run, channel-major
         acc = np.zeros((geo.rows, o), dtype=dtype)
+        if by_image:
+            cols = np.empty((m, geo.rows, geo.pixels), dtype=dtype)
+            products = np.empty((m, geo.rows, o), dtype=dtype)
+        else:
+            cols = np.empty((geo.rows, m * geo.pixels), dtype=dtype)
+            gs = np.empty((o, m, geo.pixels), dtype=dtype)  # g of the run, channel-major
         for a, z in _steps(lo, hi, per):
+            xp = geo.padded_images(x[a:z], buffer)
+            if by_image:  # one product per image, g^T read in place
+                c = cols[:z - a]
+                np.copyto(c.reshape((z - a, geo.channels) + kernel + geo.out),
+                          geo.taps_view(xp, True))
+                gz = gm[a:z] if gm.dtype == dtype else gm[a:z].astype(dtype)
+                np.matmul(c, gz.transpose(0, 2, 1), out=products[:z - a])
+                acc += products[:z - a].sum(axis=0)
+                continue
             k = (z - a) * geo.pixels
             np.copyto(cols[:, :k].reshape((geo.channels,) + kernel + (z - a,) + geo.out),
-                      geo.taps_view(geo.padded_images(x[a:z], buffer), False))
+                      geo.taps_view(xp, False))
             if z - a == 1 and gm.dtype == dtype:
                 gz = gm[a]  # one image's g is already (O, P)
             else:  # runs of P contiguous pixels: a cheap copy (unlike g^T itself)
