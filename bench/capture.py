@@ -45,7 +45,6 @@ the BLAS NumPy uses (kernel family, threads; threadpoolctl) and torch's CPU capa
 """
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
 import statistics
@@ -558,19 +557,10 @@ def blas() -> dict:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="a smoke run: few repeats, short pauses (figures are not meaningful)")
-    parser.add_argument("--repeats", type=int, default=200,
-                        help="timed samples per variant and case")
-    parser.add_argument("--block", type=int, default=20,
-                        help="consecutive samples per variant before rotating to the next")
+    parser = harness.rotation_parser(__doc__, repeats=200, block=20,
+                                     quick="few repeats, short pauses")
     parser.add_argument("--chain-calls", type=int, default=200,
                         help="chain calls averaged into one sample")
-    parser.add_argument("--cases", nargs="+", metavar="WORD",
-                        help="run only the cases whose name contains one of these words "
-                             "(e.g. --cases gpt conv)")
-    parser.add_argument("--json", help="write samples, medians, ratios and the machine here")
     parser.add_argument("--per-node", action="store_true",
                         help="instead of the benchmark: time each node of the captured steps "
                              "(in this process; with --cases to pick them)")

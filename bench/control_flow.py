@@ -36,7 +36,6 @@ the timing and the BLAS libraries NumPy uses (threadpoolctl), as the figures dep
 """
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
 import os
@@ -294,16 +293,11 @@ def table(title: str, samples: dict, medians: dict):
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="a smoke run: tiny sizes, few repeats (figures are not meaningful)")
-    parser.add_argument("--repeats", type=int, default=60, help="timed steps per variant")
-    parser.add_argument("--block", type=int, default=5,
-                        help="consecutive steps per variant before rotating to the next")
+    parser = harness.rotation_parser(__doc__, repeats=60, block=5, unit="steps", cases=False,
+                                     quick="tiny sizes, few repeats")
     parser.add_argument("--jax-python",
                         help="a Python interpreter with jax installed, to run the jax.jit "
                              "variant from (by default: this one, if jax imports here)")
-    parser.add_argument("--json", help="write samples, medians, ratios and the machine here")
     args = parser.parse_args(argv)
     sizes = dict(QUICK if args.quick else FULL)
     if args.quick:

@@ -161,6 +161,26 @@ def time_in_rotation(conns: dict, repeats: int, block: int, settle: float,
     return samples
 
 
+def rotation_parser(doc: str, *, repeats: int, block: int, quick: str, unit: str = "samples",
+                    cases: bool = True):
+    """The command line the rotating benchmarks share (--quick, --repeats, --block, --cases,
+    --json); a script adds its own options to the parser it returns."""
+    import argparse
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--quick", action="store_true",
+                        help=f"a smoke run: {quick} (figures are not meaningful)")
+    parser.add_argument("--repeats", type=int, default=repeats,
+                        help=f"timed {unit} per variant and case")
+    parser.add_argument("--block", type=int, default=block,
+                        help=f"consecutive {unit} per variant before rotating to the next")
+    if cases:
+        parser.add_argument("--cases", nargs="+", metavar="WORD",
+                            help="run only the cases whose name contains one of these words "
+                                 "(e.g. --cases gpt conv)")
+    parser.add_argument("--json", help="write samples, medians, ratios and the machine here")
+    return parser
+
+
 def stop(procs: dict, conns: dict) -> None:
     for conn in conns.values():
         try:

@@ -39,7 +39,6 @@ bandwidth (bytes touched over the median), and ratios to the fastest PyTorch var
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -219,16 +218,8 @@ def table(case: str, n_params: int, samples: dict, medians: dict, floor_ms: floa
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="a smoke run: 1M parameters, few repeats (figures not meaningful)")
-    parser.add_argument("--repeats", type=int, default=40,
-                        help="timed steps per variant and case")
-    parser.add_argument("--block", type=int, default=5,
-                        help="consecutive steps per variant before rotating to the next")
-    parser.add_argument("--cases", nargs="+", metavar="WORD",
-                        help="run only the cases whose name contains one of these words")
-    parser.add_argument("--json", help="write samples, medians, ratios and the machine here")
+    parser = harness.rotation_parser(__doc__, repeats=40, block=5, unit="steps",
+                                     quick="1M parameters, few repeats")
     args = parser.parse_args(argv)
     if args.quick:
         args.repeats, args.block = 6, 3
