@@ -203,3 +203,81 @@ def test_variance_of_values_far_from_zero_stays_accurate():
     want = reference(x.astype(np.float64), np.ones(3), np.zeros(3))
     np.testing.assert_allclose(var.numpy(), want[2], rtol=1e-3)
     np.testing.assert_allclose(mean.numpy(), want[1], rtol=1e-6)
+
+
+@pytest.mark.skipif(not rill.gpu.is_available(), reason="no gpu device")
+@pytest.mark.parametrize("shape", [(5, 3, 40), (6, 2), (2, 4, 3, 5)])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_gpu_kernels_match_the_cpu_kernels(shape, dtype):
+    """kernels/triton/batch_norm.py (Triton's interpreter without a GPU): the primitive runs
+    on the gpu, and y, dx, dw, db and the running statistics equal the CPU kernels'."""
+    x, w, b = arrays(shape, seed=8)
+    g = loss_weights(shape)
+    results = {}
+    for device in ("cpu", "gpu"):
+        ts = [rill.tensor(a, dtype=dtype, device=device, requires_grad=True) for a in (x, w, b)]
+        stats = [rill.zeros(shape[1], dtype=dtype, device=device),
+                 rill.ones(shape[1], dtype=dtype, device=device)]
+        with rill.profiler.profile() as prof:
+            y = F.batch_norm(ts[0], *stats, ts[1], ts[2], training=True)
+        assert "batch_norm_train" in [e.name for e in prof.events()]
+        (y * rill.tensor(g, dtype=dtype, device=device)).sum().backward()
+        results[device] = [y] + [t.grad for t in ts] + stats
+    tol = 1e-10 if dtype == "float64" else 1e-5
+    for c, h in zip(results["cpu"], results["gpu"]):
+        assert h.device == rill.device("gpu") and (h.dtype, h.shape) == (c.dtype, c.shape)
+        np.testing.assert_allclose(h.numpy(), c.numpy(), rtol=tol, atol=tol)
+
+
+_COMPILE_SCRIPT = r'''
+import inspect
+import numpy as np
+import rill.gpu
+
+class _HostBackend:  # enough of a backend to import the kernels without CuPy or a GPU
+    xp = np
+    interpreted = False
+
+rill.gpu.backend = lambda: _HostBackend()
+import triton
+from triton.backends.compiler import GPUTarget
+from rill.kernels.triton import batch_norm as kernels
+
+INTS = ("images", "channels", "m", "per_program", "groups", "count")
+
+def build(fn, dtype, meta):
+    names = list(inspect.signature(fn.fn).parameters)
+    sig = {}
+    for n in names:
+        if n in meta:
+            sig[n] = "constexpr"
+        elif n in INTS:
+            sig[n] = "i32"
+        else:  # pointers: statistics buffers are float32 or float64 as the data
+            sig[n] = "*" + dtype
+    src = triton.compiler.ASTSource(fn, sig, constexprs={(names.index(k),): v
+                                                         for k, v in meta.items()})
+    triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
+
+for dtype in ("fp32", "fp64"):
+    for product in (False, True):
+        build(kernels._partial_sums_kernel, dtype, dict(PRODUCT=product, BLOCK=256))
+    build(kernels._forward_stats_kernel, dtype, dict(EPS=1e-5, BLOCK=64))
+    build(kernels._backward_stats_kernel, dtype, dict(EPS=1e-5, BLOCK=64))
+    for with_g in (False, True):
+        build(kernels._per_channel_kernel, dtype, dict(WITH_G=with_g, BLOCK=256))
+print("compiled")
+'''
+
+
+def test_gpu_kernels_compile_for_a_real_gpu():
+    """The interpreter never runs Triton's compiler: compile every batch norm kernel for
+    sm_90, float32 and float64 (no GPU needed)."""
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RILL_TRITON_INTERPRET", "TRITON_INTERPRET")}
+    done = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0 and "compiled" in done.stdout, done.stderr[-3000:]

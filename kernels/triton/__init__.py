@@ -12,7 +12,7 @@ import importlib
 
 FAMILIES = ("elementwise", "creation", "reduce", "sorting", "activation", "linalg", "conv",
             "pooling", "shape", "indexing", "random", "checks", "normalization",
-            "updates", "attention")
+            "updates", "attention", "batch_norm")
 
 for _family in FAMILIES:
     importlib.import_module(f".{_family}", __name__)

@@ -13,8 +13,9 @@ The gradient, with xhat = (x - mean) * rstd and sums over a channel's values:
 
 Composed of rill ops a training batch norm is ~10 nodes forward and ~25 back, each a whole
 pass over the activations (the CNN bench's conv net spent ~5 ms of a 19 ms captured step in
-them); fused, the forward is ~5 passes and the backward ~7. Other devices and dtypes (and
-a gradient that must itself be differentiated) run the composite, written here in rill ops.
+them); fused, the forward is two sweeps over x and the backward two over x and g (kernels:
+kernels/numpy and kernels/triton, batch_norm.py). Other dtypes (and a gradient that must
+itself be differentiated) run the composite, written here in rill ops.
 """
 from __future__ import annotations
 
@@ -116,19 +117,17 @@ def composite_grad(g, x, w, eps):
 
 batch_norm_p = primitive("batch_norm_train", _infer, _vjp, normalize=promotion.common_float,
                          multiple_results=True, save_output=True, residuals=lambda **_: 2,
-                         attrs=dict(eps=A.FLOAT),
-                         cpu_only="a CPU fast path: other devices run the composite")
+                         attrs=dict(eps=A.FLOAT))
 batch_norm_grad_p = primitive("batch_norm_grad", _grad_infer, None,
                               normalize=promotion.common_float, multiple_results=True,
-                              attrs=dict(eps=A.FLOAT),
-                              cpu_only="the gradient of batch_norm_train (CPU only)")
+                              attrs=dict(eps=A.FLOAT))
 
 
 def batch_norm_train(x, w, b, eps: float):
     """(y, mean, var) of a training batch norm over channel axis 1 (w, b: (C,) or None): the
-    fused primitive where it has a kernel (CPU, float32/float64), else the composite."""
+    fused primitive where it has kernels (cpu and gpu, float32/float64), else the composite."""
     c = x.shape[1] if x.ndim >= 2 else None
-    fused = x.device.kind == "cpu" and x.dtype in FUSED_DTYPES and x.ndim >= 2 and all(
+    fused = x.device.kind in ("cpu", "gpu") and x.dtype in FUSED_DTYPES and x.ndim >= 2 and all(
         t is None or (t.device == x.device and t.dtype is x.dtype) for t in (w, b))
     if not fused:
         return composite(x, w, b, eps)
