@@ -126,6 +126,24 @@ def _steps(lo, hi, per):
         yield a, min(hi, a + per)
 
 
+def _view(a, shape):
+    """a reshaped without a copy (the columns are written through it); only axes split here,
+    which a strided slice always allows."""
+    v = a.reshape(shape)
+    if not np.may_share_memory(v, a):
+        raise AssertionError(f"a {a.shape} view with strides {a.strides} cannot take {shape}")
+    return v
+
+
+def _with_bias_column(wm, bias, dtype):
+    """(weights, rows): w as (O, C*KK), with the bias as one more column when there is one.
+    The columns then get a row of ones, and the GEMM adds the bias as it writes each output
+    (the epilogue) instead of a pass over the output after it."""
+    if bias is None:
+        return wm, wm.shape[1]
+    return np.concatenate([wm, bias.astype(dtype, copy=False)[:, None]], axis=1), wm.shape[1] + 1
+
+
 def conv(x, w, bias, stride, padding, dilation):
     out_dtype = x.dtype
     x, padding = _cropped(x, padding)
@@ -134,28 +152,26 @@ def conv(x, w, bias, stride, padding, dilation):
     dtype = _compute_dtype(x)
     geo = _Geometry(x.shape, kernel, stride, padding, dilation, dtype)
     y = np.empty((n, o, geo.pixels), dtype=dtype)
-    wm = w.reshape(o, -1).astype(dtype, copy=False)
-    b = None if bias is None else bias.astype(dtype, copy=False)[:, None]
+    wm, rows = _with_bias_column(w.reshape(o, -1).astype(dtype, copy=False), bias, dtype)
     if all(st == 1 for st in stride) and geo.rows >= _ROWS_RUNS:
-        _conv_unit_stride(x, wm, b, y.reshape((n, o) + geo.out), geo)
+        _conv_unit_stride(x, wm, rows, y.reshape((n, o) + geo.out), geo)
         return y.reshape((n, o) + geo.out).astype(out_dtype, copy=False)
-    per = _images_per_step(geo.rows * geo.pixels, np.dtype(dtype).itemsize)
+    per = _images_per_step(rows * geo.pixels, np.dtype(dtype).itemsize)
 
     def run(lo, hi):
         buffer = geo.pad_buffer(min(per, hi - lo))
-        cols = np.empty((min(per, hi - lo), geo.rows, geo.pixels), dtype=dtype)
+        cols = np.empty((min(per, hi - lo), rows, geo.pixels), dtype=dtype)
+        cols[:, geo.rows:] = 1  # the bias's row, if any: never overwritten below
         for a, z in _steps(lo, hi, per):
             c = cols[:z - a]
-            np.copyto(c.reshape((z - a, geo.channels) + kernel + geo.out),
+            np.copyto(_view(c[:, :geo.rows], (z - a, geo.channels) + kernel + geo.out),
                       geo.taps_view(geo.padded_images(x[a:z], buffer), True))
             np.matmul(wm, c, out=y[a:z])
-            if b is not None:
-                y[a:z] += b
     parallel.split(run, n, n * geo.rows * geo.pixels, serial_blas=True)
     return y.reshape((n, o) + geo.out).astype(out_dtype, copy=False)
 
 
-def _conv_unit_stride(x, wm, b, y, geo):
+def _conv_unit_stride(x, wm, rows, y, geo):
     """The stride-1 forward into y, with columns copied in runs of whole padded rows.
 
     In the padded image, laid out flat, a tap's inputs for all output pixels are one run
@@ -172,13 +188,14 @@ def _conv_unit_stride(x, wm, b, y, geo):
     plane = max(size, sum((k - 1) * d * st for k, d, st in zip(kernel, geo.dilation, strides))
                 + span)  # the last tap's run may pass the image's end: zeros (slack)
     item = np.dtype(dtype).itemsize
-    per = max(1, _COLS_BYTES * 2 // (geo.rows * span * item))
+    per = max(1, _COLS_BYTES * 2 // (rows * span * item))
     keep = tuple(slice(0, s) for s in geo.out[1:])
 
     def run(lo, hi):
         m0 = min(per, hi - lo)
         image = np.zeros((m0, c, plane), dtype=dtype)
-        cols = np.empty((m0, geo.rows, span), dtype=dtype)
+        cols = np.empty((m0, rows, span), dtype=dtype)
+        cols[:, geo.rows:] = 1  # the bias's row, if any (see _with_bias_column)
         out = np.empty((m0, o, span), dtype=dtype)
         for a, z in _steps(lo, hi, per):
             m = z - a
@@ -188,12 +205,10 @@ def _conv_unit_stride(x, wm, b, y, geo):
                               strides=(c * plane * item, plane * item) +
                               tuple(d * st * item for d, st in zip(geo.dilation, strides)) +
                               (item,), writeable=False)
-            np.copyto(cols[:m].reshape((m, c) + kernel + (span,)), taps)
+            np.copyto(_view(cols[:m, :geo.rows], (m, c) + kernel + (span,)), taps)
             np.matmul(wm, cols[:m], out=out[:m])
-            rows = out[:m].reshape((m, o, geo.out[0]) + geo.padded[1:])
-            np.copyto(y[a:z], rows[(slice(None), slice(None), slice(None)) + keep])
-            if b is not None:
-                y[a:z] += b.reshape((o,) + (1,) * len(geo.out))
+            in_rows = out[:m].reshape((m, o, geo.out[0]) + geo.padded[1:])
+            np.copyto(y[a:z], in_rows[(slice(None), slice(None), slice(None)) + keep])
     parallel.split(run, n, n * geo.rows * span, serial_blas=True)
 
 
