@@ -128,10 +128,12 @@ def _where(condition, x, y):
     if condition.size < 4096 or x.dtype != y.dtype or x.dtype.itemsize not in _UNSIGNED:
         return np.where(condition, x, y)
     bits = _UNSIGNED[x.dtype.itemsize]
-    mask = np.negative(condition.astype(bits))  # 0 -> 0, 1 -> all ones (unsigned wrap)
+    # 0 -> 0, 1 -> all ones (unsigned wrap), read from the booleans' bytes in one pass
+    mask = np.negative(np.asarray(condition).view(np.uint8), dtype=bits)
     xb, yb = np.asarray(x).view(bits), np.asarray(y).view(bits)
     if yb.ndim == 0 and yb == 0:  # where(c, x, 0): relu's gradient, masking
-        out = xb & mask
+        # into the mask's own buffer where it has the result's shape (one allocation less)
+        out = np.bitwise_and(xb, mask, out=mask if mask.shape == xb.shape else None)
     else:
         out = (xb & mask) | (yb & ~mask)
     return out.view(x.dtype)
