@@ -99,18 +99,22 @@ def test_two_device_parts_overlap_in_time():
         return a, b
 
     f = rill.capture(chains, timeline=True)
-    for _ in range(3):
-        a, b = f(x, w1, w2)
     ea, eb = chains(x, w1, w2)
-    np.testing.assert_array_equal(a.numpy(), ea.numpy())
-    np.testing.assert_array_equal(b.numpy(), eb.numpy())
-    timeline = f.last_timeline()
-    spans = {d: [(e.start, e.end) for e in timeline if e.node.op == "matmul" and e.device is d]
-             for d in (CPU, CPU1)}
-    assert len(spans[CPU]) == len(spans[CPU1]) == 6
-    overlapping = sum(1 for s0, e0 in spans[CPU] for s1, e1 in spans[CPU1]
-                      if s0 < e1 and s1 < e0)
-    assert overlapping >= 1
+    # Overlap is up to the OS: on 2 cores a part's thread may wait a whole step for a core
+    # that the other part's threaded GEMMs (and their spinning BLAS worker) hold, ~1 call in
+    # 5 here. So the claim checked is that the parts do run at once, in some of 12 calls.
+    overlaps = []
+    for _ in range(12):
+        a, b = f(x, w1, w2)
+        np.testing.assert_array_equal(a.numpy(), ea.numpy())
+        np.testing.assert_array_equal(b.numpy(), eb.numpy())
+        timeline = f.last_timeline()
+        spans = {d: [(e.start, e.end) for e in timeline if e.node.op == "matmul" and
+                     e.device is d] for d in (CPU, CPU1)}
+        assert len(spans[CPU]) == len(spans[CPU1]) == 6
+        overlaps.append(sum(1 for s0, e0 in spans[CPU] for s1, e1 in spans[CPU1]
+                            if s0 < e1 and s1 < e0))
+    assert max(overlaps) >= 1, overlaps
     assert all(e.end >= e.start >= 0 for e in timeline)
     assert "matmul" in str(timeline[-1]) or str(timeline[-1])
     with pytest.raises(rill.CaptureError, match="timeline=True"):
