@@ -1,4 +1,4 @@
-"""Training-mode batch normalization as a fused primitive, forward and back (CPU).
+"""Training-mode batch normalization as a fused primitive, forward and back (cpu and gpu).
 
 Over each channel c (axis 1) of an input (N, C, ...), with count = N * prod(spatial):
     mean = sum(x) / count,  var = sum((x - mean)^2) / count  (biased),  rstd = 1/sqrt(var + eps)
