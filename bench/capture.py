@@ -46,7 +46,6 @@ the BLAS NumPy uses (kernel family, threads; threadpoolctl) and torch's CPU capa
 from __future__ import annotations
 
 import importlib.util
-import json
 import statistics
 import zlib
 
@@ -608,11 +607,7 @@ def main(argv=None) -> None:
         harness.stop(procs, conns)
     for line in targets(report):
         console.print(line)
-    if args.quick:
-        console.print("(--quick: a smoke run; these figures are too few to mean anything)")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=1)
+    harness.finish(args, report, console)
 
 
 if __name__ == "__main__":

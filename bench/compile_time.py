@@ -214,11 +214,8 @@ def main(argv=None) -> None:
                  if r["median_s"]["compile_s"] <= CACHED_TARGET_S]
         console.print(f"already under the {CACHED_TARGET_S:g} s target set for a disk cache "
                       f"(rill has none): {', '.join(under) if under else 'none'}")
-    if args.quick:
-        console.print("(--quick: a smoke run; one process per case, the LSTM at tiny sizes)")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=1)
+    harness.finish(args, report, console,
+                   quick="a smoke run; one process per case, the LSTM at tiny sizes")
 
 
 if __name__ == "__main__":

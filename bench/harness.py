@@ -181,6 +181,18 @@ def rotation_parser(doc: str, *, repeats: int, block: int, quick: str, unit: str
     return parser
 
 
+def finish(args, report: dict, console,
+           quick: str = "a smoke run; these figures are too few to mean anything") -> None:
+    """The end of a benchmark run: say that --quick figures mean nothing, and write the
+    report where --json asks."""
+    if args.quick:
+        console.print(f"(--quick: {quick})")
+    if args.json:
+        import json
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+
+
 def stop(procs: dict, conns: dict) -> None:
     for conn in conns.values():
         try:

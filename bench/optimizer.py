@@ -39,7 +39,6 @@ bandwidth (bytes touched over the median), and ratios to the fastest PyTorch var
 """
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import warnings
@@ -290,11 +289,7 @@ def main(argv=None) -> None:
                 "samples_ms": samples}
     finally:
         harness.stop(procs, conns)
-    if args.quick:
-        console.print("(--quick: a smoke run; these figures are too few to mean anything)")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=1)
+    harness.finish(args, report, console)
 
 
 if __name__ == "__main__":

@@ -51,17 +51,25 @@ def _partial_sums_kernel(a_ptr, b_ptr, shift_ptr, first_ptr, second_ptr, images,
 
 
 @triton.jit
+def _channel_totals(first_ptr, second_ptr, c, mask, groups, BLOCK: tl.constexpr):
+    # Each channel's partial sums, added in group order (deterministic).
+    acc = tl.float64 if first_ptr.dtype.element_ty == tl.float64 else tl.float32
+    first = tl.zeros([BLOCK], dtype=acc)
+    second = tl.zeros([BLOCK], dtype=acc)
+    for g in range(0, groups):
+        first += tl.load(first_ptr + c * groups + g, mask=mask, other=0.0)
+        second += tl.load(second_ptr + c * groups + g, mask=mask, other=0.0)
+    return first, second
+
+
+@triton.jit
 def _forward_stats_kernel(first_ptr, second_ptr, shift_ptr, w_ptr, b_ptr, mean_ptr, var_ptr,
                           scale_ptr, offset_ptr, channels, groups, count,
                           EPS: tl.constexpr, BLOCK: tl.constexpr):
     c = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = c < channels
     acc = tl.float64 if first_ptr.dtype.element_ty == tl.float64 else tl.float32
-    s = tl.zeros([BLOCK], dtype=acc)
-    s2 = tl.zeros([BLOCK], dtype=acc)
-    for g in range(0, groups):
-        s += tl.load(first_ptr + c * groups + g, mask=mask, other=0.0)
-        s2 += tl.load(second_ptr + c * groups + g, mask=mask, other=0.0)
+    s, s2 = _channel_totals(first_ptr, second_ptr, c, mask, groups, BLOCK)
     shifted_mean = s / count
     var = tl.maximum(s2 / count - shifted_mean * shifted_mean, 0.0)
     mean = shifted_mean + tl.load(shift_ptr + c, mask=mask, other=0.0).to(acc)
@@ -80,11 +88,7 @@ def _backward_stats_kernel(first_ptr, second_ptr, w_ptr, mean_ptr, var_ptr, dw_p
     c = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = c < channels
     acc = tl.float64 if first_ptr.dtype.element_ty == tl.float64 else tl.float32
-    db = tl.zeros([BLOCK], dtype=acc)
-    dot = tl.zeros([BLOCK], dtype=acc)
-    for g in range(0, groups):
-        db += tl.load(first_ptr + c * groups + g, mask=mask, other=0.0)
-        dot += tl.load(second_ptr + c * groups + g, mask=mask, other=0.0)
+    db, dot = _channel_totals(first_ptr, second_ptr, c, mask, groups, BLOCK)
     rstd = 1.0 / tl.sqrt(tl.load(var_ptr + c, mask=mask, other=1.0).to(acc) + EPS)
     mean = tl.load(mean_ptr + c, mask=mask, other=0.0).to(acc)
     dw = dot * rstd
