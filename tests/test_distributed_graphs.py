@@ -119,10 +119,11 @@ def test_a_ps_part_splits_into_pull_contribute_and_apply():
 
 
 def test_sync_replicas_average_in_arrival_order_and_drop_late_contributions():
-    group = replicas.Replicas("sync", workers=3, backup_workers=1, names=["g"], timeout=5)
+    group = replicas.Replicas("sync", workers=3, backup_workers=1, names=["g"])
     applied = []
     for worker, value in [(0, 1.0), (1, 2.0)]:
-        c = replicas.Contribution(worker, group.wait_turn(worker, "test"))
+        assert group.ready(worker)
+        c = replicas.Contribution(worker, group.global_step)
         c.add("g", np.float32([value]))
         group.commit(c, lambda g: applied.append(g.mean("g")))
     assert group.global_step == 1 and applied[0].tolist() == [1.5]
@@ -132,16 +133,18 @@ def test_sync_replicas_average_in_arrival_order_and_drop_late_contributions():
     assert group.stats == {"applied": 1, "contributions": 3, "dropped": 1}
     assert len(applied) == 1
     # a worker whose step cannot complete (the others closed) does not wait for it
-    c = replicas.Contribution(0, group.wait_turn(0, "test"))
+    assert group.ready(0)
+    c = replicas.Contribution(0, group.global_step)
     c.add("g", np.float32([3.0]))
     group.commit(c, lambda g: applied.append("no"))
+    assert not group.ready(0)  # its step 1 waits for another contribution
     group.close(1)
     group.close(2)
-    assert group.wait_turn(0, "test") == 1 and group.stats["dropped"] == 2
+    assert group.ready(0) and group.global_step == 1 and group.stats["dropped"] == 2
 
 
 def test_async_replicas_apply_every_contribution():
-    group = replicas.Replicas("async", workers=2, backup_workers=0, names=["g"], timeout=5)
+    group = replicas.Replicas("async", workers=2, backup_workers=0, names=["g"])
     seen = []
     for step in (0, 0, 0):  # stale steps are never dropped
         c = replicas.Contribution(0, step)

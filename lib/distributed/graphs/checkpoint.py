@@ -159,7 +159,7 @@ def _save(server, worker: int, message) -> list:
     step = _int(message, "step")
     path = os.path.join(directory, shard_name(server.here, token))
     args = ShardArgs()
-    with _quiet(server, worker, "save"):
+    with _quiet(server):
         graph = save_graph(server.store, path, server.here, step)
         _program(graph)(args)
     written, digest = args.written
@@ -186,7 +186,7 @@ def _restore(server, worker: int, message) -> list:
         path = os.path.join(directory, file)
         values = read_shard(path, expected, server.here, step)
         check_against(values, server.store, server.here, path)
-        with _quiet(server, worker, "restore"):
+        with _quiet(server):
             graph = restore_graph(server.store, values)
             _program(graph)(ShardArgs(values))
         _APPLIED.add(key)
@@ -302,14 +302,12 @@ def _program(graph):
 
 
 class _quiet:
-    """After the worker's earlier steps have been applied, hold every replica group's lock:
-    no step applies while a shard is read or assigned."""
+    """Every replica group's lock held: no step applies while a shard is read or assigned.
+    The server starts a checkpoint request only once the worker's earlier steps have been
+    applied (GraphServer._advance)."""
 
-    def __init__(self, server, worker: int, what: str):
-        from .postbox import task_of
+    def __init__(self, server):
         self.groups = [server.groups[k] for k in sorted(server.groups)]
-        for group in self.groups:
-            group.wait_turn(worker, f"{what} for {task_of(server.world, worker)}")
 
     def __enter__(self):
         for group in self.groups:

@@ -25,7 +25,6 @@ or it was dropped: the queue of tokens the paper uses as a barrier.
 from __future__ import annotations
 
 import threading
-import time
 
 import numpy as np
 
@@ -205,39 +204,25 @@ class Replicas:
     """The shared state of every worker's registration of one step function on this ps:
     the global step (steps applied), the accumulators, and the counts."""
 
-    def __init__(self, mode: str, workers: int, backup_workers: int, names, timeout: float):
+    def __init__(self, mode: str, workers: int, backup_workers: int, names):
         self.name = "step"  # the captured function's name (for the counts serve() returns)
         self.mode, self.workers, self.backup = mode, workers, backup_workers
         self.required = 1 if mode == "async" else workers - backup_workers
         self.names = frozenset(names)
-        self.timeout = timeout
         self.global_step = 0
         self.accumulators: dict = {name: [] for name in names}
         self.contributors = 0
         self.last: dict = {}     # worker -> the step it last contributed to
         self.closed: set = set()  # workers that will not contribute again
         self.stats = {"applied": 0, "contributions": 0, "dropped": 0}
-        self.lock = threading.Condition()
-
-    def wait_turn(self, worker: int, what: str) -> int:
-        """The step a worker's pull serves: in sync mode, once its last contribution was
-        applied (or dropped), the barrier of the paper's token queue."""
-        with self.lock:
-            last = self.last.get(worker)
-            if self.mode == "sync" and last is not None:
-                deadline = time.monotonic() + self.timeout
-                while self.global_step <= last and not self._starved():
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        raise DistributedError(
-                            f"{what}: step {last} has {self.contributors} of the "
-                            f"{self.required} contributions it needs after {self.timeout:g} s "
-                            "(a worker stopped contributing?)", op="replicate")
-                    self.lock.wait(min(left, 1.0))
-            return self.global_step
+        # One thread serves every worker (server.py), so nothing waits on this; it keeps a
+        # step's apply and a checkpoint's reads of the store from ever interleaving.
+        self.lock = threading.Lock()
 
     def ready(self, worker: int) -> bool:
-        """Whether a pull of this worker may run now (wait_turn without waiting)."""
+        """Whether a pull of this worker may run now: in sync mode, once its last
+        contribution was applied (or dropped), the barrier of the paper's token queue. The
+        server's event loop holds the worker's request until then."""
         last = self.last.get(worker)
         return self.mode != "sync" or last is None or self.global_step > last or \
             self._starved()
@@ -263,7 +248,6 @@ class Replicas:
             self.contributors = 0
             self.global_step += 1
             self.stats["applied"] += 1
-            self.lock.notify_all()
 
     def close(self, worker: int) -> None:
         """A worker is done. Once too few are left to complete a step, the contributions
@@ -275,7 +259,6 @@ class Replicas:
                 for name in self.accumulators:
                     self.accumulators[name] = []
                 self.contributors = 0
-            self.lock.notify_all()
 
     def _starved(self) -> bool:
         return self.workers - len(self.closed) < self.required

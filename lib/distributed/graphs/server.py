@@ -166,7 +166,7 @@ class GraphServer:
             if group is None:
                 group = self.groups[ident] = replicas.Replicas(
                     options["mode"], options["workers"], options["backup_workers"],
-                    part.names, self.world.timeout)
+                    part.names)
                 group.name = options["step"]
             elif (group.mode, group.workers, group.backup) != (
                     options["mode"], options["workers"], options["backup_workers"]) or \
