@@ -17,8 +17,12 @@ _THREADED = 1 << 18
 # OpenBLAS (0.3.x, SkylakeX sgemm) runs x @ w.T for an x of few rows 1.3-2x slower than the
 # same product computed as (w @ x.T).T, e.g. (16, 784) @ (784, 512): 203 against 115 us on
 # two threads, 382 against 176 on one (PyTorch's MKL: 123); from 512 rows the direct form
-# wins. A linear layer with at most _FEW_ROWS rows and more outputs takes the second form.
-_FEW_ROWS = 128
+# wins. The transposed product is copied back to C order (with the bias added in the same
+# pass): handed on as a transposed view, it made the elementwise ops after it mix layouts,
+# which NumPy runs several times slower (relu's gradient at (128, 512): 20 -> 150 us).
+# Measured in the captured MLP step of bench/capture.py, interleaved: batch 16 0.89x the
+# direct form's time, batch 128 (where the copy costs what the GEMM saves) 1.0x.
+_FEW_ROWS = 32
 
 
 def _gemm(fn, *args, multiply_adds: int):
@@ -43,14 +47,13 @@ def _einsum(*xs, inputs, output):
 def _linear(x, w, *bias):
     rows = x.reshape(-1, x.shape[-1]) if x.ndim > 2 else x
     m, n = rows.shape[0], w.shape[0]
-    if m <= _FEW_ROWS < n:
-        # A few rows against many outputs: x @ w.T as (w @ x.T).T, which OpenBLAS runs
-        # 1.3-2x faster at these shapes (see _FEW_ROWS); the product is made (n, m) and
-        # handed back transposed, the bias added along its rows first.
+    if m <= _FEW_ROWS < n:  # (w @ x.T).T, see _FEW_ROWS
         yt = _gemm(np.matmul, w, rows.T, multiply_adds=m * w.size)
+        y = np.empty((m, n), yt.dtype)
         if bias:
-            yt += bias[0][:, None]
-        y = yt.T
+            np.add(yt.T, bias[0], out=y)
+        else:
+            np.copyto(y, yt.T)
     else:
         # One 2-d GEMM over all leading axes: NumPy's stacked matmul runs one small GEMM per
         # row of the batch, measured several times slower for (N, T, F) sequences.
