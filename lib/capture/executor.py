@@ -25,6 +25,7 @@ from ..errors import CaptureError
 from ..profiler import state as _profiling
 from ..tensor import new_tensor
 from . import graph_ops
+from .donation import donor, exclusive
 from .ir import GRAPH_OPS, Graph, _Names, format_node
 
 _programs = itertools.count()
@@ -129,6 +130,13 @@ class Program:
                         scope[f"P{i}"] = node.primitive
                         scope[f"S{i}_{j}"] = (v.shape, v.dtype)
                         code += f"; check(P{i}, {name}, S{i}_{j})"
+            elif (given := donor(graph, i, last_use)) is not None:
+                scope[f"K{i}"], call = _donating_call(node, step, i, ins, given, scope)
+                code = f"{outs[0]} = {call}"
+                if CHECK_KERNELS:
+                    scope[f"P{i}"] = node.primitive
+                    scope[f"S{i}_0"] = (node.outputs[0].shape, node.outputs[0].dtype)
+                    code += f"; check(P{i}, {outs[0]}, S{i}_0)"
             elif node.op in GRAPH_OPS:
                 scope[f"G{i}"] = step
                 call = f"G{i}(args, ({ins}{',' if len(node.inputs) == 1 else ''}))"
@@ -347,6 +355,24 @@ def _planned_call(node, step, i: int, ins: str, slots, scope):
         scope[f"Z{i}"] = np.zeros((), node.inputs[0].dtype.storage)
         ins += f", Z{i}"
     return ufunc, f"(K{i}({ins}, out=R[{slots[0]}]) if {c_order} else K{i}({ins})),"
+
+
+def _donating_call(node, step, i: int, ins: str, given, scope):
+    """(callable, call text) computing node into the buffer of its input `given[0]` when
+    that buffer is the program's alone at run time (capture/donation.py), else as usual."""
+    from rill.kernels.numpy.fused import _ufunc_of
+    index, references = given
+    names = ins.split(", ")
+    buffer = names[index]
+    others = ", ".join(n for k, n in enumerate(names) if k != index)
+    scope["exclusive"] = exclusive
+    scope[f"U{i}"], scope[f"A{i}"] = _ufunc_of(node), node.attrs
+    operands = ins
+    if node.op == "relu":  # np.maximum(x, 0 of x's dtype)
+        scope[f"Z{i}"] = np.zeros((), node.inputs[0].dtype.storage)
+        operands += f", Z{i}"
+    test = f"exclusive({buffer}, {references}{', ' if others else ''}{others})"
+    return step, f"U{i}({operands}, out={buffer}) if {test} else K{i}({ins}, **A{i})"
 
 
 def _fixup(v):

@@ -1,0 +1,167 @@
+"""In-place results in captured programs (lib/capture/donation.py, issue 20): an elementwise
+node writes into an input buffer that dies at it when, at run time, nothing but the program
+(and, for a parameter's own buffer, the parameter) references it. Checked: the same bits as
+without donation, on the bench's MLP step; a parameter updated in place when unshared, and
+left alone when a snapshot, a NumPy view or an alias holds its buffer; .grad buffers and
+graph inputs never written; and the reference-count test itself."""
+from __future__ import annotations
+
+import importlib
+import sys
+
+import numpy as np
+import pytest
+
+import rill
+from rill.capture import donation
+
+executor = importlib.import_module("rill.capture.executor")
+BIG = (256, 128)  # float32: 128 KiB, over donation's MIN_BYTES
+
+
+def _program(fn):
+    (variant,) = fn.variants.values()
+    return variant.program
+
+
+def test_exclusive_counts_references():
+    def fresh():
+        a = np.ones(BIG, np.float32)
+        return donation.exclusive(a, donation.ONE_LOCAL)
+    assert fresh()
+
+    def shared():
+        a = np.ones(BIG, np.float32)
+        b = a  # noqa: F841 - a second reference
+        return donation.exclusive(a, donation.ONE_LOCAL)
+    assert not shared()
+
+    def viewed():
+        a = np.ones(BIG, np.float32)
+        v = a[1:]  # noqa: F841 - a view holds its base
+        return donation.exclusive(a, donation.ONE_LOCAL)
+    assert not viewed()
+
+    def a_view():
+        a = np.ones((2,) + BIG, np.float32)[0]
+        return donation.exclusive(a, donation.ONE_LOCAL)
+    assert not a_view()  # does not own its memory
+
+    def transposed():
+        a = np.ones(BIG, np.float32).T.copy(order="F")
+        return donation.exclusive(a, donation.ONE_LOCAL)
+    assert not transposed()
+
+    def read_only():
+        a = np.ones(BIG, np.float32)
+        a.flags.writeable = False
+        return donation.exclusive(a, donation.ONE_LOCAL)
+    assert not read_only()
+
+    def other_not_c_ordered():
+        a = np.ones(BIG, np.float32)
+        return donation.exclusive(a, donation.ONE_LOCAL, np.ones(BIG[::-1], np.float32).T)
+    assert not other_not_c_ordered()
+
+
+def _mlp_step(seed):
+    rng = np.random.default_rng(seed)
+    net = rill.nn.Sequential(rill.nn.Linear(300, 256), rill.nn.ReLU(), rill.nn.Linear(256, 10))
+    net.load_state_dict({k: rill.tensor(rng.standard_normal(tuple(v.shape)).astype(np.float32)
+                                        / 16) for k, v in net.state_dict().items()})
+    opt = rill.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+
+    def step(x, y):
+        opt.zero_grad()
+        loss = rill.nn.functional.cross_entropy(net(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+    return net, step
+
+
+def test_same_bits_as_without_donation(monkeypatch):
+    rng = np.random.default_rng(0)
+    x = rill.tensor(rng.standard_normal((16, 300)).astype(np.float32))
+    y = rill.tensor(rng.integers(0, 10, 16))
+    results = []
+    for donate in (True, False):
+        if not donate:
+            monkeypatch.setattr(executor, "donor", lambda *a: None)
+        net, step = _mlp_step(1)
+        fn = rill.capture(step)
+        losses = [float(fn(x, y)) for _ in range(4)]
+        assert ("exclusive(" in _program(fn).source) == donate
+        results.append((losses, [p.numpy().copy() for p in net.parameters()]))
+    (l1, p1), (l2, p2) = results
+    assert l1 == l2
+    for a, b in zip(p1, p2):
+        np.testing.assert_array_equal(a, b)
+
+
+def _doubler():
+    p = rill.nn.Parameter(rill.tensor(np.arange(np.prod(BIG), dtype=np.float32).reshape(BIG)))
+
+    @rill.capture
+    def double():
+        with rill.no_grad():
+            p.mul_(2.0)
+    double()  # traced; the read buffer of the first call came from outside
+    return p, double
+
+
+def test_an_unshared_parameter_is_updated_in_place():
+    p, double = _doubler()
+    assert "exclusive(" in _program(double).source
+    address = p._data.__array_interface__["data"][0]
+    expected = p.numpy().copy() * 2
+    double()
+    # Without donation the new buffer is made while the old one is alive: another address.
+    assert p._data.__array_interface__["data"][0] == address  # written in place
+    np.testing.assert_array_equal(p.numpy(), expected)
+
+
+@pytest.mark.parametrize("hold", ["detach", "numpy view", "alias"])
+def test_a_held_buffer_is_never_written(hold):
+    p, double = _doubler()
+    old = p.numpy().copy()
+    keep = {"detach": p.detach, "numpy view": p.numpy, "alias": lambda: p._data}[hold]()
+    double()
+    np.testing.assert_array_equal(np.asarray(keep.numpy() if hold == "detach" else keep), old)
+    np.testing.assert_array_equal(p.numpy(), old * 2)
+
+
+def test_a_grad_buffer_is_never_written():
+    """Accumulating into .grad makes a new .grad Tensor: the old one, which the user may
+    hold, must keep its values, although only that Tensor references its buffer."""
+    w = rill.nn.Parameter(rill.ones(BIG))
+    w.grad = rill.zeros(BIG)
+
+    @rill.capture
+    def step(x):
+        (w * x).sum().backward()  # w.grad = w.grad + x
+
+    x = rill.tensor(np.full(BIG, 2.0, np.float32))
+    step(x)  # traced
+    held = w.grad
+    step(x)
+    assert held is not w.grad
+    np.testing.assert_array_equal(held.numpy(), 2.0)
+    np.testing.assert_array_equal(w.grad.numpy(), 4.0)
+
+
+def test_inputs_and_constants_are_not_candidates():
+    @rill.capture
+    def shift(x):
+        return x + 1.0
+
+    x = rill.tensor(np.full(BIG, 2.0, np.float32))
+    out = shift(x)
+    assert "exclusive(" not in _program(shift).source
+    np.testing.assert_array_equal(x.numpy(), 2.0)
+    np.testing.assert_array_equal(out.numpy(), 3.0)
+
+
+def test_the_reference_count_matches_this_interpreter():
+    a = np.empty(1)
+    assert sys.getrefcount(a) == donation.ONE_LOCAL
