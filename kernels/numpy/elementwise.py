@@ -79,8 +79,66 @@ def _gelu(x, approximate):
     return (0.5 * x * (1 + erf(x * (1 / math.sqrt(2.0))))).astype(x.dtype, copy=False)
 
 
-def _relu(x):
-    return np.maximum(x, x.dtype.type(0))
+class AgainstRows:
+    """np.maximum/np.minimum with a scalar operand taken as a row of that scalar.
+
+    NumPy 2.x runs these ufuncs with a 0-d operand in a loop without SIMD: at 1M float32,
+    386 us against 148 with an operand as long as the other (relu, clamp). A large C-ordered
+    array is therefore viewed as rows of ROW elements and the scalar as one cached row of
+    ROW copies: the same elementwise operation on the same values in the same operand order,
+    so the same bits (NaN and -0.0 included), and the same result dtype (the row has the
+    scalar's own dtype, and a 0-d array or NumPy scalar does not promote weakly). Python
+    numbers, small or non-C-ordered arrays, and `out` buffers that are not C-ordered take
+    the ufunc as it is. Callable as the ufunc is, with out=.
+    """
+
+    ROW = 8192
+
+    def __init__(self, ufunc):
+        self.ufunc = ufunc
+        self.__name__ = ufunc.__name__
+
+    def __call__(self, a, b, out=None):
+        big, scalar, first = (a, b, True) if np.ndim(b) == 0 else (b, a, False)
+        n = getattr(big, "size", 0)
+        if n < 2 * self.ROW or type(big) is not np.ndarray or np.ndim(scalar) != 0 or \
+                not isinstance(scalar, (np.ndarray, np.generic)) or \
+                not big.flags.c_contiguous or big.dtype.kind not in "biuf" or \
+                scalar.dtype.kind not in "biuf" or \
+                (out is not None and not (out.flags.c_contiguous and out.shape == big.shape)):
+            return self.ufunc(a, b, out=out)
+        row = _row_of(scalar, self.ROW)
+        if out is None:
+            out = np.empty(big.shape, np.result_type(big.dtype, scalar.dtype))
+        flat, dest, whole = big.reshape(-1), out.reshape(-1), n - n % self.ROW
+        for lo, hi, r in ((0, whole, row), (whole, n, row[:n - whole])):
+            if hi > lo:
+                part = flat[lo:hi].reshape(-1, len(r))
+                self.ufunc(*((part, r) if first else (r, part)),
+                           out=dest[lo:hi].reshape(part.shape))
+        return out
+
+
+_ROWS: dict = {}
+
+
+def _row_of(scalar, length: int):
+    key = (np.dtype(scalar.dtype), np.asarray(scalar).tobytes())
+    row = _ROWS.get(key)
+    if row is None:
+        if len(_ROWS) >= 64:
+            _ROWS.clear()
+        row = _ROWS[key] = np.full(length, scalar, dtype=scalar.dtype)
+        row.flags.writeable = False
+    return row
+
+
+_MAXIMUM, _MINIMUM = AgainstRows(np.maximum), AgainstRows(np.minimum)
+
+
+def _relu(x, out=None):
+    """max(x, 0) as np.maximum(x, 0 of x's dtype) computes it; callable with out=."""
+    return _MAXIMUM(x, x.dtype.type(0), out=out)
 
 
 def _rsqrt(x):
@@ -112,7 +170,7 @@ def _imag(x):
 
 
 def _clip(x, lo, hi):
-    return np.minimum(np.maximum(x, lo), hi)
+    return _MINIMUM(_MAXIMUM(x, lo), hi)
 
 
 _UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
@@ -166,7 +224,7 @@ KERNELS = {
     "logical_not": np.logical_not,
     "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.true_divide,
     "floor_divide": _floor_divide, "remainder": np.remainder, "power": np.power,
-    "maximum": np.maximum, "minimum": np.minimum, "arctan2": np.arctan2,
+    "maximum": _MAXIMUM, "minimum": _MINIMUM, "arctan2": np.arctan2,
     "logaddexp": np.logaddexp, "hypot": np.hypot, "copysign": np.copysign,
     "nextafter": np.nextafter, "bitwise_left_shift": np.left_shift,
     "bitwise_right_shift": np.right_shift,

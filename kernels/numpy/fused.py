@@ -30,12 +30,13 @@ import numpy as np
 
 from rill.dtypes import bfloat16
 
-from .elementwise import KERNELS
+from .elementwise import KERNELS, AgainstRows
 
-# name -> the ufunc its CPU kernel is (so a call with out= computes the same bits).
+# name -> the ufunc its CPU kernel is, or calls as it is (AgainstRows), so that a call with
+# out= computes the same bits.
 UFUNCS = {name: getattr(fn, "__wrapped__", fn) for name, fn in KERNELS.items()
-          if isinstance(getattr(fn, "__wrapped__", fn), np.ufunc)}
-# relu is np.maximum(x, 0 of x's dtype): a ufunc with one constant operand.
+          if isinstance(getattr(fn, "__wrapped__", fn), (np.ufunc, AgainstRows))}
+# relu's kernel takes out= too: np.maximum(x, 0 of x's dtype), one operand.
 _RELU = "relu"
 
 # Elementwise ops a group may hold: one output element from the same-index input elements.
@@ -103,9 +104,6 @@ def _generate(body):
         code = []
         if ufunc is not None:
             scope[f"U{k}"] = ufunc
-            if node.op == _RELU:
-                scope[f"Z{k}"] = np.zeros((), v.dtype.storage)
-                args.append(f"Z{k}")
             if v in returned:
                 j = returned[v]
                 scope[f"S{k}"] = (v.shape, np.dtype(v.dtype.storage))
@@ -160,7 +158,7 @@ def _ufunc_of(node):
     if v.shape == () or len(node.outputs) != 1:
         return None
     if node.op == _RELU:
-        ufunc, operands = np.maximum, [node.inputs[0].dtype, node.inputs[0].dtype]
+        ufunc, operands = KERNELS[_RELU], [node.inputs[0].dtype]
     else:
         ufunc = UFUNCS.get(node.op)
         if ufunc is None or node.attrs:

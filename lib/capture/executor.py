@@ -351,9 +351,6 @@ def _planned_call(node, step, i: int, ins: str, slots, scope):
     # Into the slot only from C-ordered inputs: NumPy would make a C-ordered result of them;
     # of others, a result in their order, which a later sum or GEMM would add up in.
     c_order = " and ".join(f"{name}.flags.c_contiguous" for name in ins.split(", "))
-    if node.op == "relu":  # np.maximum(x, 0 of x's dtype)
-        scope[f"Z{i}"] = np.zeros((), node.inputs[0].dtype.storage)
-        ins += f", Z{i}"
     return ufunc, f"(K{i}({ins}, out=R[{slots[0]}]) if {c_order} else K{i}({ins})),"
 
 
@@ -367,12 +364,8 @@ def _donating_call(node, step, i: int, ins: str, given, scope):
     others = ", ".join(n for k, n in enumerate(names) if k != index)
     scope["exclusive"] = exclusive
     scope[f"U{i}"], scope[f"A{i}"] = _ufunc_of(node), node.attrs
-    operands = ins
-    if node.op == "relu":  # np.maximum(x, 0 of x's dtype)
-        scope[f"Z{i}"] = np.zeros((), node.inputs[0].dtype.storage)
-        operands += f", Z{i}"
     test = f"exclusive({buffer}, {references}{', ' if others else ''}{others})"
-    return step, f"U{i}({operands}, out={buffer}) if {test} else K{i}({ins}, **A{i})"
+    return step, f"U{i}({ins}, out={buffer}) if {test} else K{i}({ins}, **A{i})"
 
 
 def _fixup(v):
