@@ -186,8 +186,11 @@ def _where(condition, x, y):
     if condition.size < 4096 or x.dtype != y.dtype or x.dtype.itemsize not in _UNSIGNED:
         return np.where(condition, x, y)
     bits = _UNSIGNED[x.dtype.itemsize]
-    # 0 -> 0, 1 -> all ones (unsigned wrap), read from the booleans' bytes in one pass
-    mask = np.negative(np.asarray(condition).view(np.uint8), dtype=bits)
+    # 0 -> 0, 1 -> all ones (unsigned wrap): a widening copy of the booleans' bytes, then
+    # negated in place (np.negative(..., dtype=bits) casts in a buffered loop: 1.3-1.6x as
+    # long at 1M elements)
+    mask = np.asarray(condition).view(np.uint8).astype(bits)
+    np.negative(mask, out=mask)
     xb, yb = np.asarray(x).view(bits), np.asarray(y).view(bits)
     if yb.ndim == 0 and yb == 0:  # where(c, x, 0): relu's gradient, masking
         # into the mask's own buffer where it has the result's shape (one allocation less)
