@@ -19,7 +19,9 @@ result is at least MIN_BYTES (below, NumPy's cached small allocations cost less 
 and the input dies at the node with the result's shape and dtype. An input `read` from a
 parameter-like variable (kind "value") qualifies only when the result is assigned back to
 that variable with no read or assign of it in between: then holders of the variable's
-Tensor see the new value either way, and holders of the old buffer are counted.
+Tensor see the new value either way, and holders of the old buffer are counted. (As with
+PyTorch's in-place optimizer steps, a parameter updated by two threads at once may then be
+read mid-update by one of them.)
 """
 from __future__ import annotations
 
@@ -31,14 +33,20 @@ from ..dtypes import bfloat16
 from .ir import GRAPH_OPS
 
 
-def _references_of_a_local() -> int:
-    """sys.getrefcount of an array held by one local variable only, as the generated code
-    calls it (the count differs across CPython versions)."""
+def _references_seen_by(buffer) -> int:
+    return sys.getrefcount(buffer)
+
+
+def _references_of_one_local() -> int:
+    """The count `exclusive` sees for an array that one local variable of its caller holds:
+    measured through a call of the same shape, since what the count includes (the caller's
+    variable, the callee's parameter, getrefcount's own argument) differs across CPython
+    versions."""
     a = np.empty(1)
-    return sys.getrefcount(a)
+    return _references_seen_by(a)
 
 
-ONE_LOCAL = _references_of_a_local()
+ONE_LOCAL = _references_of_one_local()
 
 
 def donor(graph, position: int, last_use: dict):
@@ -91,9 +99,9 @@ def _nbytes(v) -> int:
 
 def exclusive(buffer, references: int, *others) -> bool:
     """Whether the program may write into `buffer`: an array owning its memory that nothing
-    else references, writable and C-ordered, and the node's other inputs C-ordered. Called
-    from the generated code as exclusive(t3, E, t4), where t3 is a local: the count includes
-    this call's own argument, one more than the local alone."""
-    return (type(buffer) is np.ndarray and sys.getrefcount(buffer) == references + 1 and
+    but the expected holders reference (`references`: ONE_LOCAL, or ONE_LOCAL + 1 with the
+    variable), writable and C-ordered, and the node's other inputs C-ordered. The generated
+    code calls it as exclusive(t3, E, t4), t3 one of its local variables."""
+    return (type(buffer) is np.ndarray and sys.getrefcount(buffer) == references and
             buffer.base is None and buffer.flags.writeable and buffer.flags.c_contiguous and
             all(o.flags.c_contiguous for o in others if type(o) is np.ndarray))
