@@ -115,6 +115,22 @@ def test_layers_match_torch(ours, theirs, shape, kw):
     np.testing.assert_allclose(r.numpy(), t.numpy(), rtol=1e-12)
 
 
+@pytest.mark.parametrize("shape, kernel, stride", [((2, 3, 8, 8), 2, 2), ((2, 3, 9, 9), 3, 2),
+                                                   ((2, 3, 130, 130), 2, 2)])
+def test_max_pool_gradient_of_inf_and_nan_matches_torch(shape, kernel, stride):
+    """A pixel that did not win its window gets 0, whatever the window's gradient (not
+    inf * 0 = NaN), in windows apart and overlapping, small and split over the cores."""
+    x = RNG.standard_normal(shape).astype(np.float32)
+    tx = torch.tensor(x, requires_grad=True)
+    ty = TF.max_pool2d(tx, kernel, stride)
+    g = np.ones(tuple(ty.shape), np.float32)
+    g.flat[0], g.flat[1], g.flat[-1] = np.inf, -np.inf, np.nan
+    ty.backward(torch.tensor(g))
+    rx = rill.tensor(x, requires_grad=True)
+    F.max_pool2d(rx, kernel, stride).backward(rill.tensor(g))
+    np.testing.assert_array_equal(rx.grad.numpy(), tx.grad.numpy())
+
+
 def test_pooling_step_captured_equals_eager():
     x = rill.tensor(RNG.standard_normal((2, 2, 5, 6, 7)))
 

@@ -20,6 +20,9 @@ import numpy as np
 from rill.ops.primitive import register_kernels
 
 from rill.kernels.numpy import parallel
+from rill.kernels.numpy.elementwise import KERNELS as _ELEMENTWISE
+
+select = _ELEMENTWISE["where"]  # where(c, x, 0) exactly, inf and NaN included
 
 
 def _geometry(spatial, kernel_size, stride, padding, dilation):
@@ -101,6 +104,11 @@ def max_pool2d_grad(g, winners, input_shape, kernel_size, stride, padding, dilat
         out = fill((n, c) + padded, dtype=g.dtype)
     disjoint = _disjoint(kernel_size, stride, dilation)
     geometry = list(_geometry(spatial, kernel_size, stride, padding, dilation))
+    # g * mask gives the losing pixels of an inf or NaN gradient NaN (inf * 0); PyTorch gives
+    # them 0. A non-finite sum (inf or NaN in g, or an overflow) selects by bits instead.
+    with np.errstate(invalid="ignore", over="ignore"):
+        finite = bool(np.isfinite(np.sum(g)))
+    zero = g.dtype.type(0)
 
     def route(lo, hi):  # images lo:hi
         part, gs, ws = out[lo:hi], g[lo:hi], winners[lo:hi]
@@ -108,9 +116,12 @@ def max_pool2d_grad(g, winners, input_shape, kernel_size, stride, padding, dilat
         for t, where in enumerate(geometry):
             np.equal(ws, t, out=mask)
             if disjoint:  # each pixel is this tap of one window only: write, do not add
-                np.multiply(gs, mask, out=part[_LEAD + where])
+                if finite:
+                    np.multiply(gs, mask, out=part[_LEAD + where])
+                else:
+                    np.copyto(part[_LEAD + where], select(mask, gs, zero))
             else:
-                part[_LEAD + where] += gs * mask
+                part[_LEAD + where] += gs * mask if finite else select(mask, gs, zero)
     parallel.split(route, n, out.size)
     return out[_LEAD + tuple(slice(p, p + s) for p, s in zip(padding, spatial))]
 
