@@ -15,9 +15,11 @@ RNG = np.random.default_rng(5)
 
 
 # transposed form: (16, 784) -> 512, (32, 64) -> 192, (2, 8, 96) -> 256; direct: the others
+# (a 1-d x is one row, whatever its length)
 @pytest.mark.parametrize("x_shape, outputs", [((16, 784), 512), ((32, 64), 192),
                                               ((2, 8, 96), 256), ((512, 64), 192),
-                                              ((16, 512), 10), ((33, 64), 192)])
+                                              ((16, 512), 10), ((33, 64), 192), ((8,), 64),
+                                              ((40,), 64)])
 @pytest.mark.parametrize("with_bias", [False, True])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_both_forms_match_numpy(x_shape, outputs, with_bias, dtype):

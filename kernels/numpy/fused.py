@@ -32,9 +32,10 @@ from rill.dtypes import bfloat16
 
 from .elementwise import KERNELS, AgainstRows
 
-# name -> the ufunc its CPU kernel is, or calls as it is (AgainstRows), so that a call with
-# out= computes the same bits.
-UFUNCS = {name: getattr(fn, "__wrapped__", fn) for name, fn in KERNELS.items()
+# name -> the CPU kernel, for the kernels that are a ufunc (or call one as it is: AgainstRows,
+# and `quiet`'s wrapper, which keeps inf/nan quiet), so that a call with out= computes the
+# same bits under the same error state.
+UFUNCS = {name: fn for name, fn in KERNELS.items()
           if isinstance(getattr(fn, "__wrapped__", fn), (np.ufunc, AgainstRows))}
 # relu's kernel takes out= too: np.maximum(x, 0 of x's dtype), one operand.
 _RELU = "relu"

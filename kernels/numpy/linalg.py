@@ -45,7 +45,7 @@ def _einsum(*xs, inputs, output):
 
 
 def _linear(x, w, *bias):
-    rows = x.reshape(-1, x.shape[-1]) if x.ndim > 2 else x
+    rows = x if x.ndim == 2 else x.reshape(-1, x.shape[-1])  # a 1-d x is one row
     m, n = rows.shape[0], w.shape[0]
     if m <= _FEW_ROWS < n:  # (w @ x.T).T, see _FEW_ROWS
         yt = _gemm(np.matmul, w, rows.T, multiply_adds=m * w.size)
@@ -60,7 +60,7 @@ def _linear(x, w, *bias):
         y = _gemm(np.matmul, rows, w.T, multiply_adds=m * w.size)  # w read transposed
         if bias:
             y += bias[0]  # into the fresh product: no second buffer
-    return y.reshape(x.shape[:-1] + (n,)) if x.ndim > 2 else y
+    return y if x.ndim == 2 else y.reshape(x.shape[:-1] + (n,))
 
 
 register_kernels("cpu", {"matmul": _matmul, "einsum": _einsum, "linear": _linear,

@@ -25,7 +25,7 @@ from ..errors import CaptureError
 from ..profiler import state as _profiling
 from ..tensor import new_tensor
 from . import graph_ops
-from .donation import donor, exclusive
+from .donation import ONE_LOCAL, donor, exclusive
 from .ir import GRAPH_OPS, Graph, _Names, format_node
 
 _programs = itertools.count()
@@ -354,17 +354,16 @@ def _planned_call(node, step, i: int, ins: str, slots, scope):
     return ufunc, f"(K{i}({ins}, out=R[{slots[0]}]) if {c_order} else K{i}({ins})),"
 
 
-def _donating_call(node, step, i: int, ins: str, given, scope):
-    """(callable, call text) computing node into the buffer of its input `given[0]` when
-    that buffer is the program's alone at run time (capture/donation.py), else as usual."""
+def _donating_call(node, step, i: int, ins: str, index: int, scope):
+    """(callable, call text) computing node into the buffer of its input `index` when that
+    buffer is the program's alone at run time (capture/donation.py), else as usual."""
     from rill.kernels.numpy.fused import _ufunc_of
-    index, references = given
     names = ins.split(", ")
     buffer = names[index]
     others = ", ".join(n for k, n in enumerate(names) if k != index)
     scope["exclusive"] = exclusive
     scope[f"U{i}"], scope[f"A{i}"] = _ufunc_of(node), node.attrs
-    test = f"exclusive({buffer}, {references}{', ' if others else ''}{others})"
+    test = f"exclusive({buffer}, {ONE_LOCAL}{', ' if others else ''}{others})"
     return step, f"U{i}({ins}, out={buffer}) if {test} else K{i}({ins}, **A{i})"
 
 
