@@ -56,6 +56,19 @@ def test_in_place_and_promotion():
     _same(AgainstRows(np.minimum)(x, np.float32(np.nan)), np.minimum(x, np.float32(np.nan)))
 
 
+def test_out_as_a_tuple_and_overlapping_out():
+    x = _data(4 * ROW, np.float32)
+    out = np.empty_like(x)
+    assert AgainstRows(np.maximum)(x, np.float32(0), out=(out,)) is out
+    _same(out, np.maximum(x, np.float32(0)))
+    # out overlapping x one element further on: as the ufunc, which copies x first (else
+    # each result would be read again as the next input)
+    y, z = x.copy(), x.copy()
+    AgainstRows(np.maximum)(y[:-1], np.float32(-1e30), out=y[1:])
+    np.maximum(z[:-1], np.float32(-1e30), out=z[1:])
+    _same(y, z)
+
+
 @pytest.mark.parametrize("case", ["python float", "small", "transposed", "out transposed",
                                   "two arrays"])
 def test_other_cases_take_the_ufunc(case):

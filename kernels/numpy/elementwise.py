@@ -99,13 +99,16 @@ class AgainstRows:
         self.__name__ = ufunc.__name__
 
     def __call__(self, a, b, out=None):
+        if isinstance(out, tuple):  # the ufunc's out=(array,) form
+            (out,) = out
         big, scalar, first = (a, b, True) if np.ndim(b) == 0 else (b, a, False)
         n = getattr(big, "size", 0)
         if n < 2 * self.ROW or type(big) is not np.ndarray or np.ndim(scalar) != 0 or \
                 not isinstance(scalar, (np.ndarray, np.generic)) or \
                 not big.flags.c_contiguous or big.dtype.kind not in "biuf" or \
                 scalar.dtype.kind not in "biuf" or \
-                (out is not None and not (out.flags.c_contiguous and out.shape == big.shape)):
+                (out is not None and not (out.flags.c_contiguous and out.shape == big.shape)) \
+                or (out is not None and not _same_or_apart(out, big)):
             return self.ufunc(a, b, out=out)
         row = _row_of(scalar, self.ROW)
         if out is None:
@@ -117,6 +120,14 @@ class AgainstRows:
                 self.ufunc(*((part, r) if first else (r, part)),
                            out=dest[lo:hi].reshape(part.shape))
         return out
+
+
+def _same_or_apart(out, x) -> bool:
+    """out is x's own memory (in place, element by element) or shares none of it; a partial
+    overlap is left to the ufunc, which copies first."""
+    same = out.__array_interface__["data"][0] == x.__array_interface__["data"][0] and \
+        out.strides == x.strides
+    return same or not np.may_share_memory(out, x)
 
 
 _ROWS: dict = {}
