@@ -42,6 +42,37 @@ def test_a_killed_rank_is_named_by_rank_role_and_signal(signal_name):
     assert "the second all-reduce completed" not in out
 
 
+@pytest.mark.parametrize("watcher_stopped_after", [0.3, None])
+def test_a_rank_signalled_with_its_whole_job_is_stopped_not_killed(tmp_path,
+                                                                    watcher_stopped_after):
+    """srun signals every process of a step: the rank's SIGTERM may kill it before its
+    watcher's own arrives. The watcher then records a stop, not a kill (a cause); a SIGTERM
+    to the rank alone stays a kill."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from rill.distributed.status import StatusBoard
+    path = str(tmp_path / "board")
+    StatusBoard(path, 1)  # created before the watcher opens it
+    proc = subprocess.Popen([sys.executable, str(SCRIPTS / "watched_sleeper.py"), path],
+                            env=_env())
+    board = StatusBoard(path, 1)
+    deadline = time.monotonic() + 30
+    while not board.read()[0].pid and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.kill(board.read()[0].pid, signal.SIGTERM)  # the rank first
+    if watcher_stopped_after is not None:
+        time.sleep(watcher_stopped_after)
+        os.kill(proc.pid, signal.SIGTERM)  # then its watcher
+    proc.wait(timeout=30)
+    row = board.read()[0]
+    if watcher_stopped_after is None:
+        assert (row.ending, row.code) == ("killed", signal.SIGTERM)
+    else:
+        assert (row.ending, row.code) == ("stopped", signal.SIGTERM)
+
+
 def test_a_timeout_names_a_peer_that_was_killed(tmp_path):
     from rill.distributed.collectives import timeout_error
     from rill.distributed.status import StatusBoard

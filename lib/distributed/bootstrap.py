@@ -75,6 +75,8 @@ def watch(path: str, rank: int, size: int) -> None:
     _die_with(launcher, signal.SIGHUP)  # mpiexec gone (even by SIGKILL): stop the rank
     _, status = os.waitpid(child, 0)  # handlers run in between; the wait resumes after them
     signal.alarm(0)
+    late = os.WIFSIGNALED(status) and not stops and \
+        os.WTERMSIG(status) in STOP_SIGNALS and _stop_follows(stops)
     for s in STOP_SIGNALS:
         signal.signal(s, signal.SIG_DFL)
     if not os.WIFSIGNALED(status):
@@ -82,9 +84,11 @@ def watch(path: str, rank: int, size: int) -> None:
         board.ended(rank, "exited", code)
         os._exit(code)
     killed_by = os.WTERMSIG(status)
-    # Stopped: it died of a signal this watcher sent. A signal from elsewhere (a SIGKILL
-    # racing mpiexec's stop request to the watcher) is what killed it.
-    if stops and killed_by in sent:
+    # Stopped: it died of a signal this watcher sent, or of a stop signal sent to the whole
+    # job at once (srun signals every process of the step: the rank may die before its
+    # watcher's own request arrives). A signal from elsewhere (a SIGKILL racing mpiexec's
+    # stop request to the watcher, a user's kill of the rank alone) is what killed it.
+    if stops and (killed_by in sent or late):
         board.ended(rank, "stopped", stops[0])
         os._exit(128 + stops[0])
     board.ended(rank, "killed", killed_by)
@@ -96,6 +100,23 @@ def watch(path: str, rank: int, size: int) -> None:
         signal.signal(killed_by, signal.SIG_DFL)
     os.kill(os.getpid(), killed_by)
     os._exit(128 + killed_by)
+
+
+# How long a watcher whose rank died of a stop signal it did not send waits for a stop
+# request of its own before calling the death a kill.
+STOP_GRACE_S = 1.0
+
+
+def _stop_follows(stops: list) -> bool:
+    """Wait up to STOP_GRACE_S for a stop request to this watcher, noting it in `stops` (and
+    sending nothing: the rank is gone, and its pid may be another process's by now)."""
+    import time
+    for s in STOP_SIGNALS:
+        signal.signal(s, lambda signum, frame: stops.append(signum))
+    deadline = time.monotonic() + STOP_GRACE_S
+    while not stops and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return bool(stops)
 
 
 def _kill(pid: int, sig: int) -> None:
