@@ -1,7 +1,9 @@
 """How rill-launch starts a rank: label its output, then run the user's script as __main__.
 
 Each line the rank prints, traceback included, becomes "worker1 | ..." written whole in
-one call, so that lines of different ranks interleave but never mix.
+one call, so that lines of different ranks interleave but do not mix. (mpiexec forwards a
+rank's output in chunks, so a line over ~1 KB may still reach the launcher in pieces with
+another rank's lines between them: machine-read results belong in files.)
 
 On Linux the process mpiexec starts becomes a watcher: it forks the rank's process, waits
 for it, and writes on the status board how it ended — the exit code, or the signal that
