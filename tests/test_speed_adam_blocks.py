@@ -33,6 +33,24 @@ def test_blocks_give_the_bits_of_one_pass(monkeypatch, kw, dtype):
     assert not any(np.shares_memory(out, x) for out in blocks for x in (p, g, m, v))
 
 
+@pytest.mark.parametrize("layout", ["F", "transposed view"])
+def test_a_parameter_not_in_c_order_gets_the_same_update(layout):
+    """A Parameter made from a transposed tensor holds an F-ordered buffer: its blocks must
+    still be written (the flat views of the outputs are views, not copies)."""
+    rng = np.random.default_rng(2)
+    shape = (700, 500)  # more than one CHUNK
+    c_order = [rng.standard_normal(shape).astype(np.float32) for _ in range(3)]
+    c_order.append(np.abs(rng.standard_normal(shape)).astype(np.float32))
+    other = [np.asfortranarray(a) if layout == "F" else np.ascontiguousarray(a.T).T
+             for a in c_order]
+    scalars = (np.float32(1e-3), np.float32(0.9))
+    kw = dict(beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0, decay=1.0)
+    want = updates._adam_update(*c_order, *scalars, **kw)
+    got = updates._adam_update(*other, *scalars, **kw)
+    for a, b in zip(want, got):
+        np.testing.assert_array_equal(a, b)
+
+
 def _split_in_two(fn, n, elements):
     """As parallel.split on two cores: two runs of consecutive blocks."""
     fn(0, n // 2)

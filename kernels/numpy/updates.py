@@ -52,7 +52,9 @@ def _adam_block(p, g, m, v, out, temps, step_size, bias_correction2_sqrt, beta1,
 
 
 def _adam_update(p, g, m, v, *scalars, **attrs):
-    outs = tuple(np.empty_like(p) for _ in range(3))
+    # C-ordered outputs, whatever p's layout: the blocks below write through their flat
+    # views (reshape(-1) of another layout would be a copy, and the writes would be lost).
+    outs = tuple(np.empty(p.shape, p.dtype) for _ in range(3))
     if p.size <= CHUNK:
         _adam_block(p, g, m, v, outs, (np.empty_like(p), np.empty_like(p)), *scalars, **attrs)
         return outs
