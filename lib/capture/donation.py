@@ -71,7 +71,7 @@ def _calibrated() -> int | None:
 def donor(graph, position: int, last_use: dict) -> int | None:
     """The index of the input of the node at `position` of graph.nodes whose buffer it may
     write its result into, if the count allows when it runs; or None."""
-    from rill.kernels.numpy.fused import _ufunc_of
+    from rill.kernels.numpy.fused import _nbytes, _ufunc_of
     from .passes.memory import MIN_BYTES
     node = graph.nodes[position]
     if ONE_LOCAL is None or node.op in GRAPH_OPS or node.device is None or \
@@ -86,13 +86,6 @@ def donor(graph, position: int, last_use: dict) -> int | None:
                 v not in graph.outputs and v.node.op not in GRAPH_OPS:
             return j
     return None
-
-
-def _nbytes(v) -> int:
-    n = np.dtype(v.dtype.storage).itemsize
-    for s in v.shape:
-        n *= s
-    return n
 
 
 def exclusive(buffer, references: int, *others) -> bool:
