@@ -28,7 +28,7 @@ needs_compiler = pytest.mark.skipif(shutil.which(build._compiler()[0]) is None,
 @pytest.fixture(autouse=True)
 def _native_allowed(monkeypatch):
     """These tests are about the compiled path: on whatever the environment says."""
-    monkeypatch.delenv("RILL_NATIVE", raising=False)
+    monkeypatch.setattr(build, "ENABLED", True)
 
 
 def _cell_arrays(n, hidden, dtype, seed=0):
@@ -59,7 +59,7 @@ def test_compiled_lstm_cell_matches_the_numpy_kernel(monkeypatch, dtype, n, hidd
     a["x_proj"][0, :4] = [np.inf, -np.inf, 0.0, -0.0]
     a["c"][1, 0] = np.nan
     compiled = _run_cell(a, bias)
-    monkeypatch.setenv("RILL_NATIVE", "0")
+    monkeypatch.setattr(build, "ENABLED", False)
     assert build.load("lstm_cell") is None
     reference = _run_cell(a, bias)
     ulp = np.finfo(dtype).eps
@@ -74,10 +74,10 @@ def test_compiled_lstm_cell_matches_the_numpy_kernel(monkeypatch, dtype, n, hidd
                                    err_msg=name)
     # the products after tanh repeat the same operations: the gradient is bit-equal when fed
     # the same residuals
-    monkeypatch.delenv("RILL_NATIVE")
+    monkeypatch.setattr(build, "ENABLED", True)
     acts, tanh_c = reference[2], reference[3]
     got = numpy_lstm.lstm_cell_grad(acts, tanh_c, a["c"], a["g_h"], a["g_c"])
-    monkeypatch.setenv("RILL_NATIVE", "0")
+    monkeypatch.setattr(build, "ENABLED", False)
     want = numpy_lstm.lstm_cell_grad(acts, tanh_c, a["c"], a["g_h"], a["g_c"])
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
@@ -162,3 +162,57 @@ def test_without_a_compiler_the_numpy_kernel_runs(tmp_path):
     assert not (tmp_path / "native").exists() or not any((tmp_path / "native").iterdir())
     env = dict(os.environ, RILL_CACHE_DIR=str(tmp_path), RILL_NATIVE="0")
     assert _fresh_process(env).strip() == "False RILL_NATIVE=0"
+
+
+numpy_norm = importlib.import_module("rill.kernels.numpy.normalization")
+
+
+@needs_compiler
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("shape, axes", [((8, 64, 64), 1), ((3, 5, 7), 2), ((2, 1), 1),
+                                         ((40, 1000), 1)])
+def test_compiled_layer_norm_matches_the_numpy_kernel(monkeypatch, dtype, shape, axes):
+    assert build.load("layer_norm") is not None, build.why_not("layer_norm")
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal(shape) * 3 + 2).astype(dtype)
+    g = rng.standard_normal(shape).astype(dtype)
+    w = rng.standard_normal(shape[len(shape) - axes:]).astype(dtype)
+    b = rng.standard_normal(w.shape).astype(dtype)
+    x.reshape(-1)[0] = np.nan                      # a NaN spoils its own row only, in both
+
+    def run():
+        y = numpy_norm._layer_norm(x, w, b, 1e-5, axes)
+        return (y,) + numpy_norm._layer_norm_grad(g, x, w, 1e-5, axes)
+    compiled = run()
+    monkeypatch.setattr(build, "ENABLED", False)
+    reference = run()
+    # the sums run in another order (vector lanes; float64 accumulators for dw, db): float
+    # rounding of a sum of d terms, relative to the largest value
+    tolerance = {np.float16: 2e-3, np.float32: 2e-6, np.float64: 4e-15}[dtype]
+    for name, got, want in zip(("y", "dx", "dw", "db"), compiled, reference):
+        assert got.dtype == want.dtype and got.shape == want.shape, name
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=name)
+        ok = ~np.isnan(want)                       # dw: all NaN (the NaN row is in every sum)
+        scale = max(1.0, float(np.abs(want[ok]).max(initial=0)))
+        np.testing.assert_allclose(got[ok], want[ok], rtol=0, atol=tolerance * scale * 10,
+                                   err_msg=name)
+
+
+@needs_compiler
+def test_layer_norm_of_strided_input_and_empty_rows(monkeypatch):
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((6, 16)).astype(np.float32)
+    w, b = np.ones(16, np.float32), np.zeros(16, np.float32)
+    strided = np.repeat(x, 2, axis=1)[:, ::2]
+    np.testing.assert_allclose(numpy_norm._layer_norm(strided, w, b, 1e-5, 1),
+                               numpy_norm._layer_norm(x, w, b, 1e-5, 1), rtol=1e-6, atol=1e-6)
+    g = np.repeat(x, 2, axis=1)[:, ::2]       # a non-contiguous gradient goes to NumPy
+    calls = []
+    module = build.load("layer_norm")
+    monkeypatch.setattr(numpy_norm.native, "load", lambda name: _Spy(module, calls))
+    numpy_norm._layer_norm_grad(g, x, w, 1e-5, 1)
+    assert calls == []
+    numpy_norm._layer_norm_grad(np.ascontiguousarray(g), x, w, 1e-5, 1)
+    assert calls == ["backward"]
+    empty = numpy_norm._layer_norm(np.zeros((0, 16), np.float32), w, b, 1e-5, 1)
+    assert empty.shape == (0, 16) and calls == ["backward"]

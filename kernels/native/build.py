@@ -8,7 +8,8 @@ model and feature flags. A later process (or another rank of a distributed job) 
 there: ~1 ms instead of ~0.5 s of compiling. Builds write a private temporary file and rename
 it into place, so processes that build at the same time never load a half-written file.
 
-Where there is no compiler, the build fails, or $RILL_NATIVE is 0, `load` returns None and
+Where there is no compiler, the build fails, or $RILL_NATIVE was 0 at import (or
+`build.ENABLED` is set False), `load` returns None and
 the caller runs its NumPy kernel. A failed build is remembered for the process (and its
 compiler output kept for `why_not`), so it is tried once.
 """
@@ -38,8 +39,13 @@ FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-ffp-contract=off", "-fopen
 _failures: dict[str, str] = {}
 
 
-def enabled() -> bool:
+def _enabled_by_environment() -> bool:
     return os.environ.get("RILL_NATIVE", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+# Read once, at import ($RILL_NATIVE=0 turns compiled kernels off): a kernel asks per call,
+# and reading os.environ costs ~0.8 us. Tests set this attribute.
+ENABLED = _enabled_by_environment()
 
 
 def cache_dir() -> Path:
@@ -53,21 +59,23 @@ def cache_dir() -> Path:
 def load(name: str):
     """The extension module built from `<name>.c` beside this file, or None (no compiler, a
     failed build, or RILL_NATIVE=0): the caller then runs its NumPy kernel."""
-    if not enabled() or name in _failures:
+    if not ENABLED or name in _failures:
         return None
     return _load(name)
 
 
 def why_not(name: str) -> str | None:
     """Why `load(name)` returns None, if it does: the compiler's message or the setting."""
-    if not enabled():
+    if not ENABLED:
         return "RILL_NATIVE=0"
     return _failures.get(name)
 
 
 @functools.lru_cache(maxsize=None)
 def _load(name: str):
-    source = (SOURCE_DIR / f"{name}.c").read_bytes()
+    # the module's source and the headers it may include
+    source = b"\0".join(path.read_bytes() for path in
+                        [SOURCE_DIR / f"{name}.c"] + sorted(SOURCE_DIR.glob("*.h")))
     compiler = _compiler()
     command = compiler + list(FLAGS) + ["-I", sysconfig.get_paths()["include"]]
     suffix = sysconfig.get_config_var("EXT_SUFFIX")

@@ -17,14 +17,7 @@
  *     d_c_out = d_c * f
  * Every buffer C-contiguous, of the size stated (checked: ValueError otherwise).
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <math.h>
-
-#pragma omp declare simd notinbranch
-float tanhf(float);
-#pragma omp declare simd notinbranch
-double tanh(double);
+#include "common.h"
 
 #define TILE_ROWS 16
 #define TILE_COLS 64
@@ -101,16 +94,6 @@ static void backward_##SUFFIX(Py_ssize_t n, Py_ssize_t hd, const T *restrict act
 DEFINE_KERNELS(float, tanhf, f32)
 DEFINE_KERNELS(double, tanh, f64)
 
-static int check(Py_buffer *view, Py_ssize_t elements, Py_ssize_t itemsize, const char *what)
-{
-    if (view->len != elements * itemsize) {
-        PyErr_Format(PyExc_ValueError, "%s: %zd bytes, expected %zd", what, view->len,
-                     elements * itemsize);
-        return 0;
-    }
-    return 1;
-}
-
 static PyObject *forward(PyObject *self, PyObject *args)
 {
     Py_buffer prod_t, x_proj, c, h_new, c_new, acts, tanh_c, bias = {0};
@@ -125,10 +108,10 @@ static PyObject *forward(PyObject *self, PyObject *args)
     if (has_bias && PyObject_GetBuffer(bias_object, &bias, PyBUF_C_CONTIGUOUS) < 0)
         goto done;
     Py_ssize_t size = is_double ? sizeof(double) : sizeof(float);
-    if (!check(&prod_t, 4 * hd * n, size, "prod_t") || !check(&x_proj, 4 * hd * n, size, "x_proj")
-        || (has_bias && !check(&bias, 4 * hd, size, "bias")) || !check(&c, n * hd, size, "c")
-        || !check(&h_new, n * hd, size, "h_new") || !check(&c_new, n * hd, size, "c_new")
-        || !check(&acts, 4 * hd * n, size, "acts") || !check(&tanh_c, n * hd, size, "tanh_c"))
+    if (!check_size(&prod_t, 4 * hd * n, size, "prod_t") || !check_size(&x_proj, 4 * hd * n, size, "x_proj")
+        || (has_bias && !check_size(&bias, 4 * hd, size, "bias")) || !check_size(&c, n * hd, size, "c")
+        || !check_size(&h_new, n * hd, size, "h_new") || !check_size(&c_new, n * hd, size, "c_new")
+        || !check_size(&acts, 4 * hd * n, size, "acts") || !check_size(&tanh_c, n * hd, size, "tanh_c"))
         goto done;
     Py_BEGIN_ALLOW_THREADS
     if (is_double)
@@ -159,10 +142,10 @@ static PyObject *backward(PyObject *self, PyObject *args)
         return NULL;
     PyObject *result = NULL;
     Py_ssize_t size = is_double ? sizeof(double) : sizeof(float);
-    if (!check(&acts, 4 * hd * n, size, "acts") || !check(&tanh_c, n * hd, size, "tanh_c")
-        || !check(&c, n * hd, size, "c") || !check(&g_h, n * hd, size, "g_h")
-        || !check(&g_c, n * hd, size, "g_c") || !check(&d_gates, 4 * hd * n, size, "d_gates")
-        || !check(&d_c, n * hd, size, "d_c"))
+    if (!check_size(&acts, 4 * hd * n, size, "acts") || !check_size(&tanh_c, n * hd, size, "tanh_c")
+        || !check_size(&c, n * hd, size, "c") || !check_size(&g_h, n * hd, size, "g_h")
+        || !check_size(&g_c, n * hd, size, "g_c") || !check_size(&d_gates, 4 * hd * n, size, "d_gates")
+        || !check_size(&d_c, n * hd, size, "d_c"))
         goto done;
     Py_BEGIN_ALLOW_THREADS
     if (is_double)

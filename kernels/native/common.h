@@ -1,0 +1,31 @@
+/* What every module in kernels/native shares: buffer size checks and the vector math
+ * functions of glibc's libmvec, declared so that loops marked `omp simd` call them. */
+#ifndef RILL_NATIVE_COMMON_H
+#define RILL_NATIVE_COMMON_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+
+#pragma omp declare simd notinbranch
+float tanhf(float);
+#pragma omp declare simd notinbranch
+double tanh(double);
+#pragma omp declare simd notinbranch
+float expf(float);
+#pragma omp declare simd notinbranch
+double exp(double);
+
+/* 1 if the buffer holds `elements` items of `itemsize` bytes; else a ValueError naming it. */
+static int check_size(Py_buffer *view, Py_ssize_t elements, Py_ssize_t itemsize,
+                      const char *what)
+{
+    if (view->len != elements * itemsize) {
+        PyErr_Format(PyExc_ValueError, "%s: %zd bytes, expected %zd", what, view->len,
+                     elements * itemsize);
+        return 0;
+    }
+    return 1;
+}
+
+#endif
