@@ -216,3 +216,53 @@ def test_layer_norm_of_strided_input_and_empty_rows(monkeypatch):
     assert calls == ["backward"]
     empty = numpy_norm._layer_norm(np.zeros((0, 16), np.float32), w, b, 1e-5, 1)
     assert empty.shape == (0, 16) and calls == ["backward"]
+
+
+numpy_updates = importlib.import_module("rill.kernels.numpy.updates")
+
+
+@needs_compiler
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("size", [0, 7, 1000, numpy_updates.CHUNK * 2 + 5])
+@pytest.mark.parametrize("beta1, weight_decay, decay", [(0.9, 0.0, 1.0), (0.3, 0.1, 1.0),
+                                                         (0.9, 0.0, 1 - 3e-4)])
+def test_compiled_adam_update_is_bit_equal_to_the_numpy_kernel(monkeypatch, dtype, size, beta1,
+                                                                weight_decay, decay):
+    assert build.load("updates") is not None, build.why_not("updates")
+    rng = np.random.default_rng(3)
+    p, g, m = (rng.standard_normal(size).astype(dtype) for _ in range(3))
+    v = rng.random(size).astype(dtype)
+    if size:
+        g[0], v[-1] = np.nan, 0.0                    # NaN stays in its element; v' = 0 divides
+    scalars = (np.asarray(1e-3, dtype), np.asarray(0.31622776, dtype))
+    attrs = dict(beta1=beta1, beta2=0.999, eps=1e-8, weight_decay=weight_decay, decay=decay)
+    calls = []
+    module = build.load("updates")
+    monkeypatch.setattr(numpy_updates.native, "load", lambda name: _Spy(module, calls))
+    compiled = numpy_updates._adam_update(p, g, m, v, *scalars, **attrs)
+    assert calls and set(calls) == {"adam"}
+    monkeypatch.undo()                                  # the NumPy kernel from here on
+    monkeypatch.setattr(build, "ENABLED", False)
+    reference = numpy_updates._adam_update(p, g, m, v, *scalars, **attrs)
+    for got, want in zip(compiled, reference):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(got, want)        # NaNs in the same places too
+
+
+@needs_compiler
+def test_adam_update_of_a_transposed_parameter_takes_the_numpy_kernel(monkeypatch):
+    rng = np.random.default_rng(4)
+    p, g, m, v = (np.abs(rng.standard_normal((30, 20))).astype(np.float32).T for _ in range(4))
+    calls = []
+    module = build.load("updates")
+    monkeypatch.setattr(numpy_updates.native, "load", lambda name: _Spy(module, calls))
+    scalars = (np.float32(1e-3), np.float32(0.5))
+    out = numpy_updates._adam_update(p, g, m, v, *scalars, beta1=0.9, beta2=0.999, eps=1e-8,
+                                     weight_decay=0.0, decay=1.0)
+    assert calls == [] and out[0].shape == (20, 30) and out[0].flags.c_contiguous
+    contiguous = [np.ascontiguousarray(a) for a in (p, g, m, v)]
+    again = numpy_updates._adam_update(*contiguous, *scalars, beta1=0.9, beta2=0.999, eps=1e-8,
+                                       weight_decay=0.0, decay=1.0)
+    assert calls == ["adam"]
+    for a, b in zip(out, again):
+        np.testing.assert_array_equal(a, b)
