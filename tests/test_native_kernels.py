@@ -266,3 +266,45 @@ def test_adam_update_of_a_transposed_parameter_takes_the_numpy_kernel(monkeypatc
     assert calls == ["adam"]
     for a, b in zip(out, again):
         np.testing.assert_array_equal(a, b)
+
+
+numpy_reduce = importlib.import_module("rill.kernels.numpy.reduce")
+
+
+@needs_compiler
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape, axis", [((512, 64), 0), ((8, 64, 64), (0, 1)),
+                                         ((4, 5, 6, 70), (0, 1, 2)), ((3000, 1), 0),
+                                         ((33, 1000), 0)])
+def test_compiled_column_sums_are_float64_accurate(monkeypatch, dtype, shape, axis):
+    calls = []
+    module = build.load("reduce")
+    monkeypatch.setattr(numpy_reduce.native, "load", lambda name: _Spy(module, calls))
+    x = np.random.default_rng(5).standard_normal(shape).astype(dtype) + 0.5
+    got = numpy_reduce._sum(x, axis, False)
+    assert calls == ["column_sums"] and got.dtype == dtype and got.shape == shape[-1:]
+    want = x.astype(np.float64).sum(axis=axis)
+    if dtype == np.float32:  # summed in double: the exact sum rounded once, or next to it
+        np.testing.assert_allclose(got, want.astype(dtype), rtol=2 * np.finfo(dtype).eps,
+                                   atol=np.abs(x).max() * np.finfo(dtype).eps)
+    else:  # float64 sums in blocks of 32 rows: within a small multiple of eps * sum |x|
+        bound = 32 * np.finfo(dtype).eps * np.abs(x).sum(axis=axis)
+        assert (np.abs(got - np.sum(x, axis=axis)) <= bound).all()
+    kept = numpy_reduce._sum(x, axis, True)
+    assert kept.shape == tuple(1 if a != len(shape) - 1 else n for a, n in enumerate(shape))
+
+
+@needs_compiler
+def test_column_sums_propagate_nan_and_inf_and_leave_other_sums_to_numpy(monkeypatch):
+    calls = []
+    module = build.load("reduce")
+    monkeypatch.setattr(numpy_reduce.native, "load", lambda name: _Spy(module, calls))
+    x = np.ones((256, 8), np.float32)
+    x[3, 0], x[4, 1], x[5, 1], x[6, 2] = np.nan, np.inf, -np.inf, np.inf
+    got = numpy_reduce._sum(x, 0, False)
+    np.testing.assert_array_equal(got, x.sum(axis=0))        # nan, nan, inf, 256, ...
+    assert calls == ["column_sums"]
+    numpy_reduce._sum(np.ones((256, 8), np.float32).T, 1, False)    # not C-contiguous
+    numpy_reduce._sum(np.ones((64, 64, 4), np.float32), (0, 2), False)  # keeps a middle axis
+    numpy_reduce._sum(np.ones((8, 8), np.float32), 0, False)        # under the threshold
+    assert calls == ["column_sums"]
