@@ -5,8 +5,8 @@
  * NumPy runs this as one short inner loop per row ((512, 64): 12 us), and BLAS's
  * matrix-vector product needs its threads held around it (4.5 us of threadpoolctl per call);
  * here, rows are added in vector registers, BLOCK_ROWS at a time in the input's type, and the
- * blocks' sums in double: as accurate as NumPy's row-by-row float32 sum or more, not the same
- * bits.
+ * blocks' sums in double: the error of a BLOCK_ROWS-term sum at most, against NumPy's
+ * row-by-row sum of all the rows (not the same bits).
  *
  *   column_sums(x, out, outer, K, double)     out (K,) float64
  */
