@@ -308,3 +308,53 @@ def test_column_sums_propagate_nan_and_inf_and_leave_other_sums_to_numpy(monkeyp
     numpy_reduce._sum(np.ones((64, 64, 4), np.float32), (0, 2), False)  # keeps a middle axis
     numpy_reduce._sum(np.ones((8, 8), np.float32), 0, False)        # under the threshold
     assert calls == ["column_sums"]
+
+
+numpy_batch_norm = importlib.import_module("rill.kernels.numpy.batch_norm")
+
+
+@needs_compiler
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(32, 16, 8, 8), (4, 3, 5), (2, 6), (3, 4, 2, 3, 5)])
+@pytest.mark.parametrize("split", [False, True])
+def test_compiled_batch_norm_matches_the_numpy_kernel(monkeypatch, dtype, shape, split):
+    if split:  # channels over the cores
+        monkeypatch.setattr(numpy_batch_norm, "NATIVE_SPLIT", 1)
+    rng = np.random.default_rng(6)
+    x = (rng.standard_normal(shape) * 2 + 100).astype(dtype)   # far from 0: the shift matters
+    g = rng.standard_normal(shape).astype(dtype)
+    w, b = (rng.standard_normal(shape[1]).astype(dtype) for _ in range(2))
+    calls = []
+    module = build.load("batch_norm")
+    monkeypatch.setattr(numpy_batch_norm.native, "load", lambda name: _Spy(module, calls))
+
+    def run():
+        y, mean, var = numpy_batch_norm._batch_norm(x, w, b, 1e-5)
+        return (y, mean, var) + numpy_batch_norm._batch_norm_grad(g, x, w, mean, var, 1e-5)
+    compiled = run()
+    assert set(calls) == {"forward", "backward"}
+    monkeypatch.setattr(numpy_batch_norm.native, "load", lambda name: None)
+    reference = run()
+    exact = x.astype(np.float64).reshape(shape[0], shape[1], -1)
+    np.testing.assert_allclose(compiled[1], exact.mean(axis=(0, 2)), rtol=4 * np.finfo(dtype).eps)
+    np.testing.assert_allclose(compiled[2], exact.var(axis=(0, 2)), rtol=64 * np.finfo(dtype).eps)
+    for name, got, want in zip(("y", "mean", "var", "dx", "dw", "db"), compiled, reference):
+        assert got.dtype == want.dtype and got.shape == want.shape, name
+        scale = float(np.abs(want).max())
+        np.testing.assert_allclose(got, want, rtol=0, atol=scale * 2e3 * np.finfo(dtype).eps,
+                                   err_msg=name)
+
+
+@needs_compiler
+def test_batch_norm_of_channel_major_input_takes_the_numpy_kernel(monkeypatch):
+    x = np.random.default_rng(7).standard_normal((3, 4, 5, 5)).astype(np.float32)
+    channel_major = np.ascontiguousarray(x.transpose(1, 0, 2, 3)).transpose(1, 0, 2, 3)
+    calls = []
+    module = build.load("batch_norm")
+    monkeypatch.setattr(numpy_batch_norm.native, "load", lambda name: _Spy(module, calls))
+    w, b = np.ones(4, np.float32), np.zeros(4, np.float32)
+    y, mean, var = numpy_batch_norm._batch_norm(channel_major, w, b, 1e-5)
+    assert calls == []
+    y2, mean2, var2 = numpy_batch_norm._batch_norm(x, w, b, 1e-5)
+    assert calls == ["forward"]
+    np.testing.assert_allclose(y, y2, rtol=1e-5, atol=1e-5)

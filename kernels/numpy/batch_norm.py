@@ -6,11 +6,16 @@ over the cores (kernels/numpy/parallel.py). A channel's sum over an image is a
 matrix-vector product and its sum of products a batched dot (BLAS: NumPy's reductions over
 axes (0, 2) run short strided loops, 2-3x slower here); the partial sums per image are added
 in the end.
+
+Where a C compiler is at hand, C-contiguous float32/float64 input runs
+kernels/native/batch_norm.c instead: two passes over each (image, channel) run forward, two
+backward, channels split over the cores.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from rill.kernels.native import build as native
 from rill.ops.primitive import register_kernels
 
 from .parallel import split
@@ -45,8 +50,40 @@ def _dots(a, b):
     return np.matmul(a[:, :, None, :], b[:, :, :, None])[:, :, 0, 0]
 
 
+# The compiled kernels split channels over the cores from this many elements. Measured
+# (float32, us forward / backward, one thread -> split in two): (32, 16, 32, 32) 90 / 160 ->
+# 124 / 163; (32, 32, 16, 16) 61 / 88 -> 114 / 121; (64, 64, 32, 32) 2400 / 3760 -> 900 / 1980.
+NATIVE_SPLIT = 1 << 21
+
+
+def _compiled(*arrays):
+    if arrays[0].dtype not in (np.float32, np.float64) or \
+            not all(a.flags.c_contiguous for a in arrays):
+        return None
+    return native.load("batch_norm")
+
+
+def _over_channels(call, x):
+    n, c = x.shape[:2]
+    pixels = x.size // max(n * c, 1)
+
+    def run(lo, hi):
+        call(n, c, pixels, lo, hi)
+    if x.size < NATIVE_SPLIT:
+        run(0, c)
+    else:
+        split(run, c, x.size)
+
+
 def _batch_norm(x, w, b, eps):
     n, c = x.shape[:2]
+    compiled = _compiled(x)
+    if compiled is not None:
+        w, b = (np.ascontiguousarray(v, x.dtype) for v in (w, b))
+        y, mean, var = np.empty_like(x), np.empty(c, x.dtype), np.empty(c, x.dtype)
+        _over_channels(lambda *sizes: compiled.forward(x, w, b, y, mean, var, *sizes, float(eps),
+                                                       x.dtype == np.float64), x)
+        return y, mean, var
     xr = x.reshape(n, c, -1)
     count = xr.shape[0] * xr.shape[2]
     ones = np.ones(xr.shape[2], x.dtype)
@@ -78,6 +115,13 @@ def _batch_norm(x, w, b, eps):
 
 def _batch_norm_grad(g, x, w, mean, var, eps):
     n, c = x.shape[:2]
+    compiled = _compiled(x, g)
+    if compiled is not None and g.dtype == x.dtype:
+        w, mean, var = (np.ascontiguousarray(v, x.dtype) for v in (w, mean, var))
+        dx, dw, db = np.empty_like(x), np.empty(c, x.dtype), np.empty(c, x.dtype)
+        _over_channels(lambda *sizes: compiled.backward(g, x, w, mean, var, dx, dw, db, *sizes,
+                                                        float(eps), x.dtype == np.float64), x)
+        return dx, dw.astype(w.dtype, copy=False), db.astype(w.dtype, copy=False)
     xr, gr = x.reshape(n, c, -1), g.reshape(n, c, -1)
     count = xr.shape[0] * xr.shape[2]
     ones = np.ones(xr.shape[2], x.dtype)
