@@ -358,3 +358,44 @@ def test_batch_norm_of_channel_major_input_takes_the_numpy_kernel(monkeypatch):
     y2, mean2, var2 = numpy_batch_norm._batch_norm(x, w, b, 1e-5)
     assert calls == ["forward"]
     np.testing.assert_allclose(y, y2, rtol=1e-5, atol=1e-5)
+
+
+numpy_pooling = importlib.import_module("rill.kernels.numpy.pooling")
+
+
+@needs_compiler
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape, kernel, stride, dilation", [
+    ((4, 3, 8, 8), (2, 2), (2, 2), (1, 1)),         # the 2x2 vector loop
+    ((2, 3, 9, 7), (2, 2), (2, 2), (1, 1)),         # ... with a row and a column left over
+    ((2, 2, 9, 11), (3, 2), (2, 1), (1, 2)),        # overlapping, dilated
+    ((1, 2, 30, 600), (1, 3), (1, 2), (1, 1)),      # rows longer than one chunk
+    ((1, 1, 12, 12), (12, 12), (1, 1), (1, 1)),     # 144 taps: int32 winners
+])
+def test_compiled_max_pool_equals_the_numpy_kernel(monkeypatch, dtype, shape, kernel, stride,
+                                                   dilation):
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal(shape).astype(dtype)
+    x[0, 0, 0, :3] = [np.nan, np.inf, -np.inf]
+    x[0, -1, 1, :4] = [1.0, 1.0, np.nan, np.nan]    # ties and two NaNs in one window
+    calls = []
+    module = build.load("pooling")
+    monkeypatch.setattr(numpy_pooling.native, "load", lambda name: _Spy(module, calls))
+    got = numpy_pooling.max_pool2d(x, kernel, stride, (0, 0), dilation)
+    assert calls == ["forward"]
+    monkeypatch.setattr(numpy_pooling.native, "load", lambda name: None)
+    want = numpy_pooling.max_pool2d(x, kernel, stride, (0, 0), dilation)
+    for a, b in zip(got, want):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_array_equal(a, b)              # maxima (NaN included) and winners
+
+
+@needs_compiler
+def test_padded_or_strided_pooling_takes_the_numpy_kernel(monkeypatch):
+    x = np.random.default_rng(9).standard_normal((2, 3, 8, 8)).astype(np.float32)
+    calls = []
+    module = build.load("pooling")
+    monkeypatch.setattr(numpy_pooling.native, "load", lambda name: _Spy(module, calls))
+    numpy_pooling.max_pool2d(x, (3, 3), (2, 2), (1, 1), (1, 1))           # padding
+    numpy_pooling.max_pool2d(x[:, :, :, ::2], (2, 2), (2, 2), (0, 0), (1, 1))  # not contiguous
+    assert calls == []

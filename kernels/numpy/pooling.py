@@ -10,6 +10,10 @@ is the larger number). NaN is left out of that loop and handled only when a wind
 one (see `_nan_winners`). The backward writes each tap's share straight into its pixels
 when windows do not overlap (the usual stride == kernel), instead of adding into zeros.
 Both split the batch over the cores (parallel.py).
+
+Where a C compiler is at hand, the forward of 2-d pooling of C-contiguous float32/float64
+images without padding runs kernels/native/pooling.c instead: each output row's maxima and
+winners stay in cache while the taps pass over it ((32, 16, 32, 32), 2x2: 566 -> 190 us).
 """
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ import itertools
 
 import numpy as np
 
+from rill.kernels.native import build as native
 from rill.ops.primitive import register_kernels
 
 from rill.kernels.numpy import parallel
@@ -41,7 +46,34 @@ def _winner_type(kernel_size):
 _LEAD = (slice(None), slice(None))
 
 
+def _compiled(x, kernel_size, padding, *others):
+    if x.ndim != 4 or any(padding) or x.dtype not in (np.float32, np.float64) or \
+            not all(a.flags.c_contiguous for a in (x,) + others):
+        return None
+    return native.load("pooling")
+
+
+def _pool_compiled(compiled, call, arrays, input_shape, out_shape, kernel_size, stride,
+                   dilation, winner_type, dtype):
+    sizes = (*input_shape, *out_shape[2:], *kernel_size, *stride, *dilation)
+    flags = (np.dtype(winner_type).itemsize, dtype == np.float64)
+
+    def run(lo, hi):
+        call(*arrays, *sizes, lo, hi, *flags)
+    parallel.split(run, input_shape[0], int(np.prod(input_shape)))
+
+
 def max_pool2d(x, kernel_size, stride, padding, dilation):
+    compiled = _compiled(x, kernel_size, padding)
+    if compiled is not None:
+        small = _winner_type(kernel_size)
+        out = [(s - d * (k - 1) - 1) // st + 1 for s, k, st, d in
+               zip(x.shape[2:], kernel_size, stride, dilation)]
+        best = np.empty(x.shape[:2] + tuple(out), x.dtype)
+        winner = np.empty(best.shape, small)
+        _pool_compiled(compiled, compiled.forward, (x, best, winner), x.shape, best.shape,
+                       kernel_size, stride, dilation, small, x.dtype)
+        return best, winner
     xp = x
     if any(padding):  # -inf never wins a window that holds a real pixel
         xp = np.pad(x, ((0, 0), (0, 0)) + tuple((p, p) for p in padding),

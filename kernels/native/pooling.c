@@ -1,0 +1,197 @@
+/* max_pool2d (kernels/numpy/pooling.py) for float32 and float64 input (N, C, H, W)
+ * C-contiguous, without padding; each call does images [n0, n1) (a thread's share). Taps are
+ * numbered row-major over the window, as the NumPy kernel numbers them.
+ *
+ * The NumPy kernel makes four passes over the whole batch per tap; here each output row's
+ * maxima and winners are kept in cache while the taps pass over it (a tap is a strided read
+ * of one input row), and 2x2 windows at stride 2 take all four taps in one vector loop.
+ * (The gradient stays NumPy's: written the same way, its stride-2 stores did not vectorize
+ * with this compiler and ran slower than NumPy's passes.)
+ *
+ *   forward(x, y, winners, N, C, H, W, OH, OW, kh, kw, sh, sw, dh, dw, n0, n1,
+ *           winner_bytes, double)
+ *     y = the window's maximum (NaN if it holds one); winners = its first maximum's tap (as
+ *     PyTorch: NaN beats any number and a later NaN an earlier one); winner_bytes 1 (int8)
+ *     or 4 (int32)
+ */
+#include "common.h"
+#include <stdint.h>
+#include <string.h>
+
+typedef struct {
+    Py_ssize_t N, C, H, W, OH, OW, kh, kw, sh, sw, dh, dw, n0, n1;
+    int winner_bytes, is_double;
+} Geometry;
+
+#define ROW_CHUNK 256  /* output pixels of a row handled at once (maxima and winners on the stack) */
+
+/* One tap over a chunk of an output row: where x wins (greater, or NaN), it becomes the
+ * maximum and `tap` the winner. Winners are int32 here (one element width with the floats,
+ * so the loop vectorizes) and narrowed when stored. The read is strided by `step`: constant
+ * 1 and 2 get their own loops (contiguous, or pairs de-interleaved), others a gather. */
+#define DEFINE_POOL(T, W_T, SUFFIX)                                                            \
+static inline void tap_##SUFFIX(const T *restrict start, Py_ssize_t step, Py_ssize_t count,  \
+                                int32_t tap, T *restrict best, int32_t *restrict won)        \
+{                                                                                             \
+    if (step == 2) {                                                                          \
+        _Pragma("omp simd")                                                                   \
+        for (Py_ssize_t o = 0; o < count; o++) {                                              \
+            const T v = start[2 * o];                                                         \
+            const int wins = (v > best[o]) | (v != v);                                        \
+            best[o] = wins ? v : best[o];                                                     \
+            won[o] = wins ? tap : won[o];                                                     \
+        }                                                                                     \
+    } else if (step == 1) {                                                                   \
+        _Pragma("omp simd")                                                                   \
+        for (Py_ssize_t o = 0; o < count; o++) {                                              \
+            const T v = start[o];                                                             \
+            const int wins = (v > best[o]) | (v != v);                                        \
+            best[o] = wins ? v : best[o];                                                     \
+            won[o] = wins ? tap : won[o];                                                     \
+        }                                                                                     \
+    } else {                                                                                  \
+        _Pragma("omp simd")                                                                   \
+        for (Py_ssize_t o = 0; o < count; o++) {                                              \
+            const T v = start[o * step];                                                      \
+            const int wins = (v > best[o]) | (v != v);                                        \
+            best[o] = wins ? v : best[o];                                                     \
+            won[o] = wins ? tap : won[o];                                                     \
+        }                                                                                     \
+    }                                                                                         \
+}                                                                                             \
+                                                                                              \
+/* 2x2 windows at stride 2 (the usual pooling), all four taps in one vectorized loop. Winners
+ * are made as int32 (the floats' element width) in a row buffer and narrowed after: a loop
+ * that stores int8 directly vectorizes 64 outputs at a time, and rows are often 16 long. */ \
+static void forward_2x2_##SUFFIX(const T *restrict x, T *restrict y, W_T *restrict winners,  \
+                                 const Geometry *z)                                           \
+{                                                                                             \
+    const Py_ssize_t H = z->H, W = z->W, OH = z->OH, OW = z->OW;  /* no reloads in the loop */\
+    int32_t won[ROW_CHUNK];                                                                   \
+    for (Py_ssize_t plane = z->n0 * z->C; plane < z->n1 * z->C; plane++)                      \
+    for (Py_ssize_t oh = 0; oh < OH; oh++)                                                    \
+    for (Py_ssize_t o0 = 0; o0 < OW; o0 += ROW_CHUNK) {                                       \
+        const Py_ssize_t count = OW - o0 < ROW_CHUNK ? OW - o0 : ROW_CHUNK;                   \
+        const T *restrict r0 = x + (plane * H + 2 * oh) * W + 2 * o0, *restrict r1 = r0 + W;  \
+        T *restrict out = y + (plane * OH + oh) * OW + o0;                                    \
+        _Pragma("omp simd")                                                                   \
+        for (Py_ssize_t o = 0; o < count; o++) {                                              \
+            const T v0 = r0[2 * o], v1 = r0[2 * o + 1], v2 = r1[2 * o], v3 = r1[2 * o + 1];  \
+            T best = v0;                                                                      \
+            int32_t w = 0;                                                                    \
+            int wins = (v1 > best) | (v1 != v1);                                              \
+            best = wins ? v1 : best; w = wins ? 1 : w;                                        \
+            wins = (v2 > best) | (v2 != v2);                                                  \
+            best = wins ? v2 : best; w = wins ? 2 : w;                                        \
+            wins = (v3 > best) | (v3 != v3);                                                  \
+            best = wins ? v3 : best; w = wins ? 3 : w;                                        \
+            out[o] = best;                                                                    \
+            won[o] = w;                                                                       \
+        }                                                                                     \
+        W_T *restrict out_won = winners + (plane * OH + oh) * OW + o0;                        \
+        for (Py_ssize_t o = 0; o < count; o++) out_won[o] = (W_T)won[o];                      \
+    }                                                                                         \
+}                                                                                             \
+                                                                                              \
+static void forward_##SUFFIX(const T *restrict x, T *restrict y, W_T *restrict winners,      \
+                             const Geometry *z)                                               \
+{                                                                                             \
+    if (z->kh == 2 && z->kw == 2 && z->sh == 2 && z->sw == 2 && z->dh == 1 && z->dw == 1) {   \
+        forward_2x2_##SUFFIX(x, y, winners, z);                                               \
+        return;                                                                               \
+    }                                                                                         \
+    T best[ROW_CHUNK];                                                                        \
+    int32_t won[ROW_CHUNK];                                                                   \
+    for (Py_ssize_t plane = z->n0 * z->C; plane < z->n1 * z->C; plane++) {                    \
+        const T *xp = x + plane * z->H * z->W;                                                \
+        for (Py_ssize_t oh = 0; oh < z->OH; oh++)                                             \
+        for (Py_ssize_t o0 = 0; o0 < z->OW; o0 += ROW_CHUNK) {                                \
+            const Py_ssize_t count = z->OW - o0 < ROW_CHUNK ? z->OW - o0 : ROW_CHUNK;         \
+            int32_t tap = 0;                                                                  \
+            for (Py_ssize_t a = 0; a < z->kh; a++) {                                          \
+                const T *row = xp + (oh * z->sh + a * z->dh) * z->W + o0 * z->sw;             \
+                for (Py_ssize_t b = 0; b < z->kw; b++, tap++) {                               \
+                    const T *start = row + b * z->dw;                                         \
+                    if (tap == 0) {                                                           \
+                        for (Py_ssize_t o = 0; o < count; o++) {                              \
+                            best[o] = start[o * z->sw];                                       \
+                            won[o] = 0;                                                       \
+                        }                                                                     \
+                    } else {                                                                  \
+                        tap_##SUFFIX(start, z->sw, count, tap, best, won);                    \
+                    }                                                                         \
+                }                                                                             \
+            }                                                                                 \
+            T *out = y + (plane * z->OH + oh) * z->OW + o0;                                   \
+            W_T *out_won = winners + (plane * z->OH + oh) * z->OW + o0;                       \
+            for (Py_ssize_t o = 0; o < count; o++) {                                          \
+                out[o] = best[o];                                                             \
+                out_won[o] = (W_T)won[o];                                                     \
+            }                                                                                 \
+        }                                                                                     \
+    }                                                                                         \
+}
+
+DEFINE_POOL(float, int8_t, f32_i8)
+DEFINE_POOL(float, int32_t, f32_i32)
+DEFINE_POOL(double, int8_t, f64_i8)
+DEFINE_POOL(double, int32_t, f64_i32)
+
+static int geometry_ok(const Geometry *z)
+{
+    if (z->N < 0 || z->C < 0 || z->OH < 0 || z->OW < 0 || z->kh < 1 || z->kw < 1 || z->sh < 1 ||
+        z->sw < 1 || z->dh < 1 || z->dw < 1 || z->n0 < 0 || z->n1 < z->n0 || z->n1 > z->N ||
+        (z->OH > 0 && (z->OH - 1) * z->sh + (z->kh - 1) * z->dh >= z->H) ||
+        (z->OW > 0 && (z->OW - 1) * z->sw + (z->kw - 1) * z->dw >= z->W) ||
+        (z->winner_bytes != 1 && z->winner_bytes != 4) ||
+        (z->winner_bytes == 1 && z->kh * z->kw > 127)) {
+        PyErr_SetString(PyExc_ValueError, "max_pool2d: inconsistent geometry");
+        return 0;
+    }
+    return 1;
+}
+
+static int parse(PyObject *args, const char *format, Py_buffer *a, Py_buffer *b, Py_buffer *c,
+                 Geometry *z)
+{
+    return PyArg_ParseTuple(args, format, a, b, c, &z->N, &z->C, &z->H, &z->W, &z->OH, &z->OW,
+                            &z->kh, &z->kw, &z->sh, &z->sw, &z->dh, &z->dw, &z->n0, &z->n1,
+                            &z->winner_bytes, &z->is_double);
+}
+
+static PyObject *forward(PyObject *self, PyObject *args)
+{
+    Py_buffer x, y, winners;
+    Geometry z;
+    if (!parse(args, "y*w*w*nnnnnnnnnnnnnnip", &x, &y, &winners, &z))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t size = z.is_double ? sizeof(double) : sizeof(float);
+    if (!geometry_ok(&z) || !check_size(&x, z.N * z.C * z.H * z.W, size, "x")
+        || !check_size(&y, z.N * z.C * z.OH * z.OW, size, "y")
+        || !check_size(&winners, z.N * z.C * z.OH * z.OW, z.winner_bytes, "winners"))
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    if (z.is_double) {
+        if (z.winner_bytes == 1) forward_f64_i8(x.buf, y.buf, winners.buf, &z);
+        else forward_f64_i32(x.buf, y.buf, winners.buf, &z);
+    } else {
+        if (z.winner_bytes == 1) forward_f32_i8(x.buf, y.buf, winners.buf, &z);
+        else forward_f32_i32(x.buf, y.buf, winners.buf, &z);
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    PyBuffer_Release(&x); PyBuffer_Release(&y); PyBuffer_Release(&winners);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"forward", forward, METH_VARARGS, "max_pool2d over a range of images"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "pooling", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit_pooling(void) { return PyModule_Create(&module); }
