@@ -399,3 +399,30 @@ def test_padded_or_strided_pooling_takes_the_numpy_kernel(monkeypatch):
     numpy_pooling.max_pool2d(x, (3, 3), (2, 2), (1, 1), (1, 1))           # padding
     numpy_pooling.max_pool2d(x[:, :, :, ::2], (2, 2), (2, 2), (0, 0), (1, 1))  # not contiguous
     assert calls == []
+
+
+numpy_elementwise = importlib.import_module("rill.kernels.numpy.elementwise")
+
+
+@needs_compiler
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("size", [1, 1000, 2 * (1 << 19) + 3])
+@pytest.mark.parametrize("alpha, beta", [(1.0, -0.01), (0.9, 1.0), (-2.5, 0.3)])
+def test_compiled_scaled_add_is_bit_equal_to_numpy(monkeypatch, dtype, size, alpha, beta):
+    rng = np.random.default_rng(10)
+    x, y = (rng.standard_normal(size).astype(dtype) for _ in range(2))
+    x[0] = np.nan if size > 1 else x[0]
+    calls = []
+    module = build.load("elementwise")
+    monkeypatch.setattr(numpy_elementwise.native, "load", lambda name: _Spy(module, calls))
+    got = numpy_elementwise._scaled_add(x, y, alpha, beta)
+    assert calls and set(calls) == {"scaled_add"}
+    monkeypatch.setattr(numpy_elementwise.native, "load", lambda name: None)
+    want = numpy_elementwise._scaled_add(x, y, alpha, beta)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+    # broadcasting and mixed layouts stay NumPy's
+    monkeypatch.setattr(numpy_elementwise.native, "load", lambda name: _Spy(module, calls))
+    calls.clear()
+    numpy_elementwise._scaled_add(x[:1], np.stack([y, y]), alpha, beta)
+    assert calls == []

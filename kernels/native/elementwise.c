@@ -1,0 +1,67 @@
+/* Elementwise kernels (kernels/numpy/elementwise.py) that NumPy runs as several passes, as one
+ * pass each, for float32 and float64, over elements [start, stop) of C-contiguous buffers (a
+ * thread's share). Each is the NumPy kernel's operations in its order, without FMA
+ * contraction: the same bits.
+ *
+ *   scaled_add(x, y, out, start, stop, alpha, beta, double)
+ *     out = x * alpha + y * beta, the product by a factor 1 left out (SGD's p - lr * g: NumPy,
+ *     a product into a new buffer and an add into it, two passes)
+ */
+#include "common.h"
+
+#define DEFINE_SCALED_ADD(T, SUFFIX)                                                           \
+static void scaled_add_##SUFFIX(const T *restrict x, const T *restrict y, T *restrict out,    \
+                                Py_ssize_t start, Py_ssize_t stop, double alpha_d,            \
+                                double beta_d)                                                \
+{                                                                                             \
+    const T alpha = (T)alpha_d, beta = (T)beta_d;                                             \
+    if (alpha_d == 1.0) {                                                                     \
+        _Pragma("omp simd")                                                                   \
+        for (Py_ssize_t i = start; i < stop; i++) out[i] = y[i] * beta + x[i];                \
+    } else {                                                                                  \
+        _Pragma("omp simd")                                                                   \
+        for (Py_ssize_t i = start; i < stop; i++) out[i] = x[i] * alpha + y[i] * beta;        \
+    }                                                                                         \
+}
+
+DEFINE_SCALED_ADD(float, f32)
+DEFINE_SCALED_ADD(double, f64)
+
+static PyObject *scaled_add(PyObject *self, PyObject *args)
+{
+    Py_buffer x, y, out;
+    Py_ssize_t start, stop;
+    double alpha, beta;
+    int is_double;
+    if (!PyArg_ParseTuple(args, "y*y*w*nnddp", &x, &y, &out, &start, &stop, &alpha, &beta,
+                          &is_double))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t size = is_double ? sizeof(double) : sizeof(float), n = x.len / size;
+    if (start < 0 || stop < start || stop > n) {
+        PyErr_Format(PyExc_ValueError, "elements [%zd, %zd) of %zd", start, stop, n);
+        goto done;
+    }
+    if (!check_size(&y, n, size, "y") || !check_size(&out, n, size, "out"))
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    if (is_double)
+        scaled_add_f64(x.buf, y.buf, out.buf, start, stop, alpha, beta);
+    else
+        scaled_add_f32(x.buf, y.buf, out.buf, start, stop, alpha, beta);
+    Py_END_ALLOW_THREADS
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    PyBuffer_Release(&x); PyBuffer_Release(&y); PyBuffer_Release(&out);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"scaled_add", scaled_add, METH_VARARGS, "x * alpha + y * beta over a range of elements"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "elementwise", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit_elementwise(void) { return PyModule_Create(&module); }
