@@ -118,8 +118,7 @@ static PyObject *forward(PyObject *self, PyObject *args)
     else
         forward_f32(x.buf, w.buf, b.buf, y.buf, mean.buf, var.buf, N, C, P, c0, c1, eps);
     Py_END_ALLOW_THREADS
-    result = Py_None;
-    Py_INCREF(result);
+    result = none();
 done:
     PyBuffer_Release(&x); PyBuffer_Release(&w); PyBuffer_Release(&b);
     PyBuffer_Release(&y); PyBuffer_Release(&mean); PyBuffer_Release(&var);
@@ -151,20 +150,13 @@ static PyObject *backward(PyObject *self, PyObject *args)
         backward_f32(g.buf, x.buf, w.buf, mean.buf, var.buf, dx.buf, dw.buf, db.buf, N, C, P,
                      c0, c1, eps);
     Py_END_ALLOW_THREADS
-    result = Py_None;
-    Py_INCREF(result);
+    result = none();
 done:
     PyBuffer_Release(&g); PyBuffer_Release(&x); PyBuffer_Release(&w); PyBuffer_Release(&mean);
     PyBuffer_Release(&var); PyBuffer_Release(&dx); PyBuffer_Release(&dw); PyBuffer_Release(&db);
     return result;
 }
 
-static PyMethodDef methods[] = {
+RILL_MODULE(batch_norm,
     {"forward", forward, METH_VARARGS, "batch_norm_train over a range of channels"},
-    {"backward", backward, METH_VARARGS, "batch_norm_grad over a range of channels"},
-    {NULL, NULL, 0, NULL},
-};
-
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "batch_norm", NULL, -1, methods};
-
-PyMODINIT_FUNC PyInit_batch_norm(void) { return PyModule_Create(&module); }
+    {"backward", backward, METH_VARARGS, "batch_norm_grad over a range of channels"})

@@ -1,17 +1,17 @@
 """Compile a kernel's C source into a CPython extension module, once per machine, and load it.
 
 The module is built with the C compiler CPython was built with (`sysconfig`'s CC, or $CC)
-for this CPU (`-march=native`), into a cache directory ($RILL_CACHE_DIR, else
-$XDG_CACHE_HOME/rill, else ~/.cache/rill) under a name that hashes everything the binary
-depends on: the source, the compiler and its version, the flags, the Python ABI and the CPU's
-model and feature flags. A later process (or another rank of a distributed job) loads it from
-there: ~1 ms instead of ~0.5 s of compiling. Builds write a private temporary file and rename
-it into place, so processes that build at the same time never load a half-written file.
+for this CPU (`-march=native`), into $RILL_CACHE_DIR/native (else ~/.cache/rill/native),
+under a name that hashes everything the binary depends on: the source and headers, the
+compiler and its version, the flags, the Python ABI and the CPU's model and feature flags.
+A later process (or another rank of a distributed job) loads it from there: ~1 ms instead
+of ~0.4 s of compiling. Builds write a private temporary file and rename it into place, so
+processes that build at the same time never load a half-written file.
 
 Where there is no compiler, the build fails, or $RILL_NATIVE was 0 at import (or
-`build.ENABLED` is set False), `load` returns None and
-the caller runs its NumPy kernel. A failed build is remembered for the process (and its
-compiler output kept for `why_not`), so it is tried once.
+`build.ENABLED` is set False), `load` returns None and the caller runs its NumPy kernel. A
+failed build is remembered for the process (and its compiler output kept for `why_not`), so
+it is tried once.
 """
 from __future__ import annotations
 
@@ -51,11 +51,9 @@ ENABLED = _enabled_by_environment()
 
 
 def cache_dir() -> Path:
-    explicit = os.environ.get("RILL_CACHE_DIR")
-    if explicit:
-        return Path(explicit) / "native"
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "rill" / "native"
+    """Under rill's cache root, as kernels/triton/tuning.py's: $RILL_CACHE_DIR or ~/.cache/rill."""
+    root = os.environ.get("RILL_CACHE_DIR") or os.path.join(Path.home(), ".cache", "rill")
+    return Path(root) / "native"
 
 
 def load(name: str):

@@ -28,4 +28,18 @@ static int check_size(Py_buffer *view, Py_ssize_t elements, Py_ssize_t itemsize,
     return 1;
 }
 
+/* The module's table of functions and its init: RILL_MODULE(name, {"f", f, METH_VARARGS,
+ * "doc"}, ...) for a module built from name.c. */
+#define RILL_MODULE(NAME, ...)                                                                 \
+    static PyMethodDef methods[] = {__VA_ARGS__, {NULL, NULL, 0, NULL}};                      \
+    static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, #NAME, NULL, -1, methods};     \
+    PyMODINIT_FUNC PyInit_##NAME(void) { return PyModule_Create(&module); }
+
+/* The end of a wrapper whose kernel ran: None to return. */
+static inline PyObject *none(void)
+{
+    Py_INCREF(Py_None);
+    return Py_None;
+}
+
 #endif

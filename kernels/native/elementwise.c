@@ -50,18 +50,11 @@ static PyObject *scaled_add(PyObject *self, PyObject *args)
     else
         scaled_add_f32(x.buf, y.buf, out.buf, start, stop, alpha, beta);
     Py_END_ALLOW_THREADS
-    result = Py_None;
-    Py_INCREF(result);
+    result = none();
 done:
     PyBuffer_Release(&x); PyBuffer_Release(&y); PyBuffer_Release(&out);
     return result;
 }
 
-static PyMethodDef methods[] = {
-    {"scaled_add", scaled_add, METH_VARARGS, "x * alpha + y * beta over a range of elements"},
-    {NULL, NULL, 0, NULL},
-};
-
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "elementwise", NULL, -1, methods};
-
-PyMODINIT_FUNC PyInit_elementwise(void) { return PyModule_Create(&module); }
+RILL_MODULE(elementwise,
+    {"scaled_add", scaled_add, METH_VARARGS, "x * alpha + y * beta over a range of elements"})

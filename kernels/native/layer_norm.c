@@ -95,8 +95,7 @@ static PyObject *forward(PyObject *self, PyObject *args)
     else
         forward_f32(x.buf, w.buf, b.buf, y.buf, rows, d, eps);
     Py_END_ALLOW_THREADS
-    result = Py_None;
-    Py_INCREF(result);
+    result = none();
 done:
     PyBuffer_Release(&x); PyBuffer_Release(&w); PyBuffer_Release(&b); PyBuffer_Release(&y);
     return result;
@@ -123,20 +122,13 @@ static PyObject *backward(PyObject *self, PyObject *args)
     else
         backward_f32(g.buf, x.buf, w.buf, dx.buf, dw.buf, db.buf, rows, d, eps);
     Py_END_ALLOW_THREADS
-    result = Py_None;
-    Py_INCREF(result);
+    result = none();
 done:
     PyBuffer_Release(&g); PyBuffer_Release(&x); PyBuffer_Release(&w);
     PyBuffer_Release(&dx); PyBuffer_Release(&dw); PyBuffer_Release(&db);
     return result;
 }
 
-static PyMethodDef methods[] = {
+RILL_MODULE(layer_norm,
     {"forward", forward, METH_VARARGS, "layer_norm over rows"},
-    {"backward", backward, METH_VARARGS, "layer_norm_grad over rows (dw, db as float64)"},
-    {NULL, NULL, 0, NULL},
-};
-
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "layer_norm", NULL, -1, methods};
-
-PyMODINIT_FUNC PyInit_layer_norm(void) { return PyModule_Create(&module); }
+    {"backward", backward, METH_VARARGS, "layer_norm_grad over rows (dw, db as float64)"})

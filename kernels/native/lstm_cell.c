@@ -108,10 +108,12 @@ static PyObject *forward(PyObject *self, PyObject *args)
     if (has_bias && PyObject_GetBuffer(bias_object, &bias, PyBUF_C_CONTIGUOUS) < 0)
         goto done;
     Py_ssize_t size = is_double ? sizeof(double) : sizeof(float);
-    if (!check_size(&prod_t, 4 * hd * n, size, "prod_t") || !check_size(&x_proj, 4 * hd * n, size, "x_proj")
-        || (has_bias && !check_size(&bias, 4 * hd, size, "bias")) || !check_size(&c, n * hd, size, "c")
-        || !check_size(&h_new, n * hd, size, "h_new") || !check_size(&c_new, n * hd, size, "c_new")
-        || !check_size(&acts, 4 * hd * n, size, "acts") || !check_size(&tanh_c, n * hd, size, "tanh_c"))
+    const Py_ssize_t gates = 4 * hd * n, states = hd * n;
+    if (!check_size(&prod_t, gates, size, "prod_t") || !check_size(&x_proj, gates, size, "x_proj")
+        || (has_bias && !check_size(&bias, 4 * hd, size, "bias"))
+        || !check_size(&c, states, size, "c") || !check_size(&h_new, states, size, "h_new")
+        || !check_size(&c_new, states, size, "c_new") || !check_size(&acts, gates, size, "acts")
+        || !check_size(&tanh_c, states, size, "tanh_c"))
         goto done;
     Py_BEGIN_ALLOW_THREADS
     if (is_double)
@@ -121,8 +123,7 @@ static PyObject *forward(PyObject *self, PyObject *args)
         forward_f32(n, hd, prod_t.buf, x_proj.buf, has_bias ? bias.buf : NULL, c.buf,
                     h_new.buf, c_new.buf, acts.buf, tanh_c.buf);
     Py_END_ALLOW_THREADS
-    result = Py_None;
-    Py_INCREF(result);
+    result = none();
 done:
     if (has_bias && bias.obj)
         PyBuffer_Release(&bias);
@@ -142,10 +143,11 @@ static PyObject *backward(PyObject *self, PyObject *args)
         return NULL;
     PyObject *result = NULL;
     Py_ssize_t size = is_double ? sizeof(double) : sizeof(float);
-    if (!check_size(&acts, 4 * hd * n, size, "acts") || !check_size(&tanh_c, n * hd, size, "tanh_c")
-        || !check_size(&c, n * hd, size, "c") || !check_size(&g_h, n * hd, size, "g_h")
-        || !check_size(&g_c, n * hd, size, "g_c") || !check_size(&d_gates, 4 * hd * n, size, "d_gates")
-        || !check_size(&d_c, n * hd, size, "d_c"))
+    const Py_ssize_t gates = 4 * hd * n, states = hd * n;
+    if (!check_size(&acts, gates, size, "acts") || !check_size(&tanh_c, states, size, "tanh_c")
+        || !check_size(&c, states, size, "c") || !check_size(&g_h, states, size, "g_h")
+        || !check_size(&g_c, states, size, "g_c") || !check_size(&d_gates, gates, size, "d_gates")
+        || !check_size(&d_c, states, size, "d_c"))
         goto done;
     Py_BEGIN_ALLOW_THREADS
     if (is_double)
@@ -153,8 +155,7 @@ static PyObject *backward(PyObject *self, PyObject *args)
     else
         backward_f32(n, hd, acts.buf, tanh_c.buf, c.buf, g_h.buf, g_c.buf, d_gates.buf, d_c.buf);
     Py_END_ALLOW_THREADS
-    result = Py_None;
-    Py_INCREF(result);
+    result = none();
 done:
     PyBuffer_Release(&acts); PyBuffer_Release(&tanh_c); PyBuffer_Release(&c);
     PyBuffer_Release(&g_h); PyBuffer_Release(&g_c); PyBuffer_Release(&d_gates);
@@ -162,12 +163,6 @@ done:
     return result;
 }
 
-static PyMethodDef methods[] = {
+RILL_MODULE(lstm_cell,
     {"forward", forward, METH_VARARGS, "lstm_cell's elementwise forward, after the GEMM"},
-    {"backward", backward, METH_VARARGS, "lstm_cell_grad"},
-    {NULL, NULL, 0, NULL},
-};
-
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "lstm_cell", NULL, -1, methods};
-
-PyMODINIT_FUNC PyInit_lstm_cell(void) { return PyModule_Create(&module); }
+    {"backward", backward, METH_VARARGS, "lstm_cell_grad"})

@@ -23,7 +23,7 @@ typedef struct {
     int winner_bytes, is_double;
 } Geometry;
 
-#define ROW_CHUNK 256  /* output pixels of a row handled at once (maxima and winners on the stack) */
+#define ROW_CHUNK 256  /* output pixels of a row done at once (maxima, winners on the stack) */
 
 /* One tap over a chunk of an output row: where x wins (greater, or NaN), it becomes the
  * maximum and `tap` the winner. Winners are int32 here (one element width with the floats,
@@ -180,18 +180,11 @@ static PyObject *forward(PyObject *self, PyObject *args)
         else forward_f32_i32(x.buf, y.buf, winners.buf, &z);
     }
     Py_END_ALLOW_THREADS
-    result = Py_None;
-    Py_INCREF(result);
+    result = none();
 done:
     PyBuffer_Release(&x); PyBuffer_Release(&y); PyBuffer_Release(&winners);
     return result;
 }
 
-static PyMethodDef methods[] = {
-    {"forward", forward, METH_VARARGS, "max_pool2d over a range of images"},
-    {NULL, NULL, 0, NULL},
-};
-
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "pooling", NULL, -1, methods};
-
-PyMODINIT_FUNC PyInit_pooling(void) { return PyModule_Create(&module); }
+RILL_MODULE(pooling,
+    {"forward", forward, METH_VARARGS, "max_pool2d over a range of images"})

@@ -63,19 +63,12 @@ static PyObject *column_sums(PyObject *self, PyObject *args)
     else
         sum_f32(x.buf, out.buf, partial, outer, K);
     Py_END_ALLOW_THREADS
-    result = Py_None;
-    Py_INCREF(result);
+    result = none();
 done:
     PyMem_RawFree(partial);
     PyBuffer_Release(&x); PyBuffer_Release(&out);
     return result;
 }
 
-static PyMethodDef methods[] = {
-    {"column_sums", column_sums, METH_VARARGS, "sums of an (outer, K) matrix's columns"},
-    {NULL, NULL, 0, NULL},
-};
-
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "reduce", NULL, -1, methods};
-
-PyMODINIT_FUNC PyInit_reduce(void) { return PyModule_Create(&module); }
+RILL_MODULE(reduce,
+    {"column_sums", column_sums, METH_VARARGS, "sums of an (outer, K) matrix's columns"})

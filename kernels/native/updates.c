@@ -69,19 +69,12 @@ static PyObject *adam(PyObject *self, PyObject *args)
         adam_f32(p.buf, g.buf, m.buf, v.buf, p2.buf, m2.buf, v2.buf, start, stop, step, bc2,
                  beta1, keep, beta2, omb2, eps, wd, decay);
     Py_END_ALLOW_THREADS
-    result = Py_None;
-    Py_INCREF(result);
+    result = none();
 done:
     PyBuffer_Release(&p); PyBuffer_Release(&g); PyBuffer_Release(&m); PyBuffer_Release(&v);
     PyBuffer_Release(&p2); PyBuffer_Release(&m2); PyBuffer_Release(&v2);
     return result;
 }
 
-static PyMethodDef methods[] = {
-    {"adam", adam, METH_VARARGS, "adam_update over a range of elements"},
-    {NULL, NULL, 0, NULL},
-};
-
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "updates", NULL, -1, methods};
-
-PyMODINIT_FUNC PyInit_updates(void) { return PyModule_Create(&module); }
+RILL_MODULE(updates,
+    {"adam", adam, METH_VARARGS, "adam_update over a range of elements"})

@@ -80,8 +80,8 @@ def _layer_norm_grad(g, x, w, eps, axes):
         dw, db = np.empty(d), np.empty(d)
         compiled.backward(gr, xr, np.ascontiguousarray(wr), dx, dw, db, xr.shape[0], d,
                           float(eps), xr.dtype == np.float64)
-        return (dx.astype(x.dtype, copy=False).reshape(x.shape), dw.astype(w.dtype).reshape(w.shape),
-                db.astype(w.dtype).reshape(w.shape))
+        return (dx.astype(x.dtype, copy=False).reshape(x.shape),
+                dw.astype(w.dtype).reshape(w.shape), db.astype(w.dtype).reshape(w.shape))
     xhat, rstd = _stats(xr, eps)
     gx = gr * xhat
     if xr.size == 0:
