@@ -232,7 +232,8 @@ def main(argv=None) -> None:
         under = [c for c, r in report["cases"].items()
                  if r["median_s"]["compile_s"] <= CACHED_TARGET_S]
         console.print(f"already under the {CACHED_TARGET_S:g} s target set for a disk cache "
-                      f"(rill caches its C kernels, not graphs): {', '.join(under) if under else 'none'}")
+                      f"(rill caches its C kernels, not graphs): "
+                      f"{', '.join(under) if under else 'none'}")
     harness.finish(args, report, console,
                    quick="a smoke run; one process per case, the LSTM at tiny sizes")
 
