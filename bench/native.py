@@ -66,6 +66,14 @@ def cases(quick: bool = False):
     found["max_pool2d 2x2 (32, 16, 32, 32)"] = (
         lambda: pool(xb, (2, 2), (2, 2), (0, 0), (1, 1)), True)
 
+    logits, labels = f32(512, 65, scale=3.0), rng.integers(0, 65, 512)
+    ce, ce_grad = _kernel("softmax_cross_entropy"), _kernel("softmax_cross_entropy_grad")
+    one = np.asarray(1.0, np.float32)
+    found["softmax_cross_entropy (512, 65)"] = (
+        lambda: ce(logits, labels, -100, 0.0, "mean"), False)
+    found["softmax_cross_entropy_grad (512, 65)"] = (
+        lambda: ce_grad(logits, labels, one, -100, 0.0, "mean"), False)
+
     dy = f32(512, 64)
     total = _kernel("sum")
     found["sum over rows (512, 64)"] = (lambda: total(dy, 0, False), False)

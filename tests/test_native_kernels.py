@@ -426,3 +426,57 @@ def test_compiled_scaled_add_is_bit_equal_to_numpy(monkeypatch, dtype, size, alp
     calls.clear()
     numpy_elementwise._scaled_add(x[:1], np.stack([y, y]), alpha, beta)
     assert calls == []
+
+
+numpy_activation = importlib.import_module("rill.kernels.numpy.activation")
+
+
+@needs_compiler
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape, smoothing, reduction", [((512, 65), 0.0, "mean"),
+                                                         ((16, 10), 0.1, "none"),
+                                                         ((33, 100), 0.2, "sum")])
+def test_compiled_cross_entropy_matches_the_numpy_kernel(monkeypatch, dtype, shape, smoothing,
+                                                         reduction):
+    rng = np.random.default_rng(11)
+    n, c = shape
+    logits = (rng.standard_normal(shape) * 4).astype(dtype)
+    target = rng.integers(0, c, n)
+    target[0] = -100                                  # ignored
+    logits[1, 3] = np.nan                             # a NaN row
+    logits[2] = -np.inf                               # a row of -inf: nan, as torch
+    logits[3, 0] = np.inf
+    g = rng.standard_normal(n).astype(dtype) if reduction == "none" else np.asarray(0.7, dtype)
+    calls = []
+    module = build.load("softmax")
+    monkeypatch.setattr(numpy_activation.native, "load", lambda name: _Spy(module, calls))
+
+    def run():
+        return (numpy_activation.softmax_cross_entropy(logits, target, -100, smoothing,
+                                                       reduction),
+                numpy_activation.softmax_cross_entropy_grad(logits, target, g, -100, smoothing,
+                                                            reduction))
+    with np.errstate(all="raise"):                    # the compiled path warns about nothing
+        compiled = run()
+    assert calls == ["row_stats", "cross_entropy_grad"]
+    monkeypatch.setattr(numpy_activation.native, "load", lambda name: None)
+    reference = run()
+    for got, want in zip(compiled, reference):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        ok = np.isfinite(want)
+        np.testing.assert_array_equal(got[~ok & ~np.isnan(want)], want[~ok & ~np.isnan(want)])
+        # exp and log are glibc's, the sums vector lanes: a few ulps of the largest term
+        np.testing.assert_allclose(got[ok], want[ok], rtol=8 * np.finfo(dtype).eps,
+                                   atol=8 * np.finfo(dtype).eps)
+    # the gradient's rows without NaN against float64, for the per-row case
+    if reduction == "none":
+        rows = ~np.isnan(reference[1]).any(axis=1)
+        exact = np.exp(logits[rows].astype(np.float64))
+        exact /= exact.sum(axis=1, keepdims=True)
+        exact -= smoothing / c
+        kept = target[rows]
+        exact[np.arange(rows.sum()), np.where(kept >= 0, kept, 0)] -= 1 - smoothing
+        exact *= np.where(kept >= 0, g[rows], 0)[:, None]
+        np.testing.assert_allclose(compiled[1][rows], exact, rtol=0,
+                                   atol=16 * np.finfo(dtype).eps * np.abs(g).max())

@@ -6,12 +6,19 @@ sum along a short last axis runs an inner loop per row (at (512, 65) float32, 15
 3 us). The sums round differently from NumPy's pairwise ones, within float rounding.
 softmax_cross_entropy reads log-probabilities only at the targets (and their row means,
 for label smoothing) instead of making the whole log_softmax.
+
+Where a C compiler is at hand, softmax cross-entropy and its gradient over C-contiguous
+float32/float64 logits take their row statistics and gradient from kernels/native/softmax.c
+(per row, the same operations; exp and log glibc's): at (512, 65) float32, 84 -> 64 us
+forward and 116 -> 77 us backward; at (16, 10), 25 -> 18 and 27 -> 14 us (what is left is
+the target checks and indexing around it).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from rill.errors import ArgumentError
+from rill.kernels.native import build as native
 from rill.ops.primitive import register_kernels
 
 
@@ -74,10 +81,24 @@ def _valid_targets(target, c, ignore_index):
     return valid, safe
 
 
+def _compiled(logits):
+    if not _by_rows(logits, 1) or not logits.flags.c_contiguous:
+        return None
+    return native.load("softmax")
+
+
 def softmax_cross_entropy(logits, target, ignore_index, label_smoothing, reduction):
     n, c = logits.shape
     valid, safe = _valid_targets(target, c, ignore_index)
-    if _by_rows(logits, 1):
+    compiled = _compiled(logits)
+    if compiled is not None:
+        shift, lse, zsum = (np.empty(n, logits.dtype) for _ in range(3))
+        compiled.row_stats(logits, shift, lse, zsum, n, c, logits.dtype == np.float64)
+        with np.errstate(invalid="ignore", over="ignore"):  # a row of -inf: nan, as below
+            loss = -((logits[np.arange(n), safe] - shift) - lse)
+            if label_smoothing:
+                loss = (1.0 - label_smoothing) * loss - label_smoothing * (zsum / c - lse)
+    elif _by_rows(logits, 1):
         # Only the targets' log-probabilities (and each row's mean, for smoothing)
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             z = _shifted(logits, 1)
@@ -103,14 +124,25 @@ def softmax_cross_entropy(logits, target, ignore_index, label_smoothing, reducti
 def softmax_cross_entropy_grad(logits, target, g, ignore_index, label_smoothing, reduction):
     n, c = logits.shape
     valid, safe = _valid_targets(target, c, ignore_index)
-    grad = softmax(logits, 1)
-    if label_smoothing:
-        grad -= label_smoothing / c
-    grad[np.arange(n), safe] -= 1.0 - label_smoothing
     scale = g * valid  # g is per row ('none') or one number
     if reduction == "mean":
         with np.errstate(invalid="ignore", divide="ignore"):
             scale = scale / np.count_nonzero(valid)
+    compiled = _compiled(logits)
+    if compiled is not None and np.result_type(scale).kind == "f":
+        # scale in float64: the product is computed at the wider of the two types and
+        # rounded once, as NumPy's in-place multiply by a float64 scale (count_nonzero's
+        # integer makes the mean's scale float64) does
+        grad = np.empty_like(logits)
+        compiled.cross_entropy_grad(logits, np.ascontiguousarray(safe, np.int64),
+                                    np.ascontiguousarray(np.broadcast_to(scale, (n,)),
+                                                         np.float64), grad,
+                                    n, c, float(label_smoothing), logits.dtype == np.float64)
+        return grad
+    grad = softmax(logits, 1)
+    if label_smoothing:
+        grad -= label_smoothing / c
+    grad[np.arange(n), safe] -= 1.0 - label_smoothing
     grad *= scale[:, None]
     return grad.astype(logits.dtype, copy=False)
 
