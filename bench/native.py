@@ -62,9 +62,12 @@ def cases(quick: bool = False):
     found["batch_norm_grad (32, 16, 32, 32)"] = (
         lambda: bn_grad(gb, xb, wb, mean, var, 1e-5), False)
 
-    pool = _kernel("max_pool2d")
+    pool, pool_grad = _kernel("max_pool2d"), _kernel("max_pool2d_grad")
     found["max_pool2d 2x2 (32, 16, 32, 32)"] = (
         lambda: pool(xb, (2, 2), (2, 2), (0, 0), (1, 1)), True)
+    winners, g_pool = pool(xb, (2, 2), (2, 2), (0, 0), (1, 1))[1], f32(32, 16, 16, 16)
+    found["max_pool2d_grad 2x2 (32, 16, 32, 32)"] = (
+        lambda: pool_grad(g_pool, winners, xb.shape, (2, 2), (2, 2), (0, 0), (1, 1)), True)
 
     logits, labels = f32(512, 65, scale=3.0), rng.integers(0, 65, 512)
     ce, ce_grad = _kernel("softmax_cross_entropy"), _kernel("softmax_cross_entropy_grad")

@@ -480,3 +480,27 @@ def test_compiled_cross_entropy_matches_the_numpy_kernel(monkeypatch, dtype, sha
         exact *= np.where(kept >= 0, g[rows], 0)[:, None]
         np.testing.assert_allclose(compiled[1][rows], exact, rtol=0,
                                    atol=16 * np.finfo(dtype).eps * np.abs(g).max())
+
+
+@needs_compiler
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_compiled_max_pool_gradient_equals_the_numpy_kernel(monkeypatch, dtype):
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((3, 4, 10, 600)).astype(dtype)   # rows longer than one chunk
+    x[0, 0, 0, :2] = [np.nan, 1.0]
+    winners = numpy_pooling.max_pool2d(x, (2, 2), (2, 2), (0, 0), (1, 1))[1]
+    g = rng.standard_normal((3, 4, 5, 300)).astype(dtype)
+    g[0, 0, 0, :3] = [np.inf, np.nan, -np.inf]                 # reach their winners only
+    calls = []
+    module = build.load("pooling")
+    monkeypatch.setattr(numpy_pooling.native, "load", lambda name: _Spy(module, calls))
+    got = numpy_pooling.max_pool2d_grad(g, winners, x.shape, (2, 2), (2, 2), (0, 0), (1, 1))
+    assert calls == ["backward"] and got.flags.c_contiguous
+    odd = numpy_pooling.max_pool2d_grad(g[..., :299], winners[..., :299], (3, 4, 10, 599),
+                                        (2, 2), (2, 2), (0, 0), (1, 1))  # not tiling: NumPy
+    assert calls == ["backward"]
+    monkeypatch.setattr(numpy_pooling.native, "load", lambda name: None)
+    np.testing.assert_array_equal(got, numpy_pooling.max_pool2d_grad(
+        g, winners, x.shape, (2, 2), (2, 2), (0, 0), (1, 1)))
+    np.testing.assert_array_equal(odd, numpy_pooling.max_pool2d_grad(
+        g[..., :299], winners[..., :299], (3, 4, 10, 599), (2, 2), (2, 2), (0, 0), (1, 1)))

@@ -5,14 +5,16 @@
  * The NumPy kernel makes four passes over the whole batch per tap; here each output row's
  * maxima and winners are kept in cache while the taps pass over it (a tap is a strided read
  * of one input row), and 2x2 windows at stride 2 take all four taps in one vector loop.
- * (The gradient stays NumPy's: written the same way, its stride-2 stores did not vectorize
- * with this compiler and ran slower than NumPy's passes.)
+ * The gradient, for 2x2 windows at stride 2 that tile the image only (others stay NumPy's),
+ * writes each input row in one contiguous vector loop.
  *
  *   forward(x, y, winners, N, C, H, W, OH, OW, kh, kw, sh, sw, dh, dw, n0, n1,
  *           winner_bytes, double)
  *     y = the window's maximum (NaN if it holds one); winners = its first maximum's tap (as
  *     PyTorch: NaN beats any number and a later NaN an earlier one); winner_bytes 1 (int8)
  *     or 4 (int32)
+ *   backward(g, winners, dx, <the sizes above>)          (2x2 windows tiling the image)
+ *     dx = g at each window's winner, 0 at its other pixels: no inf * 0 = NaN at the losers
  */
 #include "common.h"
 #include <stdint.h>
@@ -130,6 +132,37 @@ static void forward_##SUFFIX(const T *restrict x, T *restrict y, W_T *restrict w
             }                                                                                 \
         }                                                                                     \
     }                                                                                         \
+} \
+                                                                                              \
+/* The gradient of 2x2 windows at stride 2 that tile the image: each input row's pixel j gets \
+ * its window's gradient where its window's winner is its tap, else 0. The window's gradient \
+ * and winner are first spread over the two pixels of each (a short scalar loop), so that the \
+ * writes are one contiguous vector loop per input row (written as stride-2 stores, they did \
+ * not vectorize). */                                                                         \
+static void backward_2x2_##SUFFIX(const T *restrict g, const W_T *restrict winners,           \
+                                  T *restrict dx, const Geometry *z)                          \
+{                                                                                             \
+    const Py_ssize_t W = z->W, OH = z->OH, OW = z->OW;                                        \
+    T spread[2 * ROW_CHUNK];                                                                  \
+    int32_t won[2 * ROW_CHUNK];                                                               \
+    for (Py_ssize_t plane = z->n0 * z->C; plane < z->n1 * z->C; plane++)                      \
+    for (Py_ssize_t oh = 0; oh < OH; oh++)                                                    \
+    for (Py_ssize_t o0 = 0; o0 < OW; o0 += ROW_CHUNK) {                                       \
+        const Py_ssize_t count = OW - o0 < ROW_CHUNK ? OW - o0 : ROW_CHUNK;                   \
+        const T *restrict gr = g + (plane * OH + oh) * OW + o0;                               \
+        const W_T *restrict wr = winners + (plane * OH + oh) * OW + o0;                       \
+        for (Py_ssize_t o = 0; o < count; o++) {                                              \
+            spread[2 * o] = spread[2 * o + 1] = gr[o];                                        \
+            won[2 * o] = won[2 * o + 1] = wr[o];                                              \
+        }                                                                                     \
+        T *restrict r0 = dx + (plane * 2 * OH + 2 * oh) * W + 2 * o0, *restrict r1 = r0 + W;  \
+        _Pragma("omp simd")                                                                   \
+        for (Py_ssize_t j = 0; j < 2 * count; j++) {                                          \
+            const int32_t tap = (int32_t)(j & 1);                                             \
+            r0[j] = won[j] == tap ? spread[j] : (T)0;                                         \
+            r1[j] = won[j] == tap + 2 ? spread[j] : (T)0;                                     \
+        }                                                                                     \
+    }                                                                                         \
 }
 
 DEFINE_POOL(float, int8_t, f32_i8)
@@ -186,5 +219,35 @@ done:
     return result;
 }
 
+static PyObject *backward(PyObject *self, PyObject *args)
+{
+    Py_buffer g, winners, dx;
+    Geometry z;
+    if (!parse(args, "y*y*w*nnnnnnnnnnnnnnip", &g, &winners, &dx, &z))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t size = z.is_double ? sizeof(double) : sizeof(float);
+    if (!geometry_ok(&z) || !check_size(&g, z.N * z.C * z.OH * z.OW, size, "g")
+        || !check_size(&winners, z.N * z.C * z.OH * z.OW, z.winner_bytes, "winners")
+        || !check_size(&dx, z.N * z.C * z.H * z.W, size, "dx"))
+        goto done;
+    if (z.kh != 2 || z.kw != 2 || z.sh != 2 || z.sw != 2 || z.dh != 1 || z.dw != 1 ||
+        z.H != 2 * z.OH || z.W != 2 * z.OW || z.winner_bytes != 1) {
+        PyErr_SetString(PyExc_ValueError, "max_pool2d backward: 2x2 windows tiling the image");
+        goto done;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    if (z.is_double)
+        backward_2x2_f64_i8(g.buf, winners.buf, dx.buf, &z);
+    else
+        backward_2x2_f32_i8(g.buf, winners.buf, dx.buf, &z);
+    Py_END_ALLOW_THREADS
+    result = none();
+done:
+    PyBuffer_Release(&g); PyBuffer_Release(&winners); PyBuffer_Release(&dx);
+    return result;
+}
+
 RILL_MODULE(pooling,
-    {"forward", forward, METH_VARARGS, "max_pool2d over a range of images"})
+    {"forward", forward, METH_VARARGS, "max_pool2d over a range of images"},
+    {"backward", backward, METH_VARARGS, "max_pool2d_grad of 2x2 windows tiling the image"})

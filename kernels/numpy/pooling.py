@@ -13,7 +13,8 @@ Both split the batch over the cores (parallel.py).
 
 Where a C compiler is at hand, the forward of 2-d pooling of C-contiguous float32/float64
 images without padding runs kernels/native/pooling.c instead: each output row's maxima and
-winners stay in cache while the taps pass over it ((32, 16, 32, 32), 2x2: 566 -> 190 us).
+winners stay in cache while the taps pass over it ((32, 16, 32, 32), 2x2: 566 -> 190 us);
+so does the gradient of 2x2 windows tiling the image (425 -> 170 us), the same bits.
 """
 from __future__ import annotations
 
@@ -127,6 +128,14 @@ def _tiled(spatial, kernel_size, stride, padding, dilation):
 
 
 def max_pool2d_grad(g, winners, input_shape, kernel_size, stride, padding, dilation):
+    compiled = _compiled(g, kernel_size, padding, winners)
+    if compiled is not None and tuple(kernel_size) == (2, 2) == tuple(stride) and \
+            tuple(dilation) == (1, 1) and winners.dtype == np.int8 and \
+            tuple(input_shape[2:]) == tuple(2 * s for s in g.shape[2:]):
+        dx = np.empty(tuple(input_shape), g.dtype)  # 2x2 windows tiling the image
+        _pool_compiled(compiled, compiled.backward, (g, winners, dx), tuple(input_shape),
+                       g.shape, kernel_size, stride, dilation, winners.dtype, g.dtype)
+        return dx
     n, c, *spatial = input_shape
     padded = tuple(s + 2 * p for s, p in zip(spatial, padding))
     fill = np.empty if _tiled(spatial, kernel_size, stride, padding, dilation) else np.zeros
