@@ -26,6 +26,8 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
+import numpy as np
+
 SOURCE_DIR = Path(__file__).parent
 
 # -fno-math-errno lets the compiler call glibc's vector math functions (libmvec) for the
@@ -62,6 +64,18 @@ def load(name: str):
     if not ENABLED or name in _failures:
         return None
     return _load(name)
+
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def for_arrays(name: str, *arrays):
+    """`load(name)` where its kernels can take these arrays: NumPy arrays, all C-contiguous,
+    the first float32 or float64 (the element types the modules are built for); else None."""
+    if arrays[0].dtype not in _FLOATS or \
+            not all(type(a) is np.ndarray and a.flags.c_contiguous for a in arrays):
+        return None
+    return load(name)
 
 
 def why_not(name: str) -> str | None:

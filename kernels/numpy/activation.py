@@ -82,9 +82,7 @@ def _valid_targets(target, c, ignore_index):
 
 
 def _compiled(logits):
-    if not _by_rows(logits, 1) or not logits.flags.c_contiguous:
-        return None
-    return native.load("softmax")
+    return native.for_arrays("softmax", logits) if _by_rows(logits, 1) else None
 
 
 def softmax_cross_entropy(logits, target, ignore_index, label_smoothing, reduction):

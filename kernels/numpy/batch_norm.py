@@ -9,7 +9,7 @@ in the end.
 
 Where a C compiler is at hand, C-contiguous float32/float64 input runs
 kernels/native/batch_norm.c instead: two passes over each (image, channel) run forward, two
-backward, channels split over the cores.
+backward, channels split over the cores from NATIVE_SPLIT elements.
 """
 from __future__ import annotations
 
@@ -56,13 +56,6 @@ def _dots(a, b):
 NATIVE_SPLIT = 1 << 21
 
 
-def _compiled(*arrays):
-    if arrays[0].dtype not in (np.float32, np.float64) or \
-            not all(a.flags.c_contiguous for a in arrays):
-        return None
-    return native.load("batch_norm")
-
-
 def _over_channels(call, x):
     n, c = x.shape[:2]
     pixels = x.size // max(n * c, 1)
@@ -77,7 +70,7 @@ def _over_channels(call, x):
 
 def _batch_norm(x, w, b, eps):
     n, c = x.shape[:2]
-    compiled = _compiled(x)
+    compiled = native.for_arrays("batch_norm", x)
     if compiled is not None:
         w, b = (np.ascontiguousarray(v, x.dtype) for v in (w, b))
         y, mean, var = np.empty_like(x), np.empty(c, x.dtype), np.empty(c, x.dtype)
@@ -115,7 +108,7 @@ def _batch_norm(x, w, b, eps):
 
 def _batch_norm_grad(g, x, w, mean, var, eps):
     n, c = x.shape[:2]
-    compiled = _compiled(x, g)
+    compiled = native.for_arrays("batch_norm", x, g)
     if compiled is not None and g.dtype == x.dtype:
         w, mean, var = (np.ascontiguousarray(v, x.dtype) for v in (w, mean, var))
         dx, dw, db = np.empty_like(x), np.empty(c, x.dtype), np.empty(c, x.dtype)

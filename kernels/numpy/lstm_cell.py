@@ -38,18 +38,10 @@ def _gate_constants(hidden: int, dtype):
 _CONSTANTS: dict = {}
 
 
-def _compiled():
-    return native.load("lstm_cell")
-
-
-def _contiguous(*arrays) -> bool:
-    return all(a.flags.c_contiguous for a in arrays)
-
-
 def lstm_cell(x_proj, h, c, w_hh, *bias):
     hidden = x_proj.shape[1] // 4
-    compiled = _compiled()
-    if compiled is not None and _contiguous(x_proj, c, *bias):
+    compiled = native.for_arrays("lstm_cell", x_proj, c, *bias)
+    if compiled is not None:
         prod_t = np.ascontiguousarray(np.matmul(w_hh, h.T))  # (4H, N): see the docstring
         n = x_proj.shape[0]
         h_new, c_new, tanh_c = (np.empty_like(c) for _ in range(3))
@@ -78,8 +70,8 @@ def lstm_cell(x_proj, h, c, w_hh, *bias):
 def lstm_cell_grad(acts, tanh_c, c, g_h, g_c):
     """(d_gates, d_c) from the cotangents g_h, g_c of h' and c'."""
     hidden = c.shape[1]
-    compiled = _compiled()
-    if compiled is not None and _contiguous(acts, tanh_c, c, g_h, g_c):
+    compiled = native.for_arrays("lstm_cell", acts, tanh_c, c, g_h, g_c)
+    if compiled is not None:
         d_gates, d_c = np.empty_like(acts), np.empty_like(c)
         compiled.backward(acts, tanh_c, c, g_h, g_c, d_gates, d_c, c.shape[0], hidden,
                           acts.dtype == np.float64)

@@ -23,15 +23,10 @@ import numpy as np
 from rill.kernels.native import build as native
 from rill.ops.primitive import register_kernels
 
-_NATIVE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
-
 
 def _compiled(xr, *others):
     """The compiled module when it takes these rows (float32/64, contiguous, not empty)."""
-    if xr.dtype not in _NATIVE_DTYPES or xr.size == 0 or not xr.flags.c_contiguous or \
-            not all(a.flags.c_contiguous for a in others):
-        return None
-    return native.load("layer_norm")
+    return native.for_arrays("layer_norm", xr, *others) if xr.size else None
 
 
 def _rows(x, axes):

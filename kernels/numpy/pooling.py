@@ -47,11 +47,10 @@ def _winner_type(kernel_size):
 _LEAD = (slice(None), slice(None))
 
 
-def _compiled(x, kernel_size, padding, *others):
-    if x.ndim != 4 or any(padding) or x.dtype not in (np.float32, np.float64) or \
-            not all(a.flags.c_contiguous for a in (x,) + others):
-        return None
-    return native.load("pooling")
+def _compiled(x, padding, *others):
+    """The compiled module for 2-d pooling without padding, where it takes the arrays."""
+    return native.for_arrays("pooling", x, *others) if x.ndim == 4 and not any(padding) \
+        else None
 
 
 def _pool_compiled(compiled, call, arrays, input_shape, out_shape, kernel_size, stride,
@@ -65,7 +64,7 @@ def _pool_compiled(compiled, call, arrays, input_shape, out_shape, kernel_size, 
 
 
 def max_pool2d(x, kernel_size, stride, padding, dilation):
-    compiled = _compiled(x, kernel_size, padding)
+    compiled = _compiled(x, padding)
     if compiled is not None:
         small = _winner_type(kernel_size)
         out = [(s - d * (k - 1) - 1) // st + 1 for s, k, st, d in
@@ -128,7 +127,7 @@ def _tiled(spatial, kernel_size, stride, padding, dilation):
 
 
 def max_pool2d_grad(g, winners, input_shape, kernel_size, stride, padding, dilation):
-    compiled = _compiled(g, kernel_size, padding, winners)
+    compiled = _compiled(g, padding, winners)
     if compiled is not None and tuple(kernel_size) == (2, 2) == tuple(stride) and \
             tuple(dilation) == (1, 1) and winners.dtype == np.int8 and \
             tuple(input_shape[2:]) == tuple(2 * s for s in g.shape[2:]):

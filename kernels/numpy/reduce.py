@@ -44,7 +44,7 @@ def _sum_keeping_one_axis(x, axis):
         return None
     k = kept.pop()
     outer, inner = math.prod(x.shape[:k]), math.prod(x.shape[k + 1:])
-    compiled = native.load("reduce") if inner == 1 else None
+    compiled = native.for_arrays("reduce", x) if inner == 1 else None
     if compiled is not None:
         sums = np.empty(x.shape[k])
         compiled.column_sums(x, sums, outer, x.shape[k], x.dtype == np.float64)

@@ -59,10 +59,7 @@ def _adam_block(p, g, m, v, out, temps, step_size, bias_correction2_sqrt, beta1,
 def _adam_compiled(p, g, m, v, outs, step_size, bias_correction2_sqrt, beta1, beta2, eps,
                    weight_decay, decay) -> bool:
     """adam_update by kernels/native/updates.c; False where it does not take these arrays."""
-    if p.dtype not in (np.float32, np.float64) or \
-            not all(a.flags.c_contiguous for a in (p, g, m, v)):
-        return False
-    compiled = native.load("updates")
+    compiled = native.for_arrays("updates", p, g, m, v)
     if compiled is None:
         return False
     constants = (float(step_size), float(bias_correction2_sqrt), beta1, 1.0 - beta1, beta2,
