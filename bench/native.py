@@ -19,7 +19,6 @@ the kernels (float32).
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import statistics
 import time
