@@ -504,3 +504,24 @@ def test_compiled_max_pool_gradient_equals_the_numpy_kernel(monkeypatch, dtype):
         g, winners, x.shape, (2, 2), (2, 2), (0, 0), (1, 1)))
     np.testing.assert_array_equal(odd, numpy_pooling.max_pool2d_grad(
         g[..., :299], winners[..., :299], (3, 4, 10, 599), (2, 2), (2, 2), (0, 0), (1, 1)))
+
+
+@needs_compiler
+def test_a_cached_file_others_could_have_written_is_not_loaded(tmp_path):
+    """Loading a built file runs its code: the cache is private, and a file that is not this
+    user's alone is refused (the NumPy kernel runs), never loaded."""
+    env = dict(os.environ, RILL_CACHE_DIR=str(tmp_path))
+    env.pop("RILL_NATIVE", None)
+    assert _fresh_process(env).startswith("True")
+    folder = tmp_path / "native"
+    assert folder.stat().st_mode & 0o777 == 0o700
+    (built,) = folder.iterdir()
+    assert built.stat().st_mode & 0o777 == 0o755
+    built.chmod(0o777)                                  # anyone may write it now
+    out = _fresh_process(env)
+    assert out.startswith("False") and "others may write it" in out
+    if hasattr(os, "geteuid") and os.geteuid() == 0:    # root can give it to someone else
+        built.chmod(0o755)
+        os.chown(built, 65534, -1)
+        out = _fresh_process(env)
+        assert out.startswith("False") and "belongs to user 65534" in out

@@ -87,15 +87,6 @@ static void backward_##SUFFIX(const T *restrict g, const T *restrict x, const T 
 DEFINE_KERNELS(float, sqrtf, f32)
 DEFINE_KERNELS(double, sqrt, f64)
 
-static int channel_range(Py_ssize_t C, Py_ssize_t c0, Py_ssize_t c1)
-{
-    if (c0 < 0 || c1 < c0 || c1 > C) {
-        PyErr_Format(PyExc_ValueError, "channels [%zd, %zd) of %zd", c0, c1, C);
-        return 0;
-    }
-    return 1;
-}
-
 static PyObject *forward(PyObject *self, PyObject *args)
 {
     Py_buffer x, w, b, y, mean, var;
@@ -107,7 +98,7 @@ static PyObject *forward(PyObject *self, PyObject *args)
         return NULL;
     PyObject *result = NULL;
     Py_ssize_t size = is_double ? sizeof(double) : sizeof(float);
-    if (!channel_range(C, c0, c1) || !check_size(&x, N * C * P, size, "x")
+    if (!check_range(c0, c1, C, "channels") || !check_size(&x, N * C * P, size, "x")
         || !check_size(&w, C, size, "w") || !check_size(&b, C, size, "b")
         || !check_size(&y, N * C * P, size, "y") || !check_size(&mean, C, size, "mean")
         || !check_size(&var, C, size, "var"))
@@ -136,7 +127,7 @@ static PyObject *backward(PyObject *self, PyObject *args)
         return NULL;
     PyObject *result = NULL;
     Py_ssize_t size = is_double ? sizeof(double) : sizeof(float);
-    if (!channel_range(C, c0, c1) || !check_size(&g, N * C * P, size, "g")
+    if (!check_range(c0, c1, C, "channels") || !check_size(&g, N * C * P, size, "g")
         || !check_size(&x, N * C * P, size, "x") || !check_size(&w, C, size, "w")
         || !check_size(&mean, C, size, "mean") || !check_size(&var, C, size, "var")
         || !check_size(&dx, N * C * P, size, "dx") || !check_size(&dw, C, size, "dw")

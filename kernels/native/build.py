@@ -8,6 +8,10 @@ A later process (or another rank of a distributed job) loads it from there: ~1 m
 of ~0.4 s of compiling. Builds write a private temporary file and rename it into place, so
 processes that build at the same time never load a half-written file.
 
+Loading a file runs its code, so a cached file is loaded only if this user owns it and no one
+else may write it (the folder is made private, 0700, and each build is made 0755): a file
+planted in a shared $RILL_CACHE_DIR by another user is refused, and the NumPy kernel runs.
+
 Where there is no compiler, the build fails, or $RILL_NATIVE was 0 at import (or
 `build.ENABLED` is set False), `load` returns None and the caller runs its NumPy kernel. A
 failed build is remembered for the process (and its compiler output kept for `why_not`), so
@@ -103,6 +107,10 @@ def _load(name: str):
         except (OSError, subprocess.SubprocessError) as exc:
             _failures[name] = f"{' '.join(command)}: {exc}"
             return None
+    refused = _untrusted(target)
+    if refused:
+        _failures[name] = f"not loading {target}: {refused}"
+        return None
     try:
         spec = importlib.util.spec_from_file_location(name, target)
         module = importlib.util.module_from_spec(spec)
@@ -113,8 +121,19 @@ def _load(name: str):
     return module
 
 
+def _untrusted(path: Path) -> str | None:
+    """Why a built file may not be loaded, or None: it must belong to this user, and no one
+    else may write it."""
+    info = path.stat()
+    if hasattr(os, "getuid") and info.st_uid != os.getuid():
+        return f"it belongs to user {info.st_uid}, not to this one ({os.getuid()})"
+    if info.st_mode & 0o022:
+        return f"others may write it (mode {info.st_mode & 0o777:o})"
+    return None
+
+
 def _compile(command: list[str], source: Path, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
+    target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     handle, partial = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     os.close(handle)
     try:
@@ -123,6 +142,7 @@ def _compile(command: list[str], source: Path, target: Path) -> None:
         if done.returncode != 0:
             raise subprocess.SubprocessError(done.stderr.strip()[-2000:] or
                                              f"exit status {done.returncode}")
+        os.chmod(partial, 0o755)  # whatever the umask: see _untrusted
         os.replace(partial, target)
     finally:
         if os.path.exists(partial):

@@ -28,6 +28,16 @@ static int check_size(Py_buffer *view, Py_ssize_t elements, Py_ssize_t itemsize,
     return 1;
 }
 
+/* 1 if [start, stop) is a range of 0..n; else a ValueError naming it. */
+static int check_range(Py_ssize_t start, Py_ssize_t stop, Py_ssize_t n, const char *what)
+{
+    if (start < 0 || stop < start || stop > n) {
+        PyErr_Format(PyExc_ValueError, "%s [%zd, %zd) of %zd", what, start, stop, n);
+        return 0;
+    }
+    return 1;
+}
+
 /* The module's table of functions and its init: RILL_MODULE(name, {"f", f, METH_VARARGS,
  * "doc"}, ...) for a module built from name.c. */
 #define RILL_MODULE(NAME, ...)                                                                 \

@@ -38,11 +38,8 @@ static PyObject *scaled_add(PyObject *self, PyObject *args)
         return NULL;
     PyObject *result = NULL;
     Py_ssize_t size = is_double ? sizeof(double) : sizeof(float), n = x.len / size;
-    if (start < 0 || stop < start || stop > n) {
-        PyErr_Format(PyExc_ValueError, "elements [%zd, %zd) of %zd", start, stop, n);
-        goto done;
-    }
-    if (!check_size(&y, n, size, "y") || !check_size(&out, n, size, "out"))
+    if (!check_range(start, stop, n, "elements") || !check_size(&y, n, size, "y")
+        || !check_size(&out, n, size, "out"))
         goto done;
     Py_BEGIN_ALLOW_THREADS
     if (is_double)

@@ -53,13 +53,10 @@ static PyObject *adam(PyObject *self, PyObject *args)
         return NULL;
     PyObject *result = NULL;
     Py_ssize_t size = is_double ? sizeof(double) : sizeof(float), n = p.len / size;
-    if (start < 0 || stop < start || stop > n) {
-        PyErr_Format(PyExc_ValueError, "elements [%zd, %zd) of %zd", start, stop, n);
-        goto done;
-    }
-    if (!check_size(&g, n, size, "g") || !check_size(&m, n, size, "m")
-        || !check_size(&v, n, size, "v") || !check_size(&p2, n, size, "p_out")
-        || !check_size(&m2, n, size, "m_out") || !check_size(&v2, n, size, "v_out"))
+    if (!check_range(start, stop, n, "elements") || !check_size(&g, n, size, "g")
+        || !check_size(&m, n, size, "m") || !check_size(&v, n, size, "v")
+        || !check_size(&p2, n, size, "p_out") || !check_size(&m2, n, size, "m_out")
+        || !check_size(&v2, n, size, "v_out"))
         goto done;
     Py_BEGIN_ALLOW_THREADS
     if (is_double)

@@ -110,9 +110,9 @@ def _batch_norm_grad(g, x, w, mean, var, eps):
     n, c = x.shape[:2]
     compiled = native.for_arrays("batch_norm", x, g)
     if compiled is not None and g.dtype == x.dtype:
-        w, mean, var = (np.ascontiguousarray(v, x.dtype) for v in (w, mean, var))
+        wc, mean, var = (np.ascontiguousarray(v, x.dtype) for v in (w, mean, var))
         dx, dw, db = np.empty_like(x), np.empty(c, x.dtype), np.empty(c, x.dtype)
-        _over_channels(lambda *sizes: compiled.backward(g, x, w, mean, var, dx, dw, db, *sizes,
+        _over_channels(lambda *sizes: compiled.backward(g, x, wc, mean, var, dx, dw, db, *sizes,
                                                         float(eps), x.dtype == np.float64), x)
         return dx, dw.astype(w.dtype, copy=False), db.astype(w.dtype, copy=False)
     xr, gr = x.reshape(n, c, -1), g.reshape(n, c, -1)

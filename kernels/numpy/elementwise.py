@@ -11,7 +11,6 @@ from rill.kernels.native import build as native
 from rill.ops.primitive import register_kernels
 
 from . import parallel
-
 from .special import erf
 
 

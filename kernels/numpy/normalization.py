@@ -60,8 +60,8 @@ def _layer_norm(x, w, b, eps, axes):
         compiled.forward(xr, wr, br, y, xr.shape[0], d, float(eps), xr.dtype == np.float64)
         return y.astype(x.dtype, copy=False).reshape(x.shape)
     y, _ = _stats(xr, eps)
-    y *= w.reshape(d).astype(xr.dtype, copy=False)
-    y += b.reshape(d).astype(xr.dtype, copy=False)
+    y *= wr
+    y += br
     return y.astype(x.dtype, copy=False).reshape(x.shape)
 
 
