@@ -21,11 +21,13 @@ import weakref
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from rill.kernels.numpy import conv_per_image, parallel
+from rill.kernels.numpy import conv_direct, conv_per_image, parallel
 from rill.ops.primitive import register_kernels
 
-# Ungrouped convolutions run conv_per_image's kernels (faster on these machines; see there);
-# False sends them through the whole-batch kernels below (benchmarks compare the two).
+# Ungrouped float32 2-d convolutions of stride 1 run conv_direct's compiled kernels where a C
+# compiler is present; the other ungrouped ones conv_per_image's (faster on these machines
+# than the whole-batch kernels below; see there). Benchmarks set these False to compare.
+DIRECT = True
 PER_IMAGE = True
 
 
@@ -128,6 +130,10 @@ def _channels_first(y, n, out_size):
 
 
 def conv(x, w, *bias, stride, padding, dilation, groups):
+    y = conv_direct.conv(x, w, bias[0] if bias else None, stride, padding, dilation) \
+        if groups == 1 and DIRECT else None
+    if y is not None:
+        return y
     if groups == 1 and PER_IMAGE:
         return conv_per_image.conv(x, w, bias[0] if bias else None, stride, padding, dilation)
     n, o = x.shape[0], w.shape[0]
@@ -143,6 +149,10 @@ def conv(x, w, *bias, stride, padding, dilation, groups):
 
 
 def conv_transpose(g, w, input_size, stride, padding, dilation, groups):
+    gx = conv_direct.conv_transpose(g, w, input_size, stride, padding, dilation) \
+        if groups == 1 and DIRECT else None
+    if gx is not None:
+        return gx
     if groups == 1 and PER_IMAGE:
         return conv_per_image.conv_transpose(g, w, input_size, stride, padding, dilation)
     n, o = g.shape[:2]
@@ -173,6 +183,10 @@ def conv_transpose(g, w, input_size, stride, padding, dilation, groups):
 
 
 def conv_weight_grad(x, g, kernel_size, stride, padding, dilation, groups):
+    gw = conv_direct.conv_weight_grad(x, g, kernel_size, stride, padding, dilation) \
+        if groups == 1 and DIRECT else None
+    if gw is not None:
+        return gw
     if groups == 1 and PER_IMAGE:
         return conv_per_image.conv_weight_grad(x, g, kernel_size, stride, padding, dilation)
     o = g.shape[1]
