@@ -5,6 +5,9 @@ import os
 
 # Must be set before rill is imported: the eager interpreter reads it once.
 os.environ.setdefault("RILL_CHECK_KERNELS", "1")
+# A fused group's generated C loop is compiled before its first call, not in the background
+# while the NumPy function runs it (the same bits either way): the tests run the C loops.
+os.environ.setdefault("RILL_NATIVE_WAIT", "1")
 
 
 def _has_cuda_gpu() -> bool:

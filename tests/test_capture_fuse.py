@@ -23,6 +23,9 @@ def small_groups(monkeypatch):
     """Fuse groups of any size (the defaults leave small ones alone), so tests stay fast."""
     monkeypatch.setitem(fuse_module.MIN_ELEMENTS, "cpu", 1)
     monkeypatch.setitem(fuse_module.MIN_ELEMENTS, "gpu", 1)
+    # every elementwise node, not only those a generated C loop runs (the NumPy fused
+    # function runs the rest; tests/test_fused_c.py tests the C loops)
+    monkeypatch.setattr(fuse_module, "COMPILED_CPU_ONLY", False)
 
 
 def _fusing(monkeypatch, on: bool):

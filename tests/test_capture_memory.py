@@ -23,6 +23,7 @@ def planned(monkeypatch):
     """Captured functions run fused and planned, groups and values of any size."""
     monkeypatch.setattr(pipeline, "EXECUTION_PASSES", [fuse_where_it_pays, memory])
     monkeypatch.setitem(fuse_module.MIN_ELEMENTS, "cpu", 1)
+    monkeypatch.setattr(fuse_module, "COMPILED_CPU_ONLY", False)
     monkeypatch.setattr(memory_module, "MIN_BYTES", 0)
 
 

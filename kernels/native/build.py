@@ -91,32 +91,56 @@ def why_not(name: str) -> str | None:
 
 @functools.lru_cache(maxsize=None)
 def _load(name: str):
+    return _build(name, (SOURCE_DIR / f"{name}.c").read_bytes(), SOURCE_DIR / f"{name}.c")
+
+
+def load_generated(name: str, source: str):
+    """The module built from C source that rill generated (kernels/native/fused.py: a fused
+    group's loop, made only of identifiers and literals rill wrote), cached like the others
+    under a hash of the source; None where `load` would give None. The source is compiled
+    from a private temporary file (mode 0600, removed after), so no other user can swap it."""
+    if not ENABLED or name in _failures:
+        return None
+    folder = cache_dir()
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    handle, path = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".c")
+    try:
+        with os.fdopen(handle, "wb") as f:
+            f.write(source.encode())
+        return _build(name, source.encode(), Path(path), keep_failure=False)
+    finally:
+        os.unlink(path)
+
+
+def _build(name: str, source_bytes: bytes, source_path: Path, keep_failure: bool = True):
     # the module's source and the headers it may include
-    source = b"\0".join(path.read_bytes() for path in
-                        [SOURCE_DIR / f"{name}.c"] + sorted(SOURCE_DIR.glob("*.h")))
+    source = b"\0".join([source_bytes] + [p.read_bytes() for p in sorted(SOURCE_DIR.glob("*.h"))])
     compiler = _compiler()
-    command = compiler + list(FLAGS) + ["-I", sysconfig.get_paths()["include"]]
+    command = compiler + list(FLAGS) + ["-I", sysconfig.get_paths()["include"],
+                                        "-I", str(SOURCE_DIR)]
     suffix = sysconfig.get_config_var("EXT_SUFFIX")
     depends_on = [source, " ".join(command).encode(), _compiler_version(tuple(compiler)),
                   suffix.encode(), _cpu_identity()]
     key = hashlib.sha256(b"\0".join(depends_on)).hexdigest()[:20]
     target = cache_dir() / f"{name}-{key}{suffix}"
+    failures = _failures if keep_failure else {}
     if not target.exists():
         try:
-            _compile(command, SOURCE_DIR / f"{name}.c", target)
+            _compile(command, source_path, target)
         except (OSError, subprocess.SubprocessError) as exc:
-            _failures[name] = f"{' '.join(command)}: {exc}"
+            failures[name] = f"{' '.join(command)}: {exc}"
             return None
     refused = _untrusted(target)
     if refused:
-        _failures[name] = f"not loading {target}: {refused}"
+        failures[name] = f"not loading {target}: {refused}"
         return None
     try:
+        # a generated module's init is named after the module (PyInit_<name>)
         spec = importlib.util.spec_from_file_location(name, target)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
     except ImportError as exc:       # e.g. a cache shared with a machine of another libc
-        _failures[name] = f"loading {target}: {exc}"
+        failures[name] = f"loading {target}: {exc}"
         return None
     return module
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from rill.dtypes import bfloat16
+from rill.kernels.native import fused as native_fused
 
 from .elementwise import KERNELS, AgainstRows
 
@@ -62,7 +63,14 @@ def program(body):
 
 
 def run_fused(*inputs, body, out=None):
-    """The `fused` primitive's CPU kernel: the body's outputs as a list of buffers."""
+    """The `fused` primitive's CPU kernel: the body's outputs as a list of buffers. The
+    group's generated C loop where it has one (kernels/native/fused.py: the same bits, one
+    pass), else the NumPy function below."""
+    compiled = native_fused.kernel(body)
+    if compiled is not None:
+        results = compiled(inputs, out)
+        if results is not None:
+            return results
     return program(body)(*inputs, out=out)
 
 

@@ -35,14 +35,18 @@ from .rewrite import Rewrite, effect
 
 MIN_GROUP = 2  # a "group" of one node is that node
 # Fewest elements per value for a node to be fused by the pipeline, per device kind (None:
-# not at all). CPU: not fused by default. The NumPy fused function does the unfused
-# arithmetic at the unfused speed on large groups (each op still streams its arrays), costs
-# 1-1.5 us more per group on small ones, and on the conv net, whose groups mostly fall back
-# to node by node (transposed inputs), the step measured ~6% slower; DESIGN.md, "Fusion and
-# memory planning". gpu: each distinct group is a kernel Triton compiles on first call;
-# below 2^10 elements a step's many small groups (an optimizer's per-parameter scalars)
-# cost more compile time than the launches they save.
-MIN_ELEMENTS = {"cpu": None, "gpu": 1 << 10}
+# not at all). CPU: groups of nodes a generated C loop can run (kernels/native/fused.py:
+# one pass instead of one per op; relu's gradient at (32, 16, 32, 32) 520 -> 270 us), where
+# a C compiler is at hand; without one, not fused (the NumPy fused function does the
+# unfused arithmetic at the unfused speed and costs 1-1.5 us more per group). Below 2^12
+# elements a call's checks cost what the pass saves. DESIGN.md, "Fusion and memory
+# planning". gpu: each distinct group is a kernel Triton compiles on first call; below 2^10
+# elements a step's many small groups (an optimizer's per-parameter scalars) cost more
+# compile time than the launches they save.
+MIN_ELEMENTS = {"cpu": 1 << 12, "gpu": 1 << 10}
+# The pipeline fuses CPU nodes only where a generated C loop runs them (tests of the pass
+# itself set this False: every elementwise node, the rest run by the NumPy fused function).
+COMPILED_CPU_ONLY = True
 if os.environ.get("RILL_FUSE_MIN_ELEMENTS"):  # one size for both (tests, measurements)
     MIN_ELEMENTS = dict.fromkeys(MIN_ELEMENTS, int(os.environ["RILL_FUSE_MIN_ELEMENTS"]))
 
@@ -86,10 +90,12 @@ _register()
 
 # ---- the pass ------------------------------------------------------------------------------
 
-def fuse(graph: Graph, min_elements: dict | None = None) -> Graph:
+def fuse(graph: Graph, min_elements: dict | None = None, compiled_cpu: bool = False) -> Graph:
     """The graph with its groups fused; with `min_elements` ({device kind: count}), only
-    groups whose values have at least that many elements (None: every group)."""
-    groups = _groups(graph, min_elements or {})
+    groups whose values have at least that many elements (None: every group); with
+    `compiled_cpu`, only CPU nodes that a generated C loop can run (none without a
+    compiler)."""
+    groups = _groups(graph, min_elements or {}, compiled_cpu)
     if not groups:
         return graph
     group_of = {n: g for g in groups for n in g}
@@ -104,11 +110,13 @@ def fuse(graph: Graph, min_elements: dict | None = None) -> Graph:
 
 
 def fuse_where_it_pays(graph: Graph) -> Graph:
-    """The pipeline's fusion: groups of at least MIN_ELEMENTS elements (see above)."""
-    return fuse(graph, MIN_ELEMENTS)
+    """The pipeline's fusion: groups of at least MIN_ELEMENTS elements, on the CPU of ops
+    its generated C loops run (see above)."""
+    return fuse(graph, MIN_ELEMENTS, compiled_cpu=COMPILED_CPU_ONLY)
 
 
-def _fusible(node, ordered: set, min_elements: dict) -> bool:
+def _fusible(node, ordered: set, min_elements: dict, compiled_cpu: bool) -> bool:
+    from rill.kernels.native import fused as native_fused
     from rill.kernels.numpy.fused import ELEMENTWISE, fusible_dtype
     if node.op not in ELEMENTWISE or node.after or node in ordered or len(node.outputs) != 1:
         return False
@@ -126,6 +134,8 @@ def _fusible(node, ordered: set, min_elements: dict) -> bool:
         return False  # may hand back its input
     if node.device.kind == "gpu" and node.op == "nextafter":
         return False  # float16 has no gpu kernel; the group's kernel would not refuse it
+    if compiled_cpu and node.device.kind == "cpu":
+        return native_fused.available() and native_fused.compiles(node)
     return True
 
 
@@ -154,7 +164,7 @@ def _deps(graph: Graph) -> dict:
     return deps
 
 
-def _groups(graph: Graph, min_elements: dict) -> list:
+def _groups(graph: Graph, min_elements: dict, compiled_cpu: bool = False) -> list:
     """Tuples of nodes (in graph order), each a group of at least MIN_GROUP."""
     ordered = {a for n in graph.nodes for a in n.after}
     deps = _deps(graph)
@@ -180,7 +190,7 @@ def _groups(graph: Graph, min_elements: dict) -> list:
 
     for node in graph.nodes:
         ancestors[node] = _or(ancestors[p] | (1 << pos[p]) for p in deps[node])
-        if not _fusible(node, ordered, min_elements):
+        if not _fusible(node, ordered, min_elements, compiled_cpu):
             continue
         key, shape = _place_key(node), node.outputs[0].shape
         chosen: list = []

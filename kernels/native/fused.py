@@ -1,0 +1,323 @@
+"""A fused elementwise group (lib/capture/passes/fuse.py) as one C loop, generated from its
+body graph, compiled once per machine (build.load_generated) and run by
+kernels/numpy/fused.py:run_fused in place of the group's NumPy calls.
+
+Each element of the group's outputs is computed in one pass, its intermediates in registers:
+where the NumPy fused function streams every intermediate array through memory once per op
+(relu's gradient `where(x > 0, g, 0)`: a boolean array written and read back), this reads
+each input once and writes each output once.
+
+Same bits as the NumPy kernels, so whether a call runs this or the NumPy function never
+changes a result: only ops whose C meaning is exactly their NumPy kernel's are generated
+(IEEE +, -, *, / and sqrt are correctly rounded in both; comparisons, selects, sign and
+exact casts), each in the dtype NumPy computes it in, with no FMA contraction
+(build.FLAGS). maximum/minimum/relu are left out (NumPy's vector loops and a C select
+disagree on which zero `max(-0.0, 0.0)` gives), as are transcendentals (exp, tanh: libm and
+NumPy's own SIMD code differ in the last bit) and integers (C's overflow is undefined).
+A group with any other op, or whose inputs broadcast other than as 0-d scalars, has no C
+source and runs in NumPy.
+
+The first call of a new group starts its compile on a background thread (~0.3 s) and runs
+the NumPy function meanwhile (the same bits): a step never waits for the compiler.
+
+Trust: the source holds names made here (x0, v3, y1), C types and operators from the tables
+below, and float literals written with float.hex() from the validated attributes of the
+node; nothing is text taken from the graph, so a loaded graph cannot put code in it.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import os
+import shutil
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import numpy as np
+
+from rill.kernels.native import build
+from rill.kernels.numpy import parallel
+
+# Wait for a compile instead of running the NumPy function meanwhile (the test suite sets
+# RILL_NATIVE_WAIT=1, so that its fused groups run the C loops from their first call).
+WAIT = os.environ.get("RILL_NATIVE_WAIT", "0") == "1"
+
+_C_TYPE = {np.dtype(np.float32): "float", np.dtype(np.float64): "double",
+           np.dtype(np.bool_): "unsigned char"}
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+# op -> (operand kinds: "same" (every operand the result's float dtype), "compare" (float
+# operands of one dtype, a bool result), "bool" (bool operands and result)), C expression
+_BINARY = {"add": "{0} + {1}", "subtract": "{0} - {1}", "multiply": "{0} * {1}",
+           "divide": "{0} / {1}"}
+_COMPARE = {"greater": ">", "greater_equal": ">=", "less": "<", "less_equal": "<=",
+            "equal": "==", "not_equal": "!="}
+_LOGICAL = {"logical_and": "{0} && {1}", "logical_or": "{0} || {1}",
+            "logical_xor": "!{0} != !{1}", "logical_not": "!{0}",
+            # on booleans (0 or 1 in a byte, as NumPy stores them) the bitwise ops are these
+            "bitwise_and": "{0} & {1}", "bitwise_or": "{0} | {1}", "bitwise_xor": "{0} ^ {1}",
+            "bitwise_invert": "!{0}"}
+_UNARY = {"neg": "-{0}", "square": "{0} * {0}", "reciprocal": "({t})1 / {0}",
+          "sqrt": "{sqrt}({0})", "abs": "{fabs}({0})"}
+_SQRT = {"float": "sqrtf", "double": "sqrt"}
+_FABS = {"float": "fabsf", "double": "fabs"}
+
+
+def _dtype(value) -> np.dtype:
+    return np.dtype(value.dtype.storage)
+
+
+def _literal(x: float, ctype: str) -> str:
+    """An exact C literal for a float attribute (hex: no decimal rounding)."""
+    x = float(x)
+    if not math.isfinite(x):
+        raise _NotC("non-finite literal")
+    return f"(({ctype}){x.hex()})"
+
+
+class _NotC(Exception):
+    """The group has no exact C form; it runs in NumPy."""
+
+
+def _expression(node, args) -> str:
+    out = _dtype(node.outputs[0])
+    ins = [_dtype(v) for v in node.inputs]
+    t = _C_TYPE.get(out)
+    op = node.op
+    if op in _BINARY or op in _UNARY or op == "scaled_add":
+        if out not in _FLOATS or any(d != out for d in ins):
+            raise _NotC(op)
+        if op == "scaled_add":
+            alpha, beta = (_literal(node.attrs[k], t) for k in ("alpha", "beta"))
+            if float(node.attrs["alpha"]) == 1.0:  # as the NumPy kernel: y * beta + x
+                return f"{args[1]} * {beta} + {args[0]}"
+            return f"{args[0]} * {alpha} + {args[1]} * {beta}"
+        if op in _BINARY:
+            return _BINARY[op].format(*args)
+        return _UNARY[op].format(*args, t=t, sqrt=_SQRT[t], fabs=_FABS[t])
+    if op in _COMPARE:
+        if out != np.bool_ or ins[0] not in _FLOATS or ins[1] != ins[0]:
+            raise _NotC(op)
+        return f"{args[0]} {_COMPARE[op]} {args[1]}"
+    if op in _LOGICAL:
+        if out != np.bool_ or any(d != np.bool_ for d in ins):
+            raise _NotC(op)
+        return _LOGICAL[op].format(*args)
+    if op == "where":
+        if ins[0] != np.bool_ or ins[1] != out or ins[2] != out or out not in _C_TYPE:
+            raise _NotC(op)
+        return f"{args[0]} ? {args[1]} : {args[2]}"
+    if op == "cast":
+        if out not in _C_TYPE or ins[0] not in _C_TYPE or out == ins[0]:
+            raise _NotC(op)
+        if out == np.bool_:
+            return f"{args[0]} != 0"
+        return f"({t}){args[0]}"
+    raise _NotC(op)
+
+
+def compiles(node) -> bool:
+    """Whether a group may hold `node` and keep a C form: an op of the tables above on its
+    dtypes, each input 0-d or of the result's shape. The pipeline fuses CPU nodes only where
+    this holds (and a compiler is at hand), so its CPU groups all run as C loops."""
+    shape = tuple(node.outputs[0].shape)
+    if not shape or any(tuple(v.shape) not in ((), shape) for v in node.inputs) or \
+            any(_dtype(v) not in _C_TYPE for v in node.inputs + node.outputs):
+        return False
+    try:
+        _expression(node, [f"a{j}" for j in range(len(node.inputs))])
+    except _NotC:
+        return False
+    return True
+
+
+def available() -> bool:
+    """A C compiler may build the loops here (compiled kernels on, a compiler on PATH)."""
+    return build.ENABLED and _have_compiler()
+
+
+@functools.lru_cache(maxsize=None)
+def _have_compiler() -> bool:
+    return shutil.which(build._compiler()[0]) is not None
+
+
+def source(body) -> str | None:
+    """The C module of the body's loop, or None where the group has no exact C form."""
+    try:
+        return _source(body)
+    except _NotC:
+        return None
+
+
+def _source(body) -> str:
+    shape = tuple(body.outputs[0].shape)
+    names, lines, loads = {}, [], []
+    scalars = []
+    for j, v in enumerate(body.inputs):
+        d = _dtype(v)
+        if d not in _C_TYPE:
+            raise _NotC("input dtype")
+        t = _C_TYPE[d]
+        if tuple(v.shape) == ():
+            scalars.append(1)
+            loads.append(f"    const {t} x{j} = *(const {t} *)in[{j}];")
+            names[v] = f"x{j}"
+        elif tuple(v.shape) == shape:
+            scalars.append(0)
+            loads.append(f"    const {t} *restrict p{j} = (const {t} *)in[{j}];")
+            names[v] = f"p{j}[i]"
+        else:
+            raise _NotC("broadcast input")
+    if any(tuple(v.shape) != shape for v in body.outputs) or not shape:
+        raise _NotC("output shape")
+    k = 0
+    for node in body.nodes:
+        if node.op == "input":
+            continue
+        if len(node.outputs) != 1:
+            raise _NotC("several outputs")
+        v = node.outputs[0]
+        t = _C_TYPE.get(_dtype(v))
+        if t is None:
+            raise _NotC("dtype")
+        expr = _expression(node, [f"({names[a]})" for a in node.inputs])
+        names[v] = f"v{k}"
+        lines.append(f"        const {t} v{k} = ({t})({expr});")
+        k += 1
+    stores = []
+    for j, v in enumerate(body.outputs):
+        t = _C_TYPE[_dtype(v)]
+        loads.append(f"    {t} *restrict q{j} = ({t} *)out[{j}];")
+        stores.append(f"        q{j}[i] = {names[v]};")
+    itemsizes = ", ".join(str(_dtype(v).itemsize) for v in body.inputs) or "0"
+    out_sizes = ", ".join(str(_dtype(v).itemsize) for v in body.outputs)
+    return _TEMPLATE.format(
+        n_in=len(body.inputs), n_out=len(body.outputs), in_sizes=itemsizes,
+        in_scalar=", ".join(map(str, scalars)) or "0", out_sizes=out_sizes,
+        loads="\n".join(loads), body="\n".join(lines + stores))
+
+
+# The module around the loop: run(inputs, outputs, n, start, stop) checks every buffer's
+# size against the body's specs (0-d inputs hold one element, the others n), then runs
+# elements [start, stop) with the GIL released.
+_TEMPLATE = """/* generated by rill (kernels/native/fused.py) for a fused elementwise group */
+#include "common.h"
+
+enum {{ N_IN = {n_in}, N_OUT = {n_out} }};
+static const Py_ssize_t IN_SIZE[] = {{{in_sizes}}}, OUT_SIZE[] = {{{out_sizes}}};
+static const int IN_SCALAR[] = {{{in_scalar}}};
+
+static void loop(char *const *in, char *const *out, Py_ssize_t start, Py_ssize_t stop)
+{{
+{loads}
+    _Pragma("omp simd")
+    for (Py_ssize_t i = start; i < stop; i++) {{
+{body}
+    }}
+}}
+
+static PyObject *run(PyObject *self, PyObject *args)
+{{
+    PyObject *inputs, *outputs;
+    Py_ssize_t n, start, stop;
+    if (!PyArg_ParseTuple(args, "O!O!nnn", &PyTuple_Type, &inputs, &PyTuple_Type, &outputs,
+                          &n, &start, &stop))
+        return NULL;
+    if (PyTuple_GET_SIZE(inputs) != N_IN || PyTuple_GET_SIZE(outputs) != N_OUT) {{
+        PyErr_SetString(PyExc_ValueError, "fused: wrong number of buffers");
+        return NULL;
+    }}
+    Py_buffer views[N_IN + N_OUT + 1];
+    char *in[N_IN + 1], *out[N_OUT];
+    int held = 0, ok = check_range(start, stop, n, "elements");
+    for (int j = 0; ok && j < N_IN + N_OUT; j++) {{
+        const int is_out = j >= N_IN;
+        PyObject *item = is_out ? PyTuple_GET_ITEM(outputs, j - N_IN)
+                                : PyTuple_GET_ITEM(inputs, j);
+        if (PyObject_GetBuffer(item, &views[j], is_out ? PyBUF_WRITABLE : PyBUF_SIMPLE) < 0) {{
+            ok = 0;
+            break;
+        }}
+        held++;
+        const Py_ssize_t count = !is_out && IN_SCALAR[j] ? 1 : n;
+        ok = check_size(&views[j], count, is_out ? OUT_SIZE[j - N_IN] : IN_SIZE[j],
+                        is_out ? "output" : "input");
+        if (is_out) out[j - N_IN] = views[j].buf; else in[j] = views[j].buf;
+    }}
+    if (ok) {{
+        Py_BEGIN_ALLOW_THREADS
+        loop(in, out, start, stop);
+        Py_END_ALLOW_THREADS
+    }}
+    for (int j = 0; j < held; j++) PyBuffer_Release(&views[j]);
+    return ok ? none() : NULL;
+}}
+
+RILL_MODULE(fused, {{"run", run, METH_VARARGS, "the group over a range of elements"}})
+"""
+
+# ---- compiling and calling -----------------------------------------------------------------
+
+_modules: dict = {}      # source -> module, None (failed), or a Future (compiling)
+_lock = threading.Lock()
+_compiler_thread: ThreadPoolExecutor | None = None
+
+
+def _module(text: str):
+    """The compiled module of `text`, or None (not compiled yet, or failed)."""
+    global _compiler_thread
+    with _lock:
+        found = _modules.get(text, False)
+        if found is False:
+            if _compiler_thread is None:
+                _compiler_thread = ThreadPoolExecutor(1, thread_name_prefix="rill-compile")
+            found = _modules[text] = _compiler_thread.submit(build.load_generated, "fused", text)
+    if isinstance(found, Future):
+        if not (WAIT or found.done()):
+            return None
+        found = found.result()
+        with _lock:
+            _modules[text] = found
+    return found
+
+
+def kernel(body):
+    """A function (inputs, out) -> list of outputs, or None where it cannot run (list) for
+    this body: no exact C form, no compiler, or still compiling."""
+    if not build.ENABLED:
+        return None
+    text = body.__dict__.get("_native_fused_source", False)
+    if text is False:
+        text = body.__dict__["_native_fused_source"] = source(body)
+    if text is None:
+        return None
+    module = _module(text)
+    if module is None:
+        return None
+    specs = body.__dict__.get("_native_fused_specs")
+    if specs is None:
+        specs = body.__dict__["_native_fused_specs"] = (
+            [(tuple(v.shape), _dtype(v)) for v in body.inputs],
+            [(tuple(v.shape), _dtype(v)) for v in body.outputs])
+    return lambda inputs, out: _call(module, specs, inputs, out)
+
+
+def _call(module, specs, inputs, out):
+    """The outputs, or None where an input is not a C-contiguous array of its spec."""
+    ins, outs = specs
+    for a, (shape, dtype) in zip(inputs, ins):
+        if type(a) is not np.ndarray or a.dtype != dtype or not a.flags.c_contiguous or \
+                a.shape != shape:
+            return None
+    results = []
+    for j, (shape, dtype) in enumerate(outs):
+        given = None if out is None else out[j]
+        if given is None or type(given) is not np.ndarray or given.dtype != dtype or \
+                given.shape != shape or not given.flags.c_contiguous or \
+                not given.flags.writeable:
+            given = np.empty(shape, dtype)
+        results.append(given)
+    n = results[0].size
+    inputs, outputs = tuple(inputs), tuple(results)
+    parallel.split(lambda lo, hi: module.run(inputs, outputs, n, lo, hi), n, n)
+    return results

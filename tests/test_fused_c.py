@@ -1,0 +1,214 @@
+"""Fused elementwise groups as generated C loops (kernels/native/fused.py): every op they
+generate against the NumPy kernels bit for bit (NaN, infinities, signed zeros, 0-d operands,
+booleans, casts, several outputs); which nodes the pipeline fuses on the CPU; input the loop
+cannot take going to the NumPy function; planned output buffers; the source holding nothing
+taken from the graph; the compile in the background; wrong buffers as errors."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import rill
+from rill.capture.passes import fuse as fuse_module
+from rill.capture.passes import pipeline
+from rill.capture.passes.fuse import fuse
+from rill.kernels.native import build
+from rill.kernels.native import fused as native_fused
+from rill.kernels.numpy import fused as numpy_fused
+
+pytestmark = pytest.mark.skipif(not native_fused._have_compiler(), reason="no C compiler")
+
+
+@pytest.fixture(autouse=True)
+def _compiled(monkeypatch):
+    monkeypatch.setattr(build, "ENABLED", True)
+    monkeypatch.setattr(native_fused, "WAIT", True)
+
+
+def _values(shape, dtype, seed):
+    """Normal draws with the special values in the first eight places."""
+    a = np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+    flat = a.reshape(-1)
+    flat[:8] = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 3.0]
+    return a
+
+
+def _fused_graph(fn, *args):
+    """fn's optimized graph with every group fused (the pass itself, groups of any size)."""
+    graph = pipeline.optimize(rill.capture(fn, optimize=False).graph_for(*args), pipeline.PASSES)
+    return fuse(graph)
+
+
+def _bodies(graph):
+    return [n.attrs["body"] for n in graph.nodes if n.op == "fused"]
+
+
+def _check_body_bits(body, arrays):
+    """The body's C loop gives the NumPy fused function's bytes, output for output."""
+    kernel = native_fused.kernel(body)
+    assert kernel is not None, native_fused.source(body)
+    got = kernel(arrays, None)
+    want = numpy_fused.program(body)(*arrays)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        assert g.tobytes() == w.tobytes()
+
+
+CASES = {
+    "arithmetic": lambda x, y, s: ((x + y) * s - x / (y - 0.5), -x * x),
+    "sqrt, abs, reciprocal": lambda x, y, s: rill.sqrt(rill.abs(x) + y * y) - 1.0 / (x + s),
+    "compare and select": lambda x, y, s: (rill.where(x > y, x, y * s),
+                                           rill.where(x <= s, y, 0.0)),
+    "every comparison": lambda x, y, s: ((x < y) | (x >= s)) ^ ((x == y) | (x != s)),
+    "logical": lambda x, y, s: rill.logical_not((x > 0) & (y < 0)),
+    "relu gradient": lambda x, y, s: rill.where(x > 0, y, 0.0),
+}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_generated_loops_are_bit_equal_to_numpy(name, dtype):
+    x, y = _values((37, 29), dtype, 1), _values((37, 29), dtype, 2)
+    s = np.asarray(-0.75, dtype)
+    args = [rill.tensor(a) for a in (x, y, s)]
+    bodies = _bodies(_fused_graph(CASES[name], *args))
+    assert bodies
+    for body in bodies:
+        inputs = [np.zeros(v.shape, v.dtype.storage) for v in body.inputs]
+        # feed the body what the graph feeds it: here x, y and s in order of first use
+        pool = {(tuple(a.shape), a.dtype): a for a in (x, y)}
+        pool[((), np.dtype(dtype))] = s
+        for j, v in enumerate(body.inputs):
+            inputs[j] = pool.get((tuple(v.shape), np.dtype(v.dtype.storage)), inputs[j])
+        _check_body_bits(body, inputs)
+
+
+def test_casts_and_scaled_add_are_bit_equal():
+    from rill.ops.elementwise import scaled_add
+    x = _values((50, 40), np.float64, 3)
+    body = _bodies(_fused_graph(
+        lambda a: (a.to(rill.float32) * 3.0).to(rill.float64) + (a > 0).to(rill.float64),
+        rill.tensor(x)))[0]
+    _check_body_bits(body, [x, np.asarray(3.0, np.float32), np.asarray(0.0, np.float64)][
+        :len(body.inputs)] if len(body.inputs) <= 3 else None)
+    p, g = _values((30, 20), np.float32, 12), _values((30, 20), np.float32, 13)
+    for alpha, beta in [(1.0, -0.1), (0.9, 0.3)]:  # SGD's update; momentum's
+        body = _bodies(_fused_graph(lambda a, b: scaled_add(a, b * b, alpha, beta),
+                                    rill.tensor(p), rill.tensor(g)))[0]
+        assert native_fused.source(body).count("0x1.") >= 1  # the factors as hex literals
+        _check_body_bits(body, [p, g])
+
+
+def test_the_pipeline_fuses_only_what_the_c_loops_run(monkeypatch):
+    monkeypatch.setitem(fuse_module.MIN_ELEMENTS, "cpu", 1)
+    x = rill.tensor(_values((8, 9), np.float32, 4))
+    b = rill.tensor(_values((9,), np.float32, 5))
+
+    def f(x, b):
+        y = x * 2.0 + 1.0          # fused: same-shape and 0-d operands
+        z = rill.exp(y) * 3.0      # exp has no exact C form: it stays a node
+        return rill.maximum(z, y) - x + b  # maximum stays; + b broadcasts a row: stays
+
+    graph = pipeline.optimize(rill.capture(f, optimize=False).graph_for(x, b))
+    ops = [n.op for n in graph.nodes if n.op not in ("input", "constant")]
+    assert ops.count("fused") >= 1 and "exp" in ops and "maximum" in ops
+    for body in _bodies(graph):
+        assert native_fused.source(body) is not None
+        assert {n.op for n in body.nodes} <= {"input", "multiply", "add", "subtract"}
+    eager = f(x, b).numpy()
+    captured = rill.capture(f)(x, b).numpy()
+    assert captured.tobytes() == eager.tobytes()
+
+
+def test_no_compiler_no_cpu_fusion(monkeypatch):
+    monkeypatch.setitem(fuse_module.MIN_ELEMENTS, "cpu", 1)
+    monkeypatch.setattr(build, "ENABLED", False)
+    x = rill.tensor(_values((8, 9), np.float32, 6))
+    graph = pipeline.optimize(rill.capture(lambda x: x * 2.0 + 1.0, optimize=False).graph_for(x))
+    assert graph.count("fused") == 0
+
+
+def test_input_the_loop_cannot_take_runs_in_numpy():
+    x = _values((12, 10), np.float32, 7)
+    body = _bodies(_fused_graph(lambda a: a * 2.0 - a, rill.tensor(x)))[0]
+    kernel = native_fused.kernel(body)
+    two = np.asarray(2.0, np.float32)
+    transposed = np.ascontiguousarray(x.T).T  # same values, Fortran order
+    assert kernel([transposed, two], None) is None
+    got = numpy_fused.run_fused(transposed, two, body=body)[0]
+    assert got.tobytes() == (x * two - x).tobytes()
+
+
+def test_planned_output_buffers_are_written_and_others_replaced():
+    x = _values((16, 16), np.float32, 8)
+    body = _bodies(_fused_graph(lambda a: a * a + a, rill.tensor(x)))[0]
+    kernel = native_fused.kernel(body)
+    planned = np.empty((16, 16), np.float32)
+    got = kernel([x], [planned])[0]
+    assert got is planned and planned.tobytes() == (x * x + x).tobytes()
+    wrong = np.empty((16, 16), np.float64)  # not the value's dtype: a new buffer instead
+    got = kernel([x], [wrong])[0]
+    assert got is not wrong and got.dtype == np.float32
+
+
+def test_the_source_holds_nothing_taken_from_the_graph():
+    x = rill.tensor(_values((10, 10), np.float32, 9))
+
+    def evil_name_y(a):
+        return a * 1.5 + a
+
+    body = _bodies(_fused_graph(evil_name_y, x))[0]
+    text = native_fused.source(body)
+    assert "evil_name_y" not in text and "test_fused_c" not in text
+    for node in body.nodes:
+        if node.source is not None:
+            assert str(node.source) not in text
+
+
+def test_compiles_in_the_background_while_numpy_runs(monkeypatch):
+    import threading
+    release = threading.Event()
+    real = build.load_generated
+
+    def slow(name, text):
+        release.wait(10)
+        return real(name, text)
+
+    monkeypatch.setattr(native_fused, "WAIT", False)
+    monkeypatch.setattr(build, "load_generated", slow)
+    monkeypatch.setitem(fuse_module.MIN_ELEMENTS, "cpu", 1)
+    x = rill.tensor(_values((9, 7), np.float32, 10))
+
+    def f(a):  # a group no other test makes: its source is new to this process
+        return (a - 0.125) * (a + 0.375)
+
+    captured = rill.capture(f)
+    want = f(x).numpy().tobytes()
+    assert captured(x).numpy().tobytes() == want  # the NumPy function, while compiling
+    graph = next(iter(captured.variants.values())).graph
+    body = _bodies(graph)[0]
+    assert native_fused.kernel(body) is None
+    release.set()
+    for _ in range(400):
+        if native_fused.kernel(body) is not None:
+            break
+        threading.Event().wait(0.05)
+    assert native_fused.kernel(body) is not None
+    assert captured(x).numpy().tobytes() == want  # the C loop
+
+
+def test_wrong_buffers_are_errors_not_reads_out_of_bounds():
+    x = _values((6, 6), np.float32, 11)
+    body = _bodies(_fused_graph(lambda a: a * a + a, rill.tensor(x)))[0]
+    module = native_fused._module(native_fused.source(body))
+    out = np.empty(36, np.float32)
+    module.run((x,), (out,), 36, 0, 36)
+    with pytest.raises(ValueError, match="input"):
+        module.run((x[:3],), (out,), 36, 0, 36)
+    with pytest.raises(ValueError, match="elements"):
+        module.run((x,), (out,), 36, 0, 37)
+    with pytest.raises(ValueError, match="number of buffers"):
+        module.run((x, x), (out,), 36, 0, 36)
+    with pytest.raises(BufferError):
+        module.run((x,), (np.empty(36, np.float32).tobytes(),), 36, 0, 36)  # read-only out
