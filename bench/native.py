@@ -84,6 +84,19 @@ def cases(quick: bool = False):
     scaled_add = _kernel("scaled_add")
     found["scaled_add (512, 784)"] = (lambda: scaled_add(p, gp, 1.0, -0.01), True)
 
+    # the conv net's second convolution: the direct kernels against the per-image ones
+    xc, wc, bc, gc = f32(32, 16, 16, 16), f32(32, 16, 3, 3), f32(32), f32(32, 32, 16, 16)
+    conv, conv_t, conv_w = (_kernel(k) for k in ("conv2d", "conv_transpose2d",
+                                                 "conv2d_weight_grad"))
+    geometry = dict(stride=(1, 1), padding=((1, 1), (1, 1)), dilation=(1, 1), groups=1)
+    found["conv2d 3x3 (32, 16, 16, 16) -> 32"] = (lambda: conv(xc, wc, bc, **geometry), False)
+    found["conv_transpose2d (its input gradient)"] = (
+        lambda: conv_t(gc, wc, (16, 16), **geometry), False)
+    found["conv2d_weight_grad"] = (lambda: conv_w(xc, gc, (3, 3), **geometry), False)
+
+    # a fused group as a generated C loop against the NumPy fused function: relu's gradient
+    found["fused where(x > 0, g, 0) (32, 16, 32, 32)"] = (_relu_grad_group(xb, gb), True)
+
     n = 1_000_000 if quick else 10_000_000
     pa, ga, ma, va = f32(n), f32(n), f32(n), np.abs(f32(n))
     adam = _kernel("adam_update")
@@ -92,6 +105,23 @@ def cases(quick: bool = False):
         lambda: adam(pa, ga, ma, va, *scalars, beta1=0.9, beta2=0.999, eps=1e-8,
                      weight_decay=0.01, decay=1 - 1e-5), True)
     return found
+
+
+def _relu_grad_group(x, g):
+    """A call of the fused kernel on the group the capture of relu's gradient makes."""
+    import rill
+    from rill.capture.passes import pipeline
+    from rill.capture.passes.fuse import fuse
+    from rill.kernels.native import fused as native_fused
+    native_fused.WAIT = True  # compile before timing, not in the background
+    graph = fuse(pipeline.optimize(rill.capture(
+        lambda a, b: rill.where(a > 0, b, 0.0), optimize=False).graph_for(
+            rill.tensor(x), rill.tensor(g)), pipeline.PASSES))
+    node = next(n for n in graph.nodes if n.op == "fused")
+    inputs = [(x, g)[v.node.attrs["index"]] if v.node.op == "input" else
+              np.asarray(v.node.attrs["value"], np.float32) for v in node.inputs]
+    run = _kernel("fused")
+    return lambda: run(*inputs, body=node.attrs["body"])
 
 
 def _same(a, b, exact):
