@@ -22,8 +22,9 @@ def test_native_bench_quick_run(tmp_path):
                           capture_output=True, text=True, timeout=300, cwd=ROOT, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads(out.read_text())["cases"]
-    assert len(report) == 13 and "adam_update, AdamW (1M,)" in report
+    assert len(report) == 17 and "adam_update, AdamW (1M,)" in report
     for name, row in report.items():
         assert row["compiled_us"] > 0 and row["numpy_us"] > 0, name
         assert name in proc.stdout
     assert report["scaled_add (512, 784)"]["same_bits"] is True
+    assert report["fused where(x > 0, g, 0) (32, 16, 32, 32)"]["same_bits"] is True

@@ -19,6 +19,14 @@ executor = importlib.import_module("rill.capture.executor")
 BIG = (256, 128)  # float32: 128 KiB, over donation's MIN_BYTES
 
 
+@pytest.fixture(autouse=True)
+def _unfused(monkeypatch):
+    """Donation is for ufunc nodes run one by one: these steps' chains stay unfused (the
+    pipeline would make them fused nodes, generated C loops that allocate no intermediates)."""
+    from rill.capture.passes import fuse
+    monkeypatch.setitem(fuse.MIN_ELEMENTS, "cpu", None)
+
+
 def _program(fn):
     (variant,) = fn.variants.values()
     return variant.program
