@@ -16,6 +16,7 @@
  *   backward(g, winners, dx, <the sizes above>)          (2x2 windows tiling the image)
  *     dx = g at each window's winner, 0 at its other pixels: no inf * 0 = NaN at the losers
  */
+#pragma GCC optimize("O2")
 #include "common.h"
 #include <stdint.h>
 #include <string.h>
