@@ -28,8 +28,6 @@ import shlex
 import subprocess
 import sysconfig
 import tempfile
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -93,47 +91,7 @@ def why_not(name: str) -> str | None:
 
 @functools.lru_cache(maxsize=None)
 def _load(name: str):
-    source = (SOURCE_DIR / f"{name}.c").read_bytes()
-    pending = _prebuilds.get(name)
-    if pending is not None:
-        pending.result()  # built (or failed: _build below says why) by a prebuild
-    elif not _target(name, source)[1].exists():
-        _prebuild_all_but(name)
-    return _build(name, source, SOURCE_DIR / f"{name}.c")
-
-
-# On a machine's first run the modules are built one by one as kernels first need them: a
-# conv net's step needed six (3.8 s in all, gcc 12 on 2 cores). So the first module that
-# has to be built starts the builds of every other one missing from the cache, on
-# background threads (one per core), while it builds its own: a later `load` waits for its
-# build instead of starting one (the conv net's cold first call: 3.8 -> ~2 s).
-_prebuilds: dict = {}
-_prebuild_lock = threading.Lock()
-
-
-def _prebuild_all_but(name: str) -> None:
-    with _prebuild_lock:
-        if _prebuilds:
-            return
-        missing = [p for p in sorted(SOURCE_DIR.glob("*.c")) if p.stem != name and
-                   not _target(p.stem, p.read_bytes())[1].exists()]
-        if not missing:
-            return
-        pool = ThreadPoolExecutor(max(1, min(len(missing), os.cpu_count() or 1)),
-                                  thread_name_prefix="rill-build")
-        for path in missing:
-            _prebuilds[path.stem] = pool.submit(_compile_quietly, path)
-        pool.shutdown(wait=False)
-
-
-def _compile_quietly(path: Path) -> None:
-    """Build one module's file (errors are found again, and kept, when it is loaded)."""
-    command, target = _target(path.stem, path.read_bytes())
-    if not target.exists():
-        try:
-            _compile(command, path, target)
-        except (OSError, subprocess.SubprocessError):
-            pass
+    return _build(name, (SOURCE_DIR / f"{name}.c").read_bytes(), SOURCE_DIR / f"{name}.c")
 
 
 def load_generated(name: str, source: str):
