@@ -43,7 +43,10 @@ static const vi LANES = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 static inline vf load(const float *p) { vf v; memcpy(&v, p, sizeof v); return v; }
 static inline void store(float *p, vf v, Py_ssize_t count)
 {
-    memcpy(p, &v, (size_t)count * sizeof(float));
+    if (count == VL)
+        memcpy(p, &v, sizeof v);  /* one vector store; a copy of runtime length is a call */
+    else
+        memcpy(p, &v, (size_t)count * sizeof(float));
 }
 static inline float total(vf v)
 {
