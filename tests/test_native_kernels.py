@@ -8,6 +8,7 @@ input the compiled path cannot take (non-contiguous) goes to NumPy; wrong sizes 
 not memory read out of bounds."""
 from __future__ import annotations
 
+import ast
 import importlib
 import os
 import shutil
@@ -525,3 +526,34 @@ def test_a_cached_file_others_could_have_written_is_not_loaded(tmp_path):
         os.chown(built, 65534, -1)
         out = _fresh_process(env)
         assert out.startswith("False") and "belongs to user 65534" in out
+
+
+_CAPTURE_A_CONV_NET = """
+import numpy as np, rill
+from rill.kernels.native import build, modules_for
+net = rill.nn.Sequential(rill.nn.Conv2d(3, 4, 3, padding=1), rill.nn.BatchNorm2d(4),
+                         rill.nn.ReLU(), rill.nn.MaxPool2d(2))
+x = rill.tensor(np.ones((2, 3, 8, 8), np.float32))
+step = rill.capture(lambda x: net(x).sum())
+graph = step.graph_for(x)
+print(sorted(modules_for(graph)))
+step(x)
+print(sorted(build._prefetched))
+"""
+
+
+@needs_compiler
+def test_a_captured_step_builds_the_modules_its_kernels_load_ahead(tmp_path):
+    """Before its first call runs a kernel, a captured step starts building (in the
+    background) the compiled modules its kernels may load, from their files' COMPILED."""
+    env = dict(os.environ, RILL_CACHE_DIR=str(tmp_path))
+    env.pop("RILL_NATIVE", None)
+    done = subprocess.run([sys.executable, "-c", _CAPTURE_A_CONV_NET], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    wanted, prefetched = (ast.literal_eval(line) for line in done.stdout.splitlines()[-2:])
+    assert {"conv", "batch_norm", "pooling"} <= set(wanted)
+    assert set(prefetched) == set(wanted)  # the cache was empty: every one was queued
+    built = {p.name.split("-")[0] for p in (tmp_path / "native").iterdir()
+             if not p.name.startswith(".")}
+    assert set(wanted) <= built

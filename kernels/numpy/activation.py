@@ -21,6 +21,10 @@ from rill.errors import ArgumentError
 from rill.kernels.native import build as native
 from rill.ops.primitive import register_kernels
 
+# The compiled modules (kernels/native) these kernels may load: built ahead of a captured
+# step's first call (build.prefetch).
+COMPILED = ('softmax',)
+
 
 def _shifted(x, axis):
     axis = axis if x.ndim else None

@@ -20,6 +20,10 @@ from rill.ops.primitive import register_kernels
 
 from .parallel import split
 
+# The compiled modules (kernels/native) these kernels may load: built ahead of a captured
+# step's first call (build.prefetch).
+COMPILED = ('batch_norm',)
+
 # A block of about 1 MiB of images, and the passes split over the cores only from 8 MiB:
 # measured (float32, ms forward / backward), (32, 16, 32, 32): 0.42 / 0.63 in one thread,
 # 0.56 / 0.69 split (the hand-offs cost more than the second core saves); (64, 64, 32, 32):

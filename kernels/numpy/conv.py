@@ -24,6 +24,10 @@ from numpy.lib.stride_tricks import as_strided
 from rill.kernels.numpy import conv_direct, conv_per_image, parallel
 from rill.ops.primitive import register_kernels
 
+# The compiled modules (kernels/native) these kernels may load: built ahead of a captured
+# step's first call (build.prefetch).
+COMPILED = ('conv',)
+
 # Ungrouped float32 2-d convolutions of stride 1 run conv_direct's compiled kernels where a C
 # compiler is present; the other ungrouped ones conv_per_image's (faster on these machines
 # than the whole-batch kernels below; see there). Benchmarks set these False to compare.

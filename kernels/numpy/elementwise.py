@@ -13,6 +13,10 @@ from rill.ops.primitive import register_kernels
 from . import parallel
 from .special import erf
 
+# The compiled modules (kernels/native) these kernels may load: built ahead of a captured
+# step's first call (build.prefetch).
+COMPILED = ('elementwise',)
+
 
 def quiet(fn):
     """Let inf/nan come out as values, as on a GPU, without NumPy's RuntimeWarnings."""

@@ -22,6 +22,10 @@ import numpy as np
 from rill.kernels.native import build as native
 from rill.ops.primitive import register_kernels
 
+# The compiled modules (kernels/native) these kernels may load: built ahead of a captured
+# step's first call (build.prefetch).
+COMPILED = ('lstm_cell',)
+
 
 def _gate_constants(hidden: int, dtype):
     """Per gate column (blocks i, f, g, o of H each), cached: `is_sigmoid` 1 for i, f, o and

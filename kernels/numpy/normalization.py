@@ -23,6 +23,10 @@ import numpy as np
 from rill.kernels.native import build as native
 from rill.ops.primitive import register_kernels
 
+# The compiled modules (kernels/native) these kernels may load: built ahead of a captured
+# step's first call (build.prefetch).
+COMPILED = ('layer_norm',)
+
 
 def _compiled(xr, *others):
     """The compiled module when it takes these rows (float32/64, contiguous, not empty)."""

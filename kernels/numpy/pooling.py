@@ -28,6 +28,10 @@ from rill.ops.primitive import register_kernels
 from rill.kernels.numpy import parallel
 from rill.kernels.numpy.elementwise import KERNELS as _ELEMENTWISE
 
+# The compiled modules (kernels/native) these kernels may load: built ahead of a captured
+# step's first call (build.prefetch).
+COMPILED = ('pooling',)
+
 select = _ELEMENTWISE["where"]  # where(c, x, 0) exactly, inf and NaN included
 
 

@@ -11,6 +11,10 @@ from rill.ops.primitive import register_kernels
 from .elementwise import quiet
 from .parallel import blas_at_one_thread
 
+# The compiled modules (kernels/native) these kernels may load: built ahead of a captured
+# step's first call (build.prefetch).
+COMPILED = ('reduce',)
+
 
 def _accumulator(x):
     if x.dtype.kind in "biu":

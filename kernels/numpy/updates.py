@@ -20,6 +20,10 @@ from rill.ops.primitive import register_kernels
 
 from .parallel import split
 
+# The compiled modules (kernels/native) these kernels may load: built ahead of a captured
+# step's first call (build.prefetch).
+COMPILED = ('updates',)
+
 # Elements per block: 1 MB of float32 per array. Measured over (10M,) float32: 2^16 30 ms,
 # 2^17 26, 2^18 26, 2^19 50 (past the caches); the old whole-array passes 68.
 CHUNK = 1 << 18

@@ -255,6 +255,9 @@ class CapturedFunction:
             if var.name == f"v{graph.variables.index(var)}" and id(var.owner) in late:
                 var.name = late[id(var.owner)]
         graph.lint()
+        # a machine's first run: the C modules the step's kernels load, built meanwhile
+        from rill.kernels.native import build as native_build, modules_for
+        native_build.prefetch(modules_for(graph))
         optimized = graph
         if self.optimize:
             from .passes.pipeline import optimize
