@@ -52,7 +52,18 @@ def _check_body_bits(body, arrays):
     assert len(got) == len(want)
     for g, w in zip(got, want):
         assert g.dtype == w.dtype and g.shape == w.shape
+        _same_bits_but_nan_signs(g, w)
+
+
+def _same_bits_but_nan_signs(g, w):
+    """Bit for bit, except that where two NaNs meet in an op (a NaN + a -NaN), which one's
+    sign goes on is the compiler's choice (IEEE 754 leaves it open): NaN where NaN."""
+    if g.dtype.kind != "f":
         assert g.tobytes() == w.tobytes()
+        return
+    np.testing.assert_array_equal(np.isnan(g), np.isnan(w))
+    keep = ~np.isnan(w)
+    assert g[keep].tobytes() == w[keep].tobytes()
 
 
 CASES = {
@@ -212,3 +223,53 @@ def test_wrong_buffers_are_errors_not_reads_out_of_bounds():
         module.run((x, x), (out,), 36, 0, 36)
     with pytest.raises(BufferError):
         module.run((x,), (np.empty(36, np.float32).tobytes(),), 36, 0, 36)  # read-only out
+
+
+_FUSE_WITH_A_BAD_CACHE = """
+import numpy as np, rill
+from rill.capture.passes import fuse
+from rill.kernels.native import build, fused
+fuse.MIN_ELEMENTS["cpu"] = 1
+x = rill.tensor(np.arange(12, dtype=np.float32))
+f = rill.capture(lambda a: a * 2.0 + 1.0)
+assert f(x).numpy().tolist() == (np.arange(12) * 2.0 + 1.0).tolist()  # NumPy ran it
+print(build.why_not("fused"))
+print(fused.available())
+g = rill.capture(lambda a: a * 3.0 - 1.0)
+g(x)
+print(next(iter(g.variants.values())).graph.count("fused"))
+"""
+
+
+def test_a_generated_build_that_fails_leaves_numpy_running_the_group(tmp_path):
+    """The cache folder cannot be made (its path is a file): the group runs in NumPy, the
+    failure is kept (why_not), and later captures stop fusing on the CPU."""
+    import os
+    import subprocess
+    import sys
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    env = dict(os.environ, RILL_CACHE_DIR=str(blocker), RILL_NATIVE_WAIT="1")
+    env.pop("RILL_NATIVE", None)
+    done = subprocess.run([sys.executable, "-c", _FUSE_WITH_A_BAD_CACHE], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    why, available, fused_nodes = done.stdout.splitlines()[-3:]
+    assert "writing the source" in why and available == "False" and fused_nodes == "0"
+
+
+def test_booleans_of_any_nonzero_byte_are_true_as_in_numpy():
+    """NumPy's bitwise ops, selects and casts on booleans read any nonzero byte as True; a
+    bool array made by viewing bytes can hold 2."""
+    raw = np.array([0, 1, 2, 255, 2, 0] * 8, np.uint8).view(np.bool_)
+    other = np.array([1, 1, 1, 0, 2, 1] * 8, np.uint8).view(np.bool_)
+    values = _values(raw.shape, np.float32, 14)
+    t = lambda a: rill.tensor(np.ones(a.shape, a.dtype))  # noqa: E731 - shapes and dtypes
+    graph = _fused_graph(
+        lambda a, b, v: rill.where(a & b, v, -v) + (a ^ b).to(rill.float32) * v +
+        a.to(rill.float32), t(raw), t(other), t(values))
+    (node,) = [n for n in graph.nodes if n.op == "fused"]
+    # the fused node's inputs are the graph's inputs (no constant in this group)
+    arrays = [(raw, other, values)[v.node.attrs["index"]] for v in node.inputs]
+    assert [v.node.op for v in node.inputs] == ["input"] * 3
+    _check_body_bits(node.attrs["body"], arrays)

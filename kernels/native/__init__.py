@@ -13,6 +13,8 @@ def modules_for(graph) -> list[str]:
     while stack:
         for node in stack.pop().nodes:
             stack.extend(node.subgraphs.values())
+            if node.device is not None and node.device.kind != "cpu":
+                continue  # its kernel is another device's
             primitive = PRIMITIVES.get(node.op)  # graph ops (input, read, ...) have none
             kernel = primitive.kernels.get("cpu") if primitive is not None else None
             home = sys.modules.get(getattr(kernel, "__module__", None) or "")

@@ -144,13 +144,18 @@ def load_generated(name: str, source: str):
     from a private temporary file (mode 0600, removed after), so no other user can swap it."""
     if not ENABLED or name in _failures:
         return None
-    folder = cache_dir()
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    handle, path = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".c")
+    try:
+        folder = cache_dir()
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        handle, path = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".c")
+    except OSError as exc:  # a cache folder that cannot be written: NumPy runs the group
+        _failures[name] = f"writing the source into {cache_dir()}: {exc}"
+        return None
     try:
         with os.fdopen(handle, "wb") as f:
             f.write(source.encode())
-        return _build(name, source.encode(), Path(path), keep_failure=False)
+        # a failure is kept (why_not says why): the next group would fail the same way
+        return _build(name, source.encode(), Path(path))
     finally:
         os.unlink(path)
 
@@ -170,18 +175,17 @@ def _target(name: str, source_bytes: bytes) -> tuple[list, Path]:
     return command, cache_dir() / f"{name}-{key}{suffix}"
 
 
-def _build(name: str, source_bytes: bytes, source_path: Path, keep_failure: bool = True):
+def _build(name: str, source_bytes: bytes, source_path: Path):
     command, target = _target(name, source_bytes)
-    failures = _failures if keep_failure else {}
     if not target.exists():
         try:
             _compile(command, source_path, target)
         except (OSError, subprocess.SubprocessError) as exc:
-            failures[name] = f"{' '.join(command)}: {exc}"
+            _failures[name] = f"{' '.join(command)}: {exc}"
             return None
     refused = _untrusted(target)
     if refused:
-        failures[name] = f"not loading {target}: {refused}"
+        _failures[name] = f"not loading {target}: {refused}"
         return None
     try:
         # a generated module's init is named after the module (PyInit_<name>)
@@ -189,7 +193,7 @@ def _build(name: str, source_bytes: bytes, source_path: Path, keep_failure: bool
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
     except ImportError as exc:       # e.g. a cache shared with a machine of another libc
-        failures[name] = f"loading {target}: {exc}"
+        _failures[name] = f"loading {target}: {exc}"
         return None
     return module
 

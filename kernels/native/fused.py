@@ -15,7 +15,9 @@ exact casts), each in the dtype NumPy computes it in, with no FMA contraction
 disagree on which zero `max(-0.0, 0.0)` gives), as are transcendentals (exp, tanh: libm and
 NumPy's own SIMD code differ in the last bit) and integers (C's overflow is undefined).
 A group with any other op, or whose inputs broadcast other than as 0-d scalars, has no C
-source and runs in NumPy.
+source and runs in NumPy. One freedom is left to the compiler, as to NumPy's own loops:
+where two NaNs meet in an op (NaN + -NaN), which one's sign and payload the result takes
+(IEEE 754 does not say; a + b and b + a are the same op to both). NaN stays NaN.
 
 The first call of a new group starts its compile on a background thread (~0.3 s) and runs
 the NumPy function meanwhile (the same bits): a step never waits for the compiler.
@@ -54,9 +56,9 @@ _COMPARE = {"greater": ">", "greater_equal": ">=", "less": "<", "less_equal": "<
             "equal": "==", "not_equal": "!="}
 _LOGICAL = {"logical_and": "{0} && {1}", "logical_or": "{0} || {1}",
             "logical_xor": "!{0} != !{1}", "logical_not": "!{0}",
-            # on booleans (0 or 1 in a byte, as NumPy stores them) the bitwise ops are these
-            "bitwise_and": "{0} & {1}", "bitwise_or": "{0} | {1}", "bitwise_xor": "{0} ^ {1}",
-            "bitwise_invert": "!{0}"}
+            # on booleans NumPy's bitwise ops are these logical ones (any nonzero byte true)
+            "bitwise_and": "{0} && {1}", "bitwise_or": "{0} || {1}",
+            "bitwise_xor": "!{0} != !{1}", "bitwise_invert": "!{0}"}
 _UNARY = {"neg": "-{0}", "square": "{0} * {0}", "reciprocal": "({t})1 / {0}",
           "sqrt": "{sqrt}({0})", "abs": "{fabs}({0})"}
 _SQRT = {"float": "sqrtf", "double": "sqrt"}
@@ -112,6 +114,8 @@ def _expression(node, args) -> str:
             raise _NotC(op)
         if out == np.bool_:
             return f"{args[0]} != 0"
+        if ins[0] == np.bool_:  # any nonzero byte is True, so 1
+            return f"({t})({args[0]} != 0)"
         return f"({t}){args[0]}"
     raise _NotC(op)
 
@@ -132,8 +136,10 @@ def compiles(node) -> bool:
 
 
 def available() -> bool:
-    """A C compiler may build the loops here (compiled kernels on, a compiler on PATH)."""
-    return build.ENABLED and _have_compiler()
+    """A C compiler may build the loops here: compiled kernels on, a compiler on PATH, and no
+    generated module has failed to build in this process (then the pipeline stops fusing
+    on the CPU: the NumPy fused function alone does not pay)."""
+    return build.ENABLED and _have_compiler() and "fused" not in build._failures
 
 
 @functools.lru_cache(maxsize=None)
@@ -281,7 +287,10 @@ def _module(text: str):
     if isinstance(found, Future):
         if not (WAIT or found.done()):
             return None
-        found = found.result()
+        try:
+            found = found.result()
+        except Exception:  # noqa: BLE001 - whatever the build raised: NumPy runs the group
+            found = None
         with _lock:
             _modules[text] = found
     return found

@@ -17,9 +17,10 @@ on a path from the group to it. Effects keep their order: random draws, checks, 
 assigns are chained one after the other for that test, so fusion never reorders two draws.
 
 What it must not change: every value the graph returns or passes to a node outside a group
-is computed by the same kernels' arithmetic, in the same order and dtype (the CPU kernel
-calls the same ufuncs with out=, so results are equal bit for bit; see DESIGN.md for the gpu
-tolerance). Fusion runs after autodiff, on the whole step: the backward pass is fused too. A
+is computed by the same kernels' arithmetic, in the same order and dtype (on the CPU the
+NumPy function calls the same ufuncs with out=, and the generated C loop does the same IEEE
+operations: equal bit for bit, but for the sign of a NaN made from two NaNs; see DESIGN.md,
+also for the gpu tolerance). Fusion runs after autodiff, on the whole step: the backward pass is fused too. A
 fused node's own gradient (needed only when a captured call runs through `evaluate` on the
 tape) is the gradient of its body.
 """
