@@ -118,8 +118,10 @@ def prefetch(names) -> None:
     with _prefetch_lock:
         for name in dict.fromkeys(names):
             path = SOURCE_DIR / f"{name}.c"
-            if name in _prefetched or name in _failures or not path.exists() or \
-                    _target(name, path.read_bytes())[1].exists():
+            if name in _prefetched or name in _failures or not path.exists():
+                continue
+            if _target(name, path.read_bytes())[1].exists():
+                _prefetched[name] = None  # built: not looked at again by a later trace
                 continue
             if _prefetch_pool is None:
                 _prefetch_pool = ThreadPoolExecutor(os.cpu_count() or 1,
@@ -239,6 +241,7 @@ def _compiler_version(compiler: tuple) -> bytes:
         return b""
 
 
+@functools.lru_cache(maxsize=None)
 def _cpu_identity() -> bytes:
     """The CPU's model and feature flags: -march=native code is for this CPU only."""
     try:

@@ -298,9 +298,13 @@ def _module(text: str):
 
 def kernel(body):
     """A function (inputs, out) -> list of outputs, or None where it cannot run (list) for
-    this body: no exact C form, no compiler, or still compiling."""
+    this body: no exact C form, no compiler, or still compiling. Once compiled, the function
+    is kept on the body: a call finds it with one lookup."""
     if not build.ENABLED:
         return None
+    ready = body.__dict__.get("_native_fused_kernel")
+    if ready is not None:
+        return ready
     text = body.__dict__.get("_native_fused_source", False)
     if text is False:
         text = body.__dict__["_native_fused_source"] = source(body)
@@ -309,12 +313,11 @@ def kernel(body):
     module = _module(text)
     if module is None:
         return None
-    specs = body.__dict__.get("_native_fused_specs")
-    if specs is None:
-        specs = body.__dict__["_native_fused_specs"] = (
-            [(tuple(v.shape), _dtype(v)) for v in body.inputs],
-            [(tuple(v.shape), _dtype(v)) for v in body.outputs])
-    return lambda inputs, out: _call(module, specs, inputs, out)
+    specs = ([(tuple(v.shape), _dtype(v)) for v in body.inputs],
+             [(tuple(v.shape), _dtype(v)) for v in body.outputs])
+    ready = body.__dict__["_native_fused_kernel"] = \
+        lambda inputs, out: _call(module, specs, inputs, out)
+    return ready
 
 
 def _call(module, specs, inputs, out):

@@ -33,7 +33,7 @@ def _module(*arrays):
 
 
 def _packed(w_cko):
-    """Weights laid out (in-channels, KH, KW, out-channels rounded up to 16), zeros past."""
+    """Weights laid out (in-channels, KH, KW, out-channels rounded up to _BLOCK), zeros past."""
     c, kh, kw, o = w_cko.shape
     packed = np.zeros((c, kh, kw, -(-o // _BLOCK) * _BLOCK), np.float32)
     packed[..., :o] = w_cko
