@@ -225,7 +225,12 @@ def test_tuning_cache_write_reread_and_corrupt(tmp_path, monkeypatch):
     monkeypatch.setenv("RILL_CACHE_DIR", str(tmp_path))
     fresh = importlib.reload(tuning)
     try:
-        assert fresh.CACHE.path == path and fresh.CACHE.get(key) == fastest
+        assert fresh.CACHE.path == tmp_path / "tuning" / "gemm_tuning.json"
+        assert fresh.CACHE.get(key) is None            # not there: nothing read
+        (tmp_path / "tuning").mkdir(mode=0o700)
+        (tmp_path / "tuning" / "gemm_tuning.json").write_bytes(path.read_bytes())
+        fresh = importlib.reload(tuning)
+        assert fresh.CACHE.get(key) == fastest
     finally:
         monkeypatch.delenv("RILL_CACHE_DIR")
         importlib.reload(tuning)

@@ -5,12 +5,17 @@ for this CPU (`-march=native`), into $RILL_CACHE_DIR/native (else ~/.cache/rill/
 under a name that hashes everything the binary depends on: the source and headers, the
 compiler and its version, the flags, the Python ABI and the CPU's model and feature flags.
 A later process (or another rank of a distributed job) loads it from there: ~1 ms instead
-of ~0.4 s of compiling. Builds write a private temporary file and rename it into place, so
-processes that build at the same time never load a half-written file.
+of ~0.4 s of compiling.
 
-Loading a file runs its code, so a cached file is loaded only if this user owns it and no one
-else may write it (the folder is made private, 0700, and each build is made 0755): a file
-planted in a shared $RILL_CACHE_DIR by another user is refused, and the NumPy kernel runs.
+Loading a file runs its code, so (kernels/cache.py) the cache folder is used only where no
+other user can change anything on the way to it (else a CacheError names the fix), and a
+cached file is loaded only if it is a regular file (never a link), this user's, and no one
+else may write it. Each build runs in a private temporary folder (0700) that this process
+made, which holds the generated source and the compiler's output until the finished module
+is renamed into place: no other user can swap the source the compiler reads, and processes
+that build at the same time never load a half-written file. The hash is also compiled into
+the module's init function (PyInit_<name>_h<hash>), so a file renamed or copied from another
+build fails to load under this name instead of running another kernel.
 
 Where there is no compiler, the build fails, or $RILL_NATIVE was 0 at import (or
 `build.ENABLED` is set False), `load` returns None and the caller runs its NumPy kernel. A
@@ -33,6 +38,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+
+from rill.kernels import cache
 
 SOURCE_DIR = Path(__file__).parent
 
@@ -59,9 +66,9 @@ ENABLED = _enabled_by_environment()
 
 
 def cache_dir() -> Path:
-    """Under rill's cache root, as kernels/triton/tuning.py's: $RILL_CACHE_DIR or ~/.cache/rill."""
-    root = os.environ.get("RILL_CACHE_DIR") or os.path.join(Path.home(), ".cache", "rill")
-    return Path(root) / "native"
+    """The checked, private folder of the built modules (kernels/cache.py); a CacheError if
+    it is not this user's alone."""
+    return cache.private_folder("native")
 
 
 def load(name: str):
@@ -120,7 +127,11 @@ def prefetch(names) -> None:
             path = SOURCE_DIR / f"{name}.c"
             if name in _prefetched or name in _failures or not path.exists():
                 continue
-            if _target(name, path.read_bytes())[1].exists():
+            try:
+                built = os.path.lexists(_target(name, path.read_bytes())[1])
+            except cache.CacheError:  # an unsafe folder: `load` raises it at the kernel's call
+                return
+            if built:
                 _prefetched[name] = None  # built: not looked at again by a later trace
                 continue
             if _prefetch_pool is None:
@@ -131,35 +142,26 @@ def prefetch(names) -> None:
 
 def _compile_quietly(name: str, path: Path) -> None:
     """Build one module's file (a failure is found again, and kept, when it is loaded)."""
-    command, target = _target(name, path.read_bytes())
-    if not target.exists():
-        try:
+    try:
+        command, target = _target(name, path.read_bytes())
+        if not os.path.lexists(target):
             _compile(command, path, target)
-        except (OSError, subprocess.SubprocessError):
-            pass
+    except (OSError, subprocess.SubprocessError, cache.CacheError):
+        pass
 
 
 def load_generated(name: str, source: str):
     """The module built from C source that rill generated (kernels/native/fused.py: a fused
     group's loop, made only of identifiers and literals rill wrote), cached like the others
-    under a hash of the source; None where `load` would give None. The source is compiled
-    from a private temporary file (mode 0600, removed after), so no other user can swap it."""
+    under a hash of the source; None where `load` would give None (why_not says why, an
+    unsafe cache folder included: the caller's NumPy function runs instead)."""
     if not ENABLED or name in _failures:
         return None
     try:
-        folder = cache_dir()
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        handle, path = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".c")
-    except OSError as exc:  # a cache folder that cannot be written: NumPy runs the group
-        _failures[name] = f"writing the source into {cache_dir()}: {exc}"
+        return _build(name, source.encode(), None)
+    except cache.CacheError as exc:
+        _failures[name] = f"writing the source into the cache: {exc}"
         return None
-    try:
-        with os.fdopen(handle, "wb") as f:
-            f.write(source.encode())
-        # a failure is kept (why_not says why): the next group would fail the same way
-        return _build(name, source.encode(), Path(path))
-    finally:
-        os.unlink(path)
 
 
 def _target(name: str, source_bytes: bytes) -> tuple[list, Path]:
@@ -174,58 +176,57 @@ def _target(name: str, source_bytes: bytes) -> tuple[list, Path]:
     depends_on = [source, " ".join(command).encode(), _compiler_version(tuple(compiler)),
                   suffix.encode(), _cpu_identity()]
     key = hashlib.sha256(b"\0".join(depends_on)).hexdigest()[:20]
-    return command, cache_dir() / f"{name}-{key}{suffix}"
+    # the init function carries the hash (common.h's RILL_MODULE): see the module docstring
+    return command + [f"-DRILL_BUILD=h{key}"], cache_dir() / f"{name}-{key}{suffix}"
 
 
-def _build(name: str, source_bytes: bytes, source_path: Path):
+def _module_name(name: str, target: Path) -> str:
+    """The name the module was built under: `<name>_h<hash>`, the hash from its file name."""
+    return f"{name}_h{target.name[len(name) + 1:].split('.')[0]}"
+
+
+def _build(name: str, source_bytes: bytes, source_path: Path | None):
+    """Build (where not cached) and load one module; `source_path` None: `source_bytes` is
+    generated source, written into the build's private folder."""
     command, target = _target(name, source_bytes)
-    if not target.exists():
+    if not os.path.lexists(target):
         try:
-            _compile(command, source_path, target)
+            _compile(command, source_bytes if source_path is None else source_path, target)
         except (OSError, subprocess.SubprocessError) as exc:
             _failures[name] = f"{' '.join(command)}: {exc}"
             return None
-    refused = _untrusted(target)
+    refused = cache.untrusted_file(target)
     if refused:
         _failures[name] = f"not loading {target}: {refused}"
         return None
     try:
-        # a generated module's init is named after the module (PyInit_<name>)
-        spec = importlib.util.spec_from_file_location(name, target)
+        spec = importlib.util.spec_from_file_location(_module_name(name, target), target)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-    except ImportError as exc:       # e.g. a cache shared with a machine of another libc
-        _failures[name] = f"loading {target}: {exc}"
+    except ImportError as exc:  # another build's file under this name, or another libc's
+        _failures[name] = f"not loading {target}: {exc}"
         return None
     return module
 
 
-def _untrusted(path: Path) -> str | None:
-    """Why a built file may not be loaded, or None: it must belong to this user, and no one
-    else may write it."""
-    info = path.stat()
-    if hasattr(os, "getuid") and info.st_uid != os.getuid():
-        return f"it belongs to user {info.st_uid}, not to this one ({os.getuid()})"
-    if info.st_mode & 0o022:
-        return f"others may write it (mode {info.st_mode & 0o777:o})"
-    return None
-
-
-def _compile(command: list[str], source: Path, target: Path) -> None:
-    target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    handle, partial = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    os.close(handle)
-    try:
-        done = subprocess.run(command + [str(source), "-o", partial, "-lm"],
+def _compile(command: list[str], source, target: Path) -> None:
+    """Compile `source` (a path, or generated source as bytes) into `target`, by way of a
+    temporary folder only this process uses."""
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".build-") as private:
+        if isinstance(source, bytes):
+            # beside nothing but itself: its #include "common.h" finds rill's, from -I
+            path = os.path.join(private, "generated.c")
+            with open(path, "xb") as f:
+                f.write(source)
+            source = path
+        built = os.path.join(private, target.name)
+        done = subprocess.run(command + [str(source), "-o", built, "-lm"],
                               capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
             raise subprocess.SubprocessError(done.stderr.strip()[-2000:] or
                                              f"exit status {done.returncode}")
-        os.chmod(partial, 0o755)  # whatever the umask: see _untrusted
-        os.replace(partial, target)
-    finally:
-        if os.path.exists(partial):
-            os.unlink(partial)
+        os.chmod(built, 0o755)  # whatever the umask: see cache.untrusted_file
+        os.replace(built, target)
 
 
 def _compiler() -> list[str]:

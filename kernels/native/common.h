@@ -39,11 +39,25 @@ static int check_range(Py_ssize_t start, Py_ssize_t stop, Py_ssize_t n, const ch
 }
 
 /* The module's table of functions and its init: RILL_MODULE(name, {"f", f, METH_VARARGS,
- * "doc"}, ...) for a module built from name.c. */
+ * "doc"}, ...) for a module built from name.c. build.py compiles with -DRILL_BUILD=h<hash of
+ * the build> and loads the module as name_h<hash>: the init function of another build's file
+ * (renamed or linked to this name) is not found, and that file is refused. */
+#ifndef RILL_BUILD
+#error "compile through rill.kernels.native.build, which defines RILL_BUILD"
+#endif
+#define RILL_JOIN_(a, b) a##_##b
+#define RILL_JOIN(a, b) RILL_JOIN_(a, b)
+#define RILL_STRING_(a) #a
+#define RILL_STRING(a) RILL_STRING_(a)
 #define RILL_MODULE(NAME, ...)                                                                 \
     static PyMethodDef methods[] = {__VA_ARGS__, {NULL, NULL, 0, NULL}};                      \
-    static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, #NAME, NULL, -1, methods};     \
-    PyMODINIT_FUNC PyInit_##NAME(void) { return PyModule_Create(&module); }
+    static struct PyModuleDef module = {PyModuleDef_HEAD_INIT,                                 \
+                                        RILL_STRING(RILL_JOIN(NAME, RILL_BUILD)), NULL, -1,    \
+                                        methods};                                              \
+    PyMODINIT_FUNC RILL_JOIN(PyInit, RILL_JOIN(NAME, RILL_BUILD))(void)                        \
+    {                                                                                          \
+        return PyModule_Create(&module);                                                       \
+    }
 
 /* The end of a wrapper whose kernel ran: None to return. */
 static inline PyObject *none(void)

@@ -10,9 +10,10 @@ num_warps and num_stages (software pipelining depth).
     tune(key, run, ...)                   time every candidate, keep the fastest, save it
     heuristic(...)                        the default chosen from the problem shape
 
-Tuned configs live in a JSON file under $RILL_CACHE_DIR (or ~/.cache/rill/), keyed by device
-name, op, dtype and a bucket of (M, N, K) (each rounded up to a power of two); the file is read
-once, at import. Under Triton's interpreter nothing is ever timed: the heuristic picks few,
+Tuned configs live in a JSON file under $RILL_CACHE_DIR (or ~/.cache/rill/), in tuning/, keyed
+by device name, op, dtype and a bucket of (M, N, K) (each rounded up to a power of two); the
+file is read once, at import, and only as kernels/cache.py allows (this user's alone, never
+through a link): a file another user could have written is ignored with a warning. Under Triton's interpreter nothing is ever timed: the heuristic picks few,
 large tiles, which the interpreter runs fastest. No kernels here: no bytes moved, no FLOPs.
 """
 from __future__ import annotations
@@ -24,6 +25,8 @@ import threading
 import warnings
 from pathlib import Path
 from typing import Callable, NamedTuple
+
+from rill.kernels import cache
 
 from .launch import INTERPRET, triton
 
@@ -123,8 +126,11 @@ def sm_count() -> int:
 # ---- the on-disk cache ----------------------------------------------------------------------
 
 def cache_path() -> Path:
-    root = os.environ.get("RILL_CACHE_DIR") or os.path.join(Path.home(), ".cache", "rill")
-    return Path(root) / "gemm_tuning.json"
+    return cache.root() / "tuning" / "gemm_tuning.json"
+
+
+# A tuning file holds a few hundred small entries; anything larger is not one of rill's.
+MAX_CACHE_BYTES = 1 << 20
 
 
 def make_key(op: str, dtype: str, m: int, n: int, k: int, device: str | None = None) -> str:
@@ -143,11 +149,11 @@ class TuningCache:
 
     def _read(self) -> None:
         try:
-            text = self.path.read_text()
+            text = self._checked_text()
         except FileNotFoundError:
             return
-        except OSError as e:
-            warnings.warn(f"rill: cannot read the tuning cache {self.path}: {e}; using defaults")
+        except (OSError, cache.CacheError) as e:
+            warnings.warn(f"rill: not reading the tuning cache {self.path}: {e}; using defaults")
             return
         try:
             data = json.loads(text)
@@ -160,6 +166,23 @@ class TuningCache:
             warnings.warn(f"rill: ignoring the corrupt tuning cache {self.path} ({e}); it will "
                           "be rewritten when something is tuned")
 
+    def _checked_text(self) -> str:
+        """The file's text, read only from a folder and a file that are this user's alone."""
+        if not self.path.parent.exists():
+            raise FileNotFoundError(self.path)
+        folder = cache.check_private(self.path.parent)
+        refused = os.path.lexists(folder / self.path.name) and \
+            cache.untrusted_file(folder / self.path.name)
+        if refused:
+            raise cache.CacheError(f"{refused}; delete it, or set RILL_CACHE_DIR to a folder of "
+                                   "yours")
+        fd = os.open(folder / self.path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as f:
+            data = f.read(MAX_CACHE_BYTES + 1)
+        if len(data) > MAX_CACHE_BYTES:
+            raise cache.CacheError(f"it is larger than {MAX_CACHE_BYTES} bytes")
+        return data.decode("utf-8", errors="replace")
+
     def get(self, key: str) -> Config | None:
         return self.entries.get(key)
 
@@ -169,13 +192,14 @@ class TuningCache:
             data = {"version": CACHE_VERSION,
                     "entries": {k: list(v) for k, v in sorted(self.entries.items())}}
             try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
+                os.makedirs(self.path.parent, 0o700, exist_ok=True)
+                folder = cache.check_private(self.path.parent)
                 # Written beside, then renamed: a reader never sees half a file.
-                fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".gemm_tuning.")
+                fd, tmp = tempfile.mkstemp(dir=folder, prefix=".gemm_tuning.")
                 with os.fdopen(fd, "w") as f:
                     json.dump(data, f, indent=1)
-                os.replace(tmp, self.path)
-            except OSError as e:
+                os.replace(tmp, folder / self.path.name)
+            except (OSError, cache.CacheError) as e:
                 warnings.warn(f"rill: cannot write the tuning cache {self.path}: {e}")
 
 
