@@ -74,14 +74,16 @@ BINARY = {
                ((-2.0, -0.0), inf), ((inf, 2.0), inf), ((inf, -2.0), -inf),
                ((-inf, 2.0), -inf), ((-inf, -2.0), inf), ((2.0, inf), 0.0),
                ((2.0, -inf), -0.0), ((-2.0, inf), -0.0), ((-2.0, -inf), 0.0)],
-    # NumPy differs here (NaN for inf // finite; -1 for finite // opposite-signed inf).
+    # Where the standard lets a library follow Python (its notes on inf // finite and on a
+    # finite number over an infinity of the other sign), rill does, as NumPy and PyTorch do.
     "floor_divide": [((nan, 1.0), nan), ((inf, -inf), nan), ((0.0, -0.0), nan),
                      ((0.0, 2.0), 0.0), ((-0.0, 2.0), -0.0), ((0.0, -2.0), -0.0),
                      ((-0.0, -2.0), 0.0), ((2.0, 0.0), inf), ((2.0, -0.0), -inf),
-                     ((-2.0, 0.0), -inf), ((-2.0, -0.0), inf), ((inf, 2.0), inf),
-                     ((inf, -2.0), -inf), ((-inf, 2.0), -inf), ((-inf, -2.0), inf),
-                     ((2.0, inf), 0.0), ((2.0, -inf), -0.0), ((-2.0, inf), -0.0),
-                     ((-2.0, -inf), 0.0), ((7.0, 2.0), 3.0), ((-7.0, 2.0), -4.0)],
+                     ((-2.0, 0.0), -inf), ((-2.0, -0.0), inf), ((inf, 2.0), nan),
+                     ((inf, -2.0), nan), ((-inf, 2.0), nan), ((-inf, -2.0), nan),
+                     ((2.0, inf), 0.0), ((2.0, -inf), -1.0), ((-2.0, inf), -1.0),
+                     ((-1.63, inf), -1.0), ((-2.0, -inf), 0.0), ((7.0, 2.0), 3.0),
+                     ((-7.0, 2.0), -4.0), ((7.5, -2.0), -4.0), ((1e308, 1e-308), inf)],
     "remainder": [((nan, 1.0), nan), ((inf, 2.0), nan), ((-inf, 2.0), nan), ((0.0, 0.0), nan),
                   ((0.0, 2.0), 0.0), ((-0.0, 2.0), 0.0), ((0.0, -2.0), -0.0),
                   ((-0.0, -2.0), -0.0), ((2.0, 0.0), nan), ((-2.0, -0.0), nan),
@@ -374,3 +376,24 @@ def test_complex_on_the_gpu_is_a_device_error_naming_the_op():
     assert i.value.op == "exp"
     with pytest.raises(rill.DeviceError, match="CPU-only"):
         E.real(z)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_floor_divide_with_infinities_and_zeros_matches_torch_and_python(dtype):
+    """The probe's silent difference: -1.63 // inf is -1 (Python, NumPy, PyTorch), not -0, and
+    inf // 2 is NaN, not inf; on every device, eagerly and captured."""
+    values = [nan, inf, -inf, 0.0, -0.0, 1.63, -1.63, 2.0, -7.0, 1e30, -1e-30]
+    a, b = (np.array(v, dtype) for v in zip(*[(x, y) for x in values for y in values]))
+    want = torch.floor_divide(torch.from_numpy(a), torch.from_numpy(b)).numpy()
+    python = np.array([x // y if y != 0 and not (math.isinf(x) and math.isinf(y)) else w
+                       for x, y, w in zip(a.tolist(), b.tolist(), want.tolist())], dtype)
+    np.testing.assert_array_equal(want, python)          # torch is Python's floor division
+    devices = ["cpu"] + (["gpu"] if rill.gpu.is_available() else [])
+    for device in devices:
+        x, y = rill.tensor(a, device=device), rill.tensor(b, device=device)
+        for got in (x // y, rill.capture(lambda p, q: rill.floor_divide(p, q))(x, y)):
+            got = got.to("cpu").numpy()
+            np.testing.assert_array_equal(got, want, err_msg=device)
+            signed = ~np.isnan(want)                      # a NaN's sign is no one's promise
+            np.testing.assert_array_equal(np.signbit(got[signed]), np.signbit(want[signed]),
+                                          err_msg=device)

@@ -166,18 +166,6 @@ def _reciprocal(x):
     return (1 / x).astype(x.dtype, copy=False)
 
 
-def _floor_divide(x, y):
-    """np.floor_divide with the Array API standard's infinite cases: +-inf // finite is
-    +-inf and finite // +-inf is a signed zero (x / y), where NumPy gives NaN and -1."""
-    out = np.floor_divide(x, y)
-    if out.dtype.kind != "f":
-        return out
-    one_infinite = np.isinf(x) != np.isinf(y)
-    if np.any(one_infinite):
-        out = np.where(one_infinite & ~np.isnan(x) & ~np.isnan(y), np.true_divide(x, y), out)
-    return np.asarray(out)
-
-
 def _real(x):
     return np.array(x.real)  # a contiguous copy; np.ascontiguousarray would make 0-d 1-d
 
@@ -262,7 +250,7 @@ KERNELS = {
     "isnan": np.isnan, "isinf": np.isinf, "isfinite": np.isfinite,
     "logical_not": np.logical_not,
     "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.true_divide,
-    "floor_divide": _floor_divide, "remainder": np.remainder, "power": np.power,
+    "floor_divide": np.floor_divide, "remainder": np.remainder, "power": np.power,
     "maximum": _MAXIMUM, "minimum": _MINIMUM, "arctan2": np.arctan2,
     "logaddexp": np.logaddexp, "hypot": np.hypot, "copysign": np.copysign,
     "nextafter": np.nextafter, "bitwise_left_shift": np.left_shift,

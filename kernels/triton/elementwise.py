@@ -68,7 +68,7 @@ EXPRESSIONS = {
     "add": ("xy", "x + y"), "subtract": ("xy", "x - y"), "multiply": ("xy", "x * y"),
     "divide": ("xy", "x / y"),
     "floor_divide_int": ("xy", "x // y - ((x % y != 0) & ((x < 0) != (y < 0))).to(x.dtype)"),
-    "floor_divide": ("xy", "libdevice.floor(x / y)"),
+    "floor_divide": ("xy", "_floor_divide_float(x, y)"),
     "remainder": ("xy", "tl.where((x % y != 0) & ((x % y < 0) != (y < 0)), x % y + y, x % y)"),
     "power": ("xy", "libdevice.pow(x, y)"),
     "maximum": ("xy", "tl.where((x > y) | (x != x), x, y)"),
@@ -106,6 +106,20 @@ _HELPERS = '''
 @triton.jit
 def _clip_high(m, h):
     return tl.where((m < h) | (m != m), m, h)
+
+
+@triton.jit
+def _floor_divide_float(x, y):
+    # Python's floor division, as NumPy and PyTorch compute it (the Array API standard allows
+    # it): x - fmod(x, y) divided by y, one less where fmod's sign is not y's, so that
+    # -1.5 // inf is -1 and inf // 2 is NaN; a zero quotient keeps the sign of x / y.
+    mod = libdevice.fmod(x, y)
+    div = (x - mod) / y
+    div = tl.where((mod != 0) & ((y < 0) != (mod < 0)), div - 1.0, div)
+    low = libdevice.floor(div)
+    low = tl.where(div - low > 0.5, low + 1.0, low)
+    low = tl.where(div == 0, libdevice.copysign(div, x / y), low)
+    return tl.where(y == 0, x / y, low)
 
 
 @triton.jit

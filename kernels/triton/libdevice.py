@@ -17,7 +17,7 @@ _UNARY = {"tan": np.tan, "tanh": np.tanh, "sinh": np.sinh, "cosh": np.cosh, "asi
           "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh, "log10": np.log10,
           "signbit": np.signbit}
 _BINARY = {"atan2": np.arctan2, "pow": np.power, "hypot": np.hypot, "copysign": np.copysign,
-           "nextafter": np.nextafter}
+           "nextafter": np.nextafter, "fmod": np.fmod}
 
 if INTERPRET:
     import triton.language as tl
