@@ -7,8 +7,10 @@ little-endian buffers. Nothing is pickled, so loading a file never runs code fro
 Every way a file can be wrong (missing, truncated, a flipped bit, not a rill file, a newer
 format, or crafted: CRC-valid but outside the schema) raises `CheckpointError` naming the
 file and the fault; a load never returns data it has not verified, and bounds its recursion
-and allocation by limits and the file's size (docs/FORMAT.md, "Trust model"). Writes go to a temporary file in the same directory that replaces the
-target only once it is complete and on disk, so a crash leaves the old file or the new one.
+and allocation by limits, the file's size and the load budget (docs/FORMAT.md, "Trust
+model"; lib/files.py: only regular files are read, a FIFO or device is refused at once).
+Writes go to a temporary file in the same directory that replaces the target only once it
+is complete and on disk, so a crash leaves the old file or the new one.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ import numpy as np
 from . import dtypes as _dt
 from .devices import device as _as_device
 from .errors import ArgumentError, CheckpointError
+from .files import MAX_JSON, load_budget, open_regular, over_budget, show_bytes
 from .sparse import SparseRows
 from .tensor import Tensor, new_tensor
 
@@ -72,11 +75,13 @@ def save(obj, path) -> str:
     return write(plan(obj, path), path)
 
 
-def load(path, device=None, *, map_location=None, weights_only=None):
+def load(path, device=None, *, map_location=None, weights_only=None, max_bytes=None):
     """Read a file written by `save`, verifying every byte; tensors come back on the cpu,
     or on `device` if given. PyTorch's spellings work too: `map_location` is `device` (a
     device or its name), and `weights_only` is accepted and changes nothing, because loading
-    never runs code whatever the file holds.
+    never runs code whatever the file holds. `path` must be a regular file (a link to one is
+    followed); its tensors may take at most `max_bytes` (default: RILL_LOAD_MAX_BYTES, else
+    the machine's memory; see rill.files), checked before any is allocated.
 
     >>> import os, tempfile
     >>> from rill.serialization import save, load
@@ -94,32 +99,45 @@ def load(path, device=None, *, map_location=None, weights_only=None):
     /.../x.rill: the tensor (bfloat16 (3,)) fails its CRC-32 check: the data is corrupted
     """
     path = os.fspath(path)
-    try:
-        f = open(path, "rb")
-    except FileNotFoundError:
-        raise CheckpointError(f"{path}: no such file", op="load") from None
-    except OSError as e:
-        raise CheckpointError(f"{path}: cannot open: {e.strerror}", op="load") from None
+    if map_location is not None:
+        if device is not None:
+            raise ArgumentError("got both device= and map_location=, which mean the same; "
+                                "pass one", op="load")
+        if callable(map_location) or isinstance(map_location, dict):
+            raise ArgumentError("map_location must name one device (a function or a "
+                                "dict of devices is PyTorch's storage remapping, which "
+                                "rill files do not need)", op="load")
+        device = map_location
+    budget = load_budget(max_bytes, op="load")
+    f, _ = open_regular(path, op="load")  # a link is followed: `latest.rill` may be one
     with f:
-        size = os.fstat(f.fileno()).st_size
-        manifest, data_start = _read_manifest(f, path, size)
-        entries = _check_manifest(manifest, path, size - data_start)
-        if map_location is not None:
-            if device is not None:
-                raise ArgumentError("got both device= and map_location=, which mean the same; "
-                                    "pass one", op="load")
-            if callable(map_location) or isinstance(map_location, dict):
-                raise ArgumentError("map_location must name one device (a function or a "
-                                    "dict of devices is PyTorch's storage remapping, which "
-                                    "rill files do not need)", op="load")
-            device = map_location
-        target = None if device is None else _as_device(device)
-        tensors, cursor = [], data_start
+        return load_from(f, path, device, max_bytes=budget)
+
+
+def load_from(f, path, device=None, *, max_bytes=None):
+    """What `load` returns, read from `f`, a binary file open at its start that
+    `files.open_regular` opened (so a loader that checked the file first, as a saved graph
+    checks its state file's SHA-256, reads the very file it checked). `path` names it in
+    errors; `max_bytes` is the load budget (rill.files)."""
+    budget = load_budget(max_bytes, op="load")
+    size = os.fstat(f.fileno()).st_size
+    manifest, data_start = _read_manifest(f, path, size)
+    entries = _check_manifest(manifest, path, size - data_start)
+    if manifest["data_length"] > budget:
+        _Fault(path)(f"its tensors take {show_bytes(manifest['data_length'])}, more than "
+                     f"{over_budget(budget)}")
+    target = None if device is None else _as_device(device)
+    tensors, cursor = [], data_start
+    try:
         for e in entries:
             _check_padding(f, path, data_start + e.offset - cursor)
             tensors.append(_read_tensor(f, path, e, target))
             cursor = data_start + e.offset + e.length
-        _check_padding(f, path, data_start + manifest["data_length"] - cursor)
+    except MemoryError:  # within the budget, yet more than this machine has free
+        _Fault(path)(f"there is not enough memory for its tensors "
+                     f"({show_bytes(manifest['data_length'])}); free some, or load it where "
+                     "there is more")
+    _check_padding(f, path, data_start + manifest["data_length"] - cursor)
     return _decode(manifest["tree"], tensors, _Fault(path))
 
 
@@ -355,6 +373,9 @@ def _read_manifest(f, path, size):
     if version != VERSION:
         newer = "newer than" if version > VERSION else "older than"
         fault(f"format version {version} is {newer} the version this rill reads ({VERSION})")
+    if length > MAX_JSON:  # a header may claim any length; the JSON is parsed in memory
+        fault(f"its header gives the manifest {show_bytes(length)}; a rill file's manifest is "
+              f"at most {show_bytes(MAX_JSON)}, so this is not a file rill wrote")
     if HEADER_SIZE + length > size:
         fault(f"truncated: the manifest needs {length} bytes after the header, the file has "
               f"{size - HEADER_SIZE}")

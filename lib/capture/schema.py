@@ -249,6 +249,12 @@ def attr(value, path, arrays: dict, paths: dict):
         key = text(value["$array"], path / tag)
         if key not in arrays:
             fail(path / tag, f"no array {key[:40]!r} in state.rill")
+        stored = arrays[key].dtype.name
+        declared = text(value["dtype"], path / "dtype")
+        if declared != stored:  # the document and the state must say the same thing
+            fail(path / "dtype", f"declares {declared[:40]!r}, but state.rill holds array "
+                                 f"{key[:40]!r} as {stored}; the two files disagree: save "
+                                 "the graph again")
         return arrays[key]
     if tag == "$generator":
         fields(value, path, ("$generator",))
@@ -269,6 +275,20 @@ def generator(state, path):
     except Exception as e:  # NumPy checks the state itself; any refusal is a damaged file
         fail(path, f"not a valid generator state ({type(e).__name__}: {e})")
     return g
+
+
+# (inputs, outputs) of the graph's own ops, as lib/capture/ir.py defines them; a primitive's
+# counts are its rule's, checked when the built graph is linted.
+ARITY = {"input": (0, 1), "constant": (0, 1), "read": (0, 1), "assign": (1, 0)}
+
+
+def arity(node: Node, path) -> None:
+    """A graph op's inputs and outputs must be as many as the op has (an assign that claims
+    an output would fail only when the graph runs)."""
+    want = ARITY.get(node.op)
+    if want is not None and (len(node.inputs), len(node.outputs)) != want:
+        fail(path, f"{node.op} takes {want[0]} input(s) and gives {want[1]} output(s), "
+                   f"this node has {len(node.inputs)} and {len(node.outputs)}")
 
 
 def node_attrs(node: Node, attrs, path, n_variables: int) -> None:
@@ -352,6 +372,7 @@ def graph(doc, path, arrays: dict, paths: dict, into: Graph | None = None) -> Gr
             inputs_seen.add(attrs["index"])
         for j, out in enumerate(expect(entry["outputs"], list, at / "outputs", "list")):
             node.add_output(*spec(out, at / "outputs" / j))
+        arity(node, at)
         g.nodes.append(node)
         paths[node] = str(at)
     if inputs_seen != set(range(len(inputs_seen))):

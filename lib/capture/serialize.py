@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import secrets
@@ -21,19 +22,21 @@ import secrets
 import numpy as np
 
 from .. import dtypes as dt
+from .. import files
 from ..devices import Device, device as as_device
 from ..errors import CaptureError, CheckpointError
+from ..files import MAX_JSON, load_budget, open_regular, over_budget, read_bounded, show_bytes
 from ..sparse import SparseRows
 from ..tensor import Tensor, new_tensor
 from . import schema
-from .ir import Graph, Variable
+from .ir import GRAPH_OPS, Graph, Variable
 
 FORMAT = "rill-graph"
 VERSION = 2
 MANIFEST = "manifest.json"
 MAX_MANIFEST = 1 << 16
 MAX_VARIANTS = 64
-MAX_DOCUMENT = 1 << 30
+MAX_DOCUMENT = MAX_JSON
 _FILE = re.compile(r"(graph\.[0-9a-f]{16}\.json|state\.[0-9a-f]{16}\.rill)")
 _LEGACY = ("graph.json", "state.rill")  # format 1's names, replaced by a format-2 save
 # What a save cut short leaves: write_atomically's temporary files for the names above.
@@ -113,7 +116,7 @@ def encode_attr(value, arrays: dict, where: str):
     if isinstance(value, np.ndarray):
         key = f"a{len(arrays)}"
         arrays[key] = value
-        return {"$array": key, "dtype": str(value.dtype)}
+        return {"$array": key, "dtype": value.dtype.name}  # as the loader compares it
     if hasattr(value, "get_state"):  # a Generator: saved at its current state
         return {"$generator": value.get_state()}
     raise CaptureError(f"cannot save attribute {where} of type {type(value).__name__}",
@@ -230,7 +233,7 @@ def _dtype_of(a: np.ndarray):
 
 # ---- loading -------------------------------------------------------------------------------
 
-def load_graph(path, device_map=None):
+def load_graph(path, device_map=None, *, max_bytes=None):
     """A callable that runs the graph saved at `path` by `f.save(path)`.
 
     It needs none of the model's code: the graph names primitives, the state file holds
@@ -238,23 +241,29 @@ def load_graph(path, device_map=None):
     Everything read is checked before it is used (see docs/GRAPH_FORMAT.md, "Trust"); any
     fault is a CheckpointError naming the file and the field.
 
+    The directory's files are read only as regular files, never through a link, and within
+    bounds: the manifest 64 KiB, the graph document MAX_DOCUMENT, the state the load budget.
+    The budget, `max_bytes` (default: RILL_LOAD_MAX_BYTES, else the machine's memory; see
+    rill.files), also bounds what a call may need: the variables and constants plus the
+    most bytes the graph's values hold at once, from the checked specs, before anything of
+    that size is allocated.
+
     A graph saved over several devices keeps its placement and runs partitioned, one thread
     per device. `device_map` ({saved device: device here}, e.g. {"gpu:0": "cpu:1"}) moves
     nodes, variables and arguments saved on one device to another; a saved device this
     machine lacks and the map does not move is refused, naming it.
     """
     mapping = _device_map(device_map)
+    budget = load_budget(max_bytes, op="load_graph")
     path = os.fspath(path)
     manifest = _read_manifest(path)
     graph_file = os.path.join(path, manifest["graph"]["file"])
     doc = _parse(_checked_bytes(graph_file, manifest["graph"]["sha256"]), graph_file)
     state_file = os.path.join(path, manifest["state"]["file"])
-    _checked_bytes(state_file, manifest["state"]["sha256"])
-    from ..serialization import load
-    state = load(state_file)
+    state = _checked_state(state_file, manifest["state"]["sha256"], budget)
     token = schema.DEVICE_MAP.set(mapping)
     try:
-        variants = _build(doc, state)
+        variants = _build(doc, state, budget)
     except CheckpointError as e:
         raise CheckpointError(f"{graph_file}: {e.message}", op="load_graph") from None
     finally:
@@ -283,16 +292,17 @@ def _device_map(device_map) -> dict:
 
 def _read_manifest(path: str) -> dict:
     file = os.path.join(path, MANIFEST)
-    if not os.path.exists(file):
+    if not os.path.lexists(file):  # a link, even a broken one, is refused when opened
         if os.path.exists(os.path.join(path, "graph.json")):
             raise CheckpointError(f"{path!r} was saved by an older rill (graph format 1, which "
                                   "has no checksums and cannot be checked): save it again "
                                   "with this one", op="load_graph")
         raise CheckpointError(f"no saved graph at {path!r} (manifest.json is missing)",
                               op="load_graph")
-    with open(file, "rb") as f:
-        data = f.read(MAX_MANIFEST + 1)
-    doc = _parse(data, file)
+    f, _ = open_regular(file, op="load_graph", follow_symlinks=False, max_bytes=MAX_MANIFEST,
+                        too_large="a manifest may hold (it names two files)")
+    with f:
+        doc = _parse(read_bounded(f, file, MAX_MANIFEST, op="load_graph"), file)
     where = schema.Path(file)
     try:
         schema.fields(doc, where, ("format", "version", "graph", "state"))
@@ -318,16 +328,30 @@ def _check_format(doc: dict, file: str) -> None:
 
 
 def _checked_bytes(file: str, sha256: str) -> bytes:
-    try:
-        with open(file, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise CheckpointError(f"{file}: cannot read: {e.strerror or e}", op="load_graph") \
-            from None
+    f, _ = open_regular(file, op="load_graph", follow_symlinks=False, max_bytes=MAX_DOCUMENT,
+                        too_large="a graph document may hold")
+    with f:
+        data = read_bounded(f, file, MAX_DOCUMENT, op="load_graph")
     if hashlib.sha256(data).hexdigest() != sha256:
-        raise CheckpointError(f"{file} does not match the checksum manifest.json records: the "
-                              "file was changed or damaged after it was saved", op="load_graph")
+        _checksum_differs(file)
     return data
+
+
+def _checked_state(file: str, sha256: str, budget: int):
+    """The state file's contents, read from the one open file whose SHA-256 was checked."""
+    from ..serialization import load_from
+    f, _ = open_regular(file, op="load_graph", follow_symlinks=False, max_bytes=budget,
+                        too_large=over_budget(budget))
+    with f:
+        if files.sha256(f, file, op="load_graph") != sha256:
+            _checksum_differs(file)
+        f.seek(0)
+        return load_from(f, file, max_bytes=budget)
+
+
+def _checksum_differs(file: str):
+    raise CheckpointError(f"{file} does not match the checksum manifest.json records: the "
+                          "file was changed or damaged after it was saved", op="load_graph")
 
 
 def _parse(data: bytes, file: str):
@@ -342,8 +366,9 @@ def _parse(data: bytes, file: str):
                               op="load_graph") from None
 
 
-def _build(doc, state) -> list:
-    """[(Graph, signature, result)] per saved variant, from the checked document and state."""
+def _build(doc, state, budget: int) -> list:
+    """[(Graph, signature, result)] per saved variant, from the checked document and state,
+    refused if a call would need more than `budget` bytes."""
     root = schema.Path()
     schema.fields(doc, root, ("format", "version", "name", "variants"))
     _check_format(doc, "the document")
@@ -360,11 +385,14 @@ def _build(doc, state) -> list:
     if not 1 <= len(variants) <= MAX_VARIANTS:
         schema.fail(root / "variants", f"expected 1 to {MAX_VARIANTS} variants")
     owners: dict = {}  # state key -> Variable owner, shared by the variants that use it
-    return [_build_variant(entry, root / "variants" / i, name, state["variables"], arrays,
-                           owners) for i, entry in enumerate(variants)]
+    paths: dict = {}   # node -> its place in the document, for errors found after building
+    built = [_build_variant(entry, root / "variants" / i, name, state["variables"], arrays,
+                            owners, paths) for i, entry in enumerate(variants)]
+    _check_budget([graph for graph, _, _ in built], paths, budget)
+    return built
 
 
-def _build_variant(doc, root, name, values, arrays, owners):
+def _build_variant(doc, root, name, values, arrays, owners, paths):
     schema.fields(doc, root, ("signature", "result", "variables", "nodes", "outputs"))
     counts = [[0], [0]]
     schema.structure(doc["signature"], root / "signature", counts[0])
@@ -373,7 +401,6 @@ def _build_variant(doc, root, name, values, arrays, owners):
     variables = schema.expect(doc["variables"], list, root / "variables", "list")
     for i, entry in enumerate(variables):
         graph.variables.append(_variable(entry, root / "variables" / i, values, owners))
-    paths: dict = {}
     schema.graph(doc, root, arrays, paths, into=graph)
     n_inputs = len(graph.inputs)
     if counts[0][0] != n_inputs:
@@ -429,6 +456,74 @@ def _check_constants(graph: Graph, paths: dict) -> None:
             if v is None or len(node.outputs) != 1 or value.shape != v.shape or \
                     value.dtype != v.dtype.storage:
                 schema.fail(paths[node], "its stored array does not match its output spec")
+
+
+def _check_budget(graphs: list, paths: dict, budget: int) -> None:
+    """Refuse graphs a call of which needs more than `budget` bytes: what the state holds
+    (variables, constants) plus the most bytes one variant's values hold at once. The specs
+    were checked against each op's rule, so shape-valued attrs (full, tile, reshape, ...)
+    are counted as the values they would make."""
+    held: dict = {}
+    for graph in graphs:
+        for v in graph.variables:
+            held[_key(v)] = _nbytes(v)
+        held.update(_constants(graph))
+    resident = sum(held.values())
+    for graph in graphs:
+        peak, node = _peak_bytes(graph)
+        if resident + peak <= budget:
+            continue
+        if node is None:
+            schema.fail("variants", f"its variables and constants take "
+                                    f"{show_bytes(resident)}, more than {over_budget(budget)}")
+        made = ", ".join(f"{v.dtype.name}{list(v.shape)}" for v in node.outputs)
+        schema.fail(paths.get(node, "variants"),
+                    f"a call needs {show_bytes(resident + peak)} at this {node.op} node, which "
+                    f"makes {made} ({show_bytes(resident)} of variables and constants, "
+                    f"{show_bytes(peak)} of values live at once), more than "
+                    f"{over_budget(budget)}")
+
+
+def _nbytes(v) -> int:
+    return math.prod(v.shape) * np.dtype(v.dtype.storage).itemsize
+
+
+def _constants(graph: Graph) -> dict:
+    """{id of a constant's array: its bytes}, subgraphs included."""
+    found = {}
+    for node in graph.nodes:
+        for sub in node.subgraphs.values():
+            found.update(_constants(sub))
+        if node.op == "constant":
+            found[id(node.attrs["value"])] = node.attrs["value"].nbytes
+    return found
+
+
+def _peak_bytes(graph: Graph):
+    """(the most bytes that values made by a call of `graph` hold at once, the node where
+    that is reached). Nodes run in order; a value lives from its node to its last use (a
+    result to the end); a node holding subgraphs adds their peak while it runs. Inputs,
+    reads and constants are buffers from before the call, not counted."""
+    last = {v: i for i, node in enumerate(graph.nodes) for v in node.inputs}
+    results = set(graph.outputs)
+    owned: dict = {}
+    live = peak = 0
+    at = None
+    for i, node in enumerate(graph.nodes):
+        if node.op in GRAPH_OPS:
+            continue
+        made = sum(_nbytes(v) for v in node.outputs)
+        owned.update((v, _nbytes(v)) for v in node.outputs)
+        live += made
+        inner, inner_at = max((_peak_bytes(sub) for sub in node.subgraphs.values()),
+                              key=lambda found: found[0], default=(0, None))
+        if at is None or live + inner > peak:
+            peak = live + inner
+            at = inner_at if inner_at is not None and inner > made else node
+        for v in list(dict.fromkeys(node.inputs)) + node.outputs:
+            if last.get(v, -1) <= i and v not in results:
+                live -= owned.pop(v, 0)
+    return peak, at
 
 
 def _program(graph):

@@ -38,6 +38,7 @@ import threading
 
 import numpy as np
 
+from ... import files
 from ...errors import ArgumentError, CheckpointError, DistributedError, Error
 
 SHARD_KIND, SHARD_VERSION = "rill.distributed.Shard", 1
@@ -55,17 +56,22 @@ def shard_name(task: str, token: str) -> str:
 
 
 def sha256_of(path: str) -> str:
-    digest = hashlib.sha256()
+    """The SHA-256 of the shard file at `path`, read as a regular file (never a link: a
+    shard lies beside its manifest as itself)."""
+    f = _open_shard(path)
+    with f:
+        return files.sha256(f, path, op="restore")
+
+
+def _open_shard(path: str):
     try:
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-    except FileNotFoundError:
-        raise CheckpointError(f"{path}: no such file (a shard of a distributed checkpoint)",
-                              op="restore") from None
-    except OSError as e:
-        raise CheckpointError(f"{path}: cannot read: {e.strerror or e}", op="restore") from None
-    return digest.hexdigest()
+        f, _ = files.open_regular(path, op="restore", follow_symlinks=False)
+    except CheckpointError as e:
+        if not os.path.lexists(path):
+            raise CheckpointError(f"{path}: no such file (a shard of a distributed checkpoint)",
+                                  op="restore") from None
+        raise
+    return f
 
 
 # ==== the graph ops ==========================================================================
@@ -196,15 +202,17 @@ def _restore(server, worker: int, message) -> list:
 def read_shard(path: str, sha256: str, task: str, step: int) -> dict:
     """{name: tensor} of a shard file, after checking its sha256 against the manifest's,
     then everything in it (rill's CRCs; kind, task, step, names)."""
-    from ...serialization import load
+    from ...serialization import load_from
     from ...tensor import Tensor
-    digest = sha256_of(path)
-    if digest != sha256:
-        raise CheckpointError(f"{path}: its sha256 is {digest[:16]}..., the manifest says "
-                              f"{sha256[:16]}...: the shard was damaged or replaced after the "
-                              "checkpoint was written; restore an older checkpoint",
-                              op="restore")
-    doc = load(path)
+    with _open_shard(path) as f:  # one open file: what is loaded is what was hashed
+        digest = files.sha256(f, path, op="restore")
+        if digest != sha256:
+            raise CheckpointError(f"{path}: its sha256 is {digest[:16]}..., the manifest says "
+                                  f"{sha256[:16]}...: the shard was damaged or replaced after "
+                                  "the checkpoint was written; restore an older checkpoint",
+                                  op="restore")
+        f.seek(0)
+        doc = load_from(f, path)
     if not isinstance(doc, dict) or doc.get("kind") != SHARD_KIND or \
             set(doc) != {"kind", "version", "task", "step", "values"}:
         raise CheckpointError(f"{path} is not a shard of a distributed checkpoint "
