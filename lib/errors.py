@@ -87,6 +87,11 @@ class KernelError(Error):
     """A kernel failed on values its shape/dtype rule could not check (e.g. int ** -1)."""
 
 
+class OutOfMemoryError(KernelError, MemoryError):
+    """A kernel could not allocate its result: the message names the op and the bytes. Also
+    a MemoryError, so code that catches that keeps working."""
+
+
 class DifferenceWarning(UserWarning):
     """A call whose meaning in rill differs from PyTorch's, said once where it happens."""
 

@@ -472,3 +472,20 @@ def test_full_traceback_on_request(tmp_path):
     stderr = _run_script(tmp_path, RILL_TRACEBACK="full")
     assert "bind.py" in stderr
     assert RILL_LIB in stderr
+
+
+@pytest.mark.parametrize("make", [
+    lambda: rill.tile(rill.ones(3), (10 ** 12,)),
+    lambda: rill.ones(3).repeat(10 ** 12),
+    lambda: rill.tile(rill.ones(3), (10 ** 12, 10 ** 12)),
+    lambda: rill.capture(lambda a: rill.tile(a, (10 ** 12,)))(rill.ones(3)),
+])
+def test_a_result_too_large_to_allocate_is_a_rill_error_naming_the_op(make):
+    """A resource bomb (the probe: tile with 10^12 repetitions) fails at the user's line as a
+    rill error that is also a MemoryError, naming the op and the size."""
+    with pytest.raises(rill.OutOfMemoryError) as caught:
+        make()
+    assert isinstance(caught.value, MemoryError)
+    assert "could not allocate" in str(caught.value)
+    assert caught.value.op.split()[0] in ("tile", "reshape", "repeat") and \
+        "test_errors.py" in str(caught.value)

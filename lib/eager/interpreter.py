@@ -6,7 +6,7 @@ import os
 import numpy as np
 
 from ..dtypes import bfloat16
-from ..errors import Error, IndexingError, KernelError
+from ..errors import Error, IndexingError, KernelError, OutOfMemoryError
 from ..capture.escape import among, error as escape_error
 from ..tensor import Tensor, new_tensor
 
@@ -45,6 +45,12 @@ def kernel_error(e: Exception, op: str, kind: str) -> Error:
         return e
     if isinstance(e, IndexError):
         return IndexingError(str(e), op=op)
+    # NumPy says "array is too big" / "iterator is too large" (ValueError) past 2^63 bytes
+    if isinstance(e, MemoryError) or isinstance(e, ValueError) and \
+            ("is too big" in str(e) or "is too large" in str(e)):
+        return OutOfMemoryError(f"the {kind} kernel could not allocate its result ({e}); make "
+                                "the tensors smaller (a batch, a repetition count), or free "
+                                "memory", op=op)
     return KernelError(f"the {kind} kernel failed: {type(e).__name__}: {e}", op=op)
 
 
