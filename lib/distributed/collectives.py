@@ -71,26 +71,46 @@ _yield = getattr(os, "sched_yield", lambda: time.sleep(0))
 
 
 def timeout_error(w: World, what: str, peers=None) -> DistributedError:
-    """What a missed deadline says: who did not arrive and what each was last doing."""
+    """What a missed deadline says: who did not arrive and what each was last doing. A rank
+    whose process is stopped (SIGSTOP) or gone is named first, wherever it is in the job:
+    it holds up every exchange that needs it, so the ranks waited for may only be waiting
+    for it in turn. `peers` may be a function of the board's rows."""
+    from .status import process_state
     head = f"{what} on {w.name} (rank {w.rank}) did not complete within {w.timeout:g} s"
+    op = what.split(" ")[0]
     if w.board is None:
         return DistributedError(head + " (launch with rill-launch to learn which ranks did "
-                                "not arrive)", op=what.split(" ")[0])
+                                "not arrive)", op=op)
     rows = w.board.read()
     mine = rows[w.rank].collectives
+    if callable(peers):
+        peers = peers(rows)
     if peers is None:  # a collective: the ranks that have not entered this one yet
         peers = [r for r, row in enumerate(rows) if r != w.rank and row.collectives < mine]
-    parts = []
-    for r in peers:
-        row = rows[r]
-        when = f", {row.ago:.1f} s ago" if row.ago is not None else ""
-        gone = "" if row.ending == "running" else \
-            f", {row.outcome()} {row.ended_ago or 0:.1f} s ago"
-        parts.append(f"rank {r} ({_name(w, r)}){gone}, last seen entering {row.operation} "
-                     f"(its collective #{row.collectives}{when})")
+    halted = [r for r, row in enumerate(rows) if r != w.rank and process_state(row)]
+    parts = [describe(w, r, rows[r]) for r in halted] + \
+        [describe(w, r, rows[r]) for r in peers if r not in halted]
     if not parts:
-        return DistributedError(head, op=what.split(" ")[0])
-    return DistributedError(f"{head}: waiting for {'; '.join(parts)}", op=what.split(" ")[0])
+        return DistributedError(head, op=op)
+    return DistributedError(f"{head}: waiting for {'; '.join(parts)}", op=op)
+
+
+def describe(w: World, r: int, row) -> str:
+    """"rank 2 (worker1), stopped (process state T, as after SIGSTOP), last seen entering
+    all_reduce (its collective #3, 4.0 s ago)": a rank as an error names it."""
+    from .status import process_state
+    when = f", {row.ago:.1f} s ago" if row.ago is not None else ""
+    state = process_state(row)
+    if state == "stopped":
+        how = ", stopped (process state T, as after SIGSTOP)"
+    elif state == "gone":
+        how = f", its process (pid {row.pid}) is gone and left no exit status"
+    elif row.ending != "running":
+        how = f", {row.outcome()} {row.ended_ago or 0:.1f} s ago"
+    else:
+        how = ""
+    return (f"rank {r} ({_name(w, r)}){how}, last seen entering {row.operation} "
+            f"(its collective #{row.collectives}{when})")
 
 
 def _name(w: World, rank: int) -> str:

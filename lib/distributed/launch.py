@@ -40,9 +40,11 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 from rich.console import Console
@@ -173,26 +175,88 @@ def _remove_orphans(names) -> None:
 
 
 def _run(a, cmd, env, status: str, console: Console) -> int:
-    if not console.is_terminal:
-        rc, causes = outcome(a, status, subprocess.call(cmd, env=env))
-        console.print(rank_table(a, status, f"exited with {rc}"))
-    else:  # the ranks' lines scroll above a live table of the ranks
-        from rich.live import Live
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, bufsize=1)
+    terminal = console.is_terminal
+    proc = subprocess.Popen(cmd, env=env, **(dict(stdout=subprocess.PIPE,
+                                                  stderr=subprocess.STDOUT, text=True,
+                                                  bufsize=1) if terminal else {}))
+    watch = Watchdog(a, status, proc)
+    watch.start()
+    try:
+        if not terminal:
+            rc, causes = outcome(a, status, proc.wait(), watch.finish())
+            console.print(rank_table(a, status, f"exited with {rc}"))
+        else:  # the ranks' lines scroll above a live table of the ranks
+            from rich.live import Live
 
-        class Running:  # re-read at every refresh, so a silent job's table still moves
-            def __rich__(self):
-                return rank_table(a, status, "running")
+            class Running:  # re-read at every refresh, so a silent job's table still moves
+                def __rich__(self):
+                    return rank_table(a, status, "running")
 
-        with Live(Running(), console=console, refresh_per_second=4) as live:
-            for line in proc.stdout:
-                live.console.print(line.rstrip("\n"), markup=False, highlight=False)
-            rc, causes = outcome(a, status, proc.wait())
-            live.update(rank_table(a, status, f"exited with {rc}"))
+            with Live(Running(), console=console, refresh_per_second=4) as live:
+                for line in proc.stdout:
+                    live.console.print(line.rstrip("\n"), markup=False, highlight=False)
+                rc, causes = outcome(a, status, proc.wait(), watch.finish())
+                live.update(rank_table(a, status, f"exited with {rc}"))
+    finally:
+        watch.finish()
+        if proc.poll() is None:  # the launcher itself was interrupted
+            proc.kill()
     for cause in causes:
         console.print(f"rill-launch: {cause}", markup=False, highlight=False, soft_wrap=True)
     return rc
+
+
+# How long past the job's timeout a rank may stay in MPI shutdown once every rank has met at
+# the barrier before it (world.py) before the watchdog ends the job.
+SHUTDOWN_GRACE_S = 5.0
+
+
+class Watchdog(threading.Thread):
+    """Looks at the ranks' processes while the job runs: which are stopped (state T in
+    /proc/<pid>/stat: SIGSTOP answers no message and ends nothing, so only the process
+    state tells a stopped rank from a slow one), and whether the job hangs in MPI shutdown,
+    which has no deadline of its own: then it ends the job (mpiexec first; the ranks'
+    watchers stop their ranks when it is gone) and says why."""
+
+    def __init__(self, a, status: str, proc):
+        super().__init__(daemon=True, name="rill-launch watchdog")
+        self.a, self.status, self.proc = a, status, proc
+        self.stopped: dict = {}   # rank -> (when first seen stopped, its row then)
+        self.hung: str | None = None
+        self.ended = threading.Event()
+
+    def run(self) -> None:
+        while not self.ended.wait(0.2):
+            self.look()
+
+    def look(self) -> None:
+        from .status import process_state
+        rows = board_rows(self.a, self.status)
+        now = time.monotonic()
+        for rank, row in enumerate(rows):
+            state = process_state(row)
+            if state == "stopped":
+                self.stopped.setdefault(rank, (now, row))
+            elif state is None and row.ending == "running":
+                self.stopped.pop(rank, None)  # it was continued (SIGCONT)
+        late = [r for r, row in enumerate(rows) if row.operation == "finished" and
+                row.ending == "running" and (row.ago or 0) > self.a.timeout + SHUTDOWN_GRACE_S]
+        if late and self.hung is None and self.proc.poll() is None:
+            ranks = ", ".join(f"rank {r} ({role_of(r, self.a.ps)})" for r in late)
+            self.hung = (f"the job did not finish MPI shutdown: {ranks} waited in it for more "
+                         f"than {self.a.timeout + SHUTDOWN_GRACE_S:g} s (the job's timeout and "
+                         f"{SHUTDOWN_GRACE_S:g} s), after every rank had met at the barrier "
+                         "before it; rill-launch ended the job")
+            self.proc.kill()
+
+    def finish(self) -> "Watchdog":
+        """Stop looking (one last look first); returns self."""
+        if not self.ended.is_set():
+            self.ended.set()
+            self.join()
+            if os.path.getsize(self.status):
+                self.look()
+        return self
 
 
 def board_rows(a, status: str) -> list:
@@ -202,21 +266,35 @@ def board_rows(a, status: str) -> list:
     return [Row(0, "not started", None, 0, "running", 0, None)] * a.n
 
 
-def outcome(a, status: str, rc: int) -> tuple[int, list]:
+def outcome(a, status: str, rc: int, watch: Watchdog | None = None) -> tuple[int, list]:
     """(the job's exit code, what made it fail). The status board, not mpiexec's exit code,
     says which ranks failed and how: mpiexec.gforker exits 0 when a rank is killed, and
-    Hydra's mpiexec reports a pid. A rank killed by a signal, or that failed or exited
-    non-zero on its own, is a cause; ranks stopped because of it are not (they are named
-    only when there is no cause)."""
+    Hydra's mpiexec reports a pid. A rank stopped (SIGSTOP) while the job ran comes first:
+    the others time out waiting for it. Then a rank killed by a signal, or that failed or
+    exited non-zero on its own, is a cause; ranks stopped because of it are not (they are
+    named only when there is no cause)."""
     from .status import signal_name
-    # mpiexec may end before the ranks' watchers do (when it is killed): let them finish.
-    deadline = time.monotonic() + 3
+    # mpiexec may end before the ranks' watchers do (when it is killed): let them finish
+    # (a stopped rank's watcher ends it with SIGKILL after 5 s).
+    deadline = time.monotonic() + 7
     while time.monotonic() < deadline and any(
             row.ending == "running" and row.pid and _alive(row.pid)
             for row in board_rows(a, status)):
         time.sleep(0.05)
+    stopped = watch.stopped if watch is not None else {}
     causes, consequences = [], []
+    if watch is not None and watch.hung:
+        causes.append((0.0, 1, watch.hung))
+    end = time.monotonic()
+    for rank, (since, then) in stopped.items():
+        causes.append((-float("inf"), 128 + signal.SIGSTOP,
+                       f"rank {rank} ({role_of(rank, a.ps)}) was stopped (process state T, as "
+                       f"after SIGSTOP) for the last {end - since:.1f} s of the job, last seen "
+                       f"entering {then.operation} (its collective #{then.collectives}); the "
+                       "other ranks could not go on without it"))
     for rank, row in enumerate(board_rows(a, status)):
+        if rank in stopped:
+            continue
         who = f"rank {rank} ({role_of(rank, a.ps)})"
         seen = f"last seen entering {row.operation} (its collective #{row.collectives})"
         if row.ending == "killed":
@@ -234,7 +312,7 @@ def outcome(a, status: str, rc: int) -> tuple[int, list]:
             consequences.append((0, 1, f"{who}: its process (pid {row.pid}) is gone and left "
                                        f"no exit status, {seen}"))
     if causes:  # the earliest first; its exit code is the job's (128 + n for signal n)
-        causes.sort()
+        causes.sort(key=lambda c: c[0])
         return causes[0][1], [text for _, _, text in causes]
     if rc == 0 and consequences:
         rc = 1
@@ -258,10 +336,12 @@ def rank_table(a, status: str, state: str) -> Table:
                   title_justify="left")
     for col in ("rank", "role", "last operation", "collectives", "process"):
         table.add_column(col)
+    from .status import process_state
     for rank, row in enumerate(board_rows(a, status)):
-        gone = row.ending == "running" and row.pid and not _alive(row.pid)
+        state = process_state(row)
         table.add_row(str(rank), role_of(rank, a.ps), row.operation, str(row.collectives),
-                      "gone (no exit status)" if gone else row.outcome())
+                      {"gone": "gone (no exit status)", "stopped": "stopped (state T)"}.get(
+                          state, row.outcome()))
     return table
 
 

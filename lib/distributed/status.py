@@ -11,22 +11,29 @@ a shared filesystem.
 A slot also says which process runs the rank and how that process ended. A process killed
 by SIGKILL cannot say so itself, so bootstrap.py runs each rank's process as the child of a
 small watcher that waits for it and writes the exit code, or the signal that killed it:
-rill-launch then names the rank, its role and the signal when a job fails.
+rill-launch then names the rank, its role and the signal when a job fails. The slot also
+names the machine the process runs on, so that a reader on the same machine can look the
+process up in /proc: a rank stopped by SIGSTOP answers nothing and ends nothing, and only its
+process state ('T') tells it from a slow one.
 """
 from __future__ import annotations
 
 import mmap
 import os
 import signal
+import socket
 import struct
 import time
+import zlib
 from typing import NamedTuple
 
 ACTIVITY = struct.Struct("<qqd")  # collectives entered, operation code, wall time
-PROCESS = struct.Struct("<qqqd")  # pid, ending code, exit code or signal, wall time of the end
+# pid, ending code, exit code or signal, wall time of the end, the machine (HOST)
+PROCESS = struct.Struct("<qqqdq")
 SLOT = ACTIVITY.size + PROCESS.size
+# "finalize": in the job's final barrier, before MPI shutdown (world.py); "finished": past it
 OPERATIONS = ("starting", "all_reduce", "broadcast", "all_gather", "reduce_scatter",
-              "barrier", "send", "recv", "pull", "push", "finished", "failed")
+              "barrier", "send", "recv", "pull", "push", "finished", "failed", "finalize")
 # How a rank's process ended. "killed": by a signal it was sent; "stopped": by its watcher,
 # because the job was being stopped (another rank had failed, or the user interrupted it).
 ENDINGS = ("running", "exited", "killed", "stopped")
@@ -41,6 +48,7 @@ class Row(NamedTuple):
     ending: str             # one of ENDINGS
     code: int               # the exit code, or the signal's number
     ended_ago: float | None
+    host: int = 0           # the machine its process runs on (HOST of the watcher)
 
     def outcome(self) -> str:
         """'running', 'exit 0', 'killed by SIGKILL', 'stopped (SIGINT)', 'not started'."""
@@ -50,6 +58,34 @@ class Row(NamedTuple):
             name = signal_name(self.code)
             return f"killed by {name}" if self.ending == "killed" else f"stopped ({name})"
         return "running" if self.pid else "not started"
+
+
+def _host_id() -> int:
+    """This machine, as an int: its name and its boot (two containers of one machine share
+    a boot id but not their pids, and usually not their names)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", "rb") as f:
+            boot = f.read().strip()
+    except OSError:
+        boot = b""
+    return (zlib.crc32(socket.gethostname().encode()) << 31) | zlib.crc32(boot) >> 1
+
+
+HOST = _host_id()
+
+
+def process_state(row: Row) -> str | None:
+    """"stopped" (state T: SIGSTOP, SIGTSTP...), "gone" (no process left, nor an exit status
+    on the board) or None (running, ended with an account on the board, or on another
+    machine, where this process cannot look)."""
+    if row.ending != "running" or not row.pid or row.host != HOST:
+        return None
+    try:
+        with open(f"/proc/{row.pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "gone"
+    return "stopped" if state == b"T" else "gone" if state in (b"Z", b"X") else None
 
 
 def signal_name(number: int) -> str:
@@ -73,7 +109,9 @@ class StatusBoard:
         self.collectives = 0
         self.failed = False
         if rank is not None:
-            struct.pack_into("<q", self.map, SLOT * rank + ACTIVITY.size, os.getpid())
+            at = SLOT * rank + ACTIVITY.size
+            struct.pack_into("<q", self.map, at, os.getpid())
+            struct.pack_into("<q", self.map, at + PROCESS.size - 8, HOST)
             self.note("starting", collective=False)
 
     def note(self, operation: str, collective: bool = True) -> int:
@@ -90,15 +128,15 @@ class StatusBoard:
 
     def started(self, rank: int, pid: int) -> None:
         """The watcher: `pid` now runs `rank`."""
-        PROCESS.pack_into(self.map, SLOT * rank + ACTIVITY.size, pid, 0, 0, 0.0)
+        PROCESS.pack_into(self.map, SLOT * rank + ACTIVITY.size, pid, 0, 0, 0.0, HOST)
 
     def ended(self, rank: int, ending: str, code: int) -> None:
         """How rank's process ended. The first account stands: a rank that reported its own
         failure keeps that report when its watcher then stops it."""
         at = SLOT * rank + ACTIVITY.size
-        pid, current, _, _ = PROCESS.unpack_from(self.map, at)
+        pid, current, _, _, host = PROCESS.unpack_from(self.map, at)
         if current == 0:
-            PROCESS.pack_into(self.map, at, pid, ENDINGS.index(ending), code, time.time())
+            PROCESS.pack_into(self.map, at, pid, ENDINGS.index(ending), code, time.time(), host)
 
     def read(self) -> list:
         """[Row] per rank."""
@@ -106,9 +144,10 @@ class StatusBoard:
         out = []
         for r in range(self.size):
             count, code, when = ACTIVITY.unpack_from(self.map, SLOT * r)
-            pid, ending, value, ended = PROCESS.unpack_from(self.map, SLOT * r + ACTIVITY.size)
+            pid, ending, value, ended, host = PROCESS.unpack_from(self.map,
+                                                                  SLOT * r + ACTIVITY.size)
             out.append(Row(count, OPERATIONS[code] if 0 <= code < len(OPERATIONS) else "?",
                            now - when if when else None, pid,
                            ENDINGS[ending] if 0 <= ending < len(ENDINGS) else "running",
-                           value, now - ended if ended else None))
+                           value, now - ended if ended else None, host))
         return out

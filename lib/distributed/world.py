@@ -111,10 +111,42 @@ def init(timeout: float | None = None) -> World:
         from .status import StatusBoard
         board = StatusBoard(path, comm.Get_size(), comm.Get_rank())
     _WORLD = World(comm.Get_rank(), comm.Get_size(), num_ps, timeout, comm, board)
+    import atexit
     if board is not None:
-        import atexit
         atexit.register(board.note, "finished", False)
+    atexit.register(_final_barrier, _WORLD)  # runs first (atexit runs the latest first)
     return _WORLD
+
+
+def _final_barrier(w: World) -> None:
+    """At exit, before MPI shuts down: wait for every rank with the job's deadline.
+
+    MPI_Finalize waits for every other rank to reach it, with no deadline, so a rank stopped
+    (SIGSTOP) or stuck after its last exchange would hold the others there forever. Every
+    rank meets here first; once the timeout passes, it says who did not come and what each
+    was last doing, and ends the job (MPI_Abort) instead of entering the shutdown. (The
+    rill-launch watchdog covers the short step from here into MPI_Finalize.)"""
+    import sys
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is None or not mpi.Is_initialized() or mpi.Is_finalized():
+        return
+    from .collectives import wait_until
+    if w.board is not None:
+        w.board.note("finalize", collective=False)
+    request = w.comm.Ibarrier()
+
+    def missing(rows):
+        return [r for r, row in enumerate(rows)
+                if r != w.rank and row.operation not in ("finalize", "finished")]
+    try:
+        wait_until(request.Test, w, "shutdown barrier (every rank meets it before MPI "
+                   "shutdown)", missing)
+    except DistributedError as e:
+        print(f"rill.DistributedError: {e}", file=sys.stderr, flush=True)
+        if w.board is not None:
+            w.board.note("failed", collective=False)
+            w.board.ended(w.rank, "exited", 1)
+        w.comm.Abort(1)
 
 
 def srun_task() -> tuple[int, int] | None:
