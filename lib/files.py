@@ -34,11 +34,12 @@ _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
 def open_regular(path, *, op: str, follow_symlinks: bool = True, max_bytes: int | None = None,
-                 too_large: str = ""):
+                 too_large: str | None = None):
     """(binary file, size) of the regular file at `path`, opened for reading; anything else
     (missing, a directory, a FIFO, a device, a socket, a link when not `follow_symlinks`,
     more than `max_bytes` bytes) is a CheckpointError naming the path and the fix.
-    `too_large` says where the limit comes from and how to raise it, when it can be raised."""
+    `too_large` ends the refusal of a file over `max_bytes` ("more than <too_large>"): what
+    the limit is, and how to raise it where it can be raised."""
     path = os.fspath(path)
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
     nofollow = getattr(os, "O_NOFOLLOW", 0)
@@ -62,8 +63,9 @@ def open_regular(path, *, op: str, follow_symlinks: bool = True, max_bytes: int 
                 "only from regular files (a FIFO would wait for a writer, a device may never "
                 "end); copy the data into a file and load that", op=op)
         if max_bytes is not None and info.st_size > max_bytes:
-            raise CheckpointError(f"{path} holds {show_bytes(info.st_size)}, more than the "
-                                  f"{show_bytes(max_bytes)} it may{too_large}", op=op)
+            limit = too_large or f"the {show_bytes(max_bytes)} such a file may hold"
+            raise CheckpointError(f"{path} holds {show_bytes(info.st_size)}, more than {limit}",
+                                  op=op)
         os.set_blocking(fd, True)  # O_NONBLOCK was for the open; reads of a file never wait
         return os.fdopen(fd, "rb"), info.st_size
     except BaseException:

@@ -22,10 +22,10 @@ import secrets
 import numpy as np
 
 from .. import dtypes as dt
-from .. import files
 from ..devices import Device, device as as_device
 from ..errors import CaptureError, CheckpointError
-from ..files import MAX_JSON, load_budget, open_regular, over_budget, read_bounded, show_bytes
+from ..files import (MAX_JSON, load_budget, open_regular, over_budget, read_bounded, sha256,
+                     show_bytes)
 from ..sparse import SparseRows
 from ..tensor import Tensor, new_tensor
 from . import schema
@@ -208,11 +208,8 @@ def _remove_stale(path: str, keep: set) -> None:
 
 
 def _sha256(file: str) -> str:
-    digest = hashlib.sha256()
-    with open(file, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    with open(file, "rb") as f:  # the file this save just wrote
+        return sha256(f, file, op="save")
 
 
 def _key(v: Variable) -> str:
@@ -300,7 +297,8 @@ def _read_manifest(path: str) -> dict:
         raise CheckpointError(f"no saved graph at {path!r} (manifest.json is missing)",
                               op="load_graph")
     f, _ = open_regular(file, op="load_graph", follow_symlinks=False, max_bytes=MAX_MANIFEST,
-                        too_large="a manifest may hold (it names two files)")
+                        too_large=f"the {show_bytes(MAX_MANIFEST)} a manifest may hold (it "
+                                  "names two files): this is not one rill wrote")
     with f:
         doc = _parse(read_bounded(f, file, MAX_MANIFEST, op="load_graph"), file)
     where = schema.Path(file)
@@ -327,23 +325,24 @@ def _check_format(doc: dict, file: str) -> None:
                               f"rill reads version {VERSION}", op="load_graph")
 
 
-def _checked_bytes(file: str, sha256: str) -> bytes:
+def _checked_bytes(file: str, digest: str) -> bytes:
     f, _ = open_regular(file, op="load_graph", follow_symlinks=False, max_bytes=MAX_DOCUMENT,
-                        too_large="a graph document may hold")
+                        too_large=f"the {show_bytes(MAX_DOCUMENT)} a graph document may "
+                                  "hold (large values live in the state file)")
     with f:
         data = read_bounded(f, file, MAX_DOCUMENT, op="load_graph")
-    if hashlib.sha256(data).hexdigest() != sha256:
+    if hashlib.sha256(data).hexdigest() != digest:
         _checksum_differs(file)
     return data
 
 
-def _checked_state(file: str, sha256: str, budget: int):
+def _checked_state(file: str, digest: str, budget: int):
     """The state file's contents, read from the one open file whose SHA-256 was checked."""
     from ..serialization import load_from
     f, _ = open_regular(file, op="load_graph", follow_symlinks=False, max_bytes=budget,
                         too_large=over_budget(budget))
     with f:
-        if files.sha256(f, file, op="load_graph") != sha256:
+        if sha256(f, file, op="load_graph") != digest:
             _checksum_differs(file)
         f.seek(0)
         return load_from(f, file, max_bytes=budget)
@@ -355,8 +354,6 @@ def _checksum_differs(file: str):
 
 
 def _parse(data: bytes, file: str):
-    if len(data) > MAX_DOCUMENT:
-        raise CheckpointError(f"{file} is larger than {MAX_DOCUMENT} bytes", op="load_graph")
     try:
         return json.loads(data.decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as e:
