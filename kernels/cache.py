@@ -40,8 +40,10 @@ def private_folder(name: str) -> Path:
     configured = root()
     base = Path(os.path.realpath(configured))
     folder = base / name
+    first_private = base / Path(name).parts[0]
+    _check(folder, first_private, configured, only_existing=True)  # before writing anything
     _make(folder, configured)
-    _check(folder, base / Path(name).parts[0], configured)
+    _check(folder, first_private, configured)
     return folder
 
 
@@ -80,10 +82,13 @@ def _make(folder: Path, configured: Path) -> None:
                          "of yours, or RILL_NATIVE=0 to run no compiled kernel") from None
 
 
-def _check(folder: Path, first_private: Path, configured: Path) -> None:
+def _check(folder: Path, first_private: Path, configured: Path,
+           only_existing: bool = False) -> None:
     """Every folder from `/` down to `folder`: those above `first_private` on the way (this
     user's or root's, sticky where others may write), the rest this user's alone."""
     for on_path in reversed([folder, *folder.parents]):
+        if only_existing and not os.path.lexists(on_path):
+            break
         if on_path == first_private or first_private in on_path.parents:
             _check_mine(on_path, configured)
         else:
