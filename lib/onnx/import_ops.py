@@ -49,7 +49,13 @@ def known(node, value, what: str) -> np.ndarray:
 
 
 def ints(node, value, what: str) -> list:
-    return [int(v) for v in known(node, value, what).reshape(-1)]
+    from .limits import MAX_SHAPE_VALUES
+    found = known(node, value, what).reshape(-1)
+    if found.size > MAX_SHAPE_VALUES:
+        raise ONNXError(f"its {what} holds {found.size:,} values; a shape, axes or sizes "
+                        f"input holds a few per axis (at most {MAX_SHAPE_VALUES:,})",
+                        op=node.op_type)
+    return [int(v) for v in found]
 
 
 def const(array, dtype=None):

@@ -24,9 +24,9 @@ def _size(run, node, ins, a):
 
 @row("Constant")
 def _constant(run, node, ins, a):
-    from onnx import numpy_helper
+    from .tensors import decode
     if "value" in a:
-        return const(numpy_helper.to_array(a["value"]))
+        return const(decode(a["value"], "the Constant's value", run.meter, run.folder))
     for key, dtype in (("value_float", np.float32), ("value_floats", np.float32),
                        ("value_int", np.int64), ("value_ints", np.int64)):
         if key in a:
@@ -36,11 +36,15 @@ def _constant(run, node, ins, a):
 
 @row("ConstantOfShape")
 def _constant_of_shape(run, node, ins, a):
-    from onnx import numpy_helper
-    value = numpy_helper.to_array(a["value"]).reshape(-1) if "value" in a else \
-        np.zeros(1, np.float32)
+    from .tensors import decode
+    value = decode(a["value"], "the ConstantOfShape value", run.meter, run.folder) \
+        if "value" in a else np.zeros(1, np.float32)
+    if value.size != 1:
+        raise ONNXError(f"its value must hold one element, got {value.size}",
+                        op="ConstantOfShape")
     shape = tuple(ints(node, ins[0], "shape"))
-    return const(np.full(shape, value[0], dtype=value.dtype))
+    run.meter.elements(shape, "ConstantOfShape's output")
+    return const(np.full(shape, value.reshape(-1)[0], dtype=value.dtype))
 
 
 @row("Reshape")
@@ -104,14 +108,16 @@ def _split(run, node, ins, a):
     x = ins[0]
     axis = axis_of(a.get("axis", 0), x.ndim)
     n = x.shape[axis]
-    if run.opset >= 13 and len(ins) > 1 and ins[1] is not None:
-        sizes = ints(node, ins[1], "split")
-    elif "split" in a:
-        sizes = list(a["split"])
+    if run.opset >= 13 and len(ins) > 1 and ins[1] is not None or "split" in a:
+        sizes = ints(node, ins[1], "split") if run.opset >= 13 and len(ins) > 1 and \
+            ins[1] is not None else [int(s) for s in a["split"]]
+        if len(sizes) != len(node.output) or any(s < 0 for s in sizes) or sum(sizes) != n:
+            raise ONNXError(f"split sizes {sizes[:8]} must be >= 0, one per output "
+                            f"({len(node.output)}), and add up to the axis's {n}", op="Split")
     else:
         parts = a.get("num_outputs", len(node.output))
         size = -(-n // parts)  # ceil: the last part may be smaller
-        sizes = [size] * (n // size) + ([n % size] if n % size else [])
+        sizes = ([size] * (n // size) + ([n % size] if n % size else []))[:len(node.output)]
     bounds = np.cumsum([0] + sizes)
     return [rill().take(x, rill().arange(int(lo), int(hi)), axis=axis)
             for lo, hi in zip(bounds[:-1], bounds[1:])]
@@ -221,8 +227,11 @@ def _tile(run, node, ins, a):
 @row("Range")
 def _range(run, node, ins, a):
     start, limit, delta = (known(node, v, "bounds").item() for v in ins)
+    if delta == 0:
+        raise ONNXError("its delta is 0: the range would never reach its limit", op="Range")
     dtype = ins[0].dtype
     n = max(int(np.ceil((limit - start) / delta)), 0)
+    run.meter.elements((n,), "Range's output")
     return const((start + delta * np.arange(n)).astype(dtype.storage))
 
 
@@ -296,6 +305,9 @@ def _eye_like(run, node, ins, a):
     from .dtypes import rill_dtype
     x = ins[0]
     dtype = rill_dtype(a["dtype"]) if "dtype" in a else x.dtype
+    if x.ndim != 2:
+        raise ONNXError(f"its input must be 2-D, got shape {tuple(x.shape)}", op="EyeLike")
+    run.meter.elements(x.shape, "EyeLike's output")
     return const(np.eye(x.shape[0], x.shape[1], a.get("k", 0), dtype=dtype.storage))
 
 

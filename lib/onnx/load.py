@@ -12,13 +12,15 @@ of a tensor, or arithmetic on those. Those nodes run eagerly during the trace
 """
 from __future__ import annotations
 
+import os
 import re
-from contextlib import nullcontext
 
-from .errors import ONNXError, require_onnx
+from .errors import ONNXError, in_file, in_node, require_onnx, short
+from .limits import Limits, Meter, check_model, metered, subgraphs
+from .tensors import decode, read_model
 
 
-def load(path, constants=None, capture=True):
+def load(path, constants=None, capture=True, limits=None):
     """Read the ONNX model at `path` (or a ModelProto) as a rill captured function; its
     `module` attribute is the ONNXModule holding the initializers as Parameters. Raises
     ONNXError naming every op type it cannot translate.
@@ -29,14 +31,48 @@ def load(path, constants=None, capture=True):
 
     `capture=False` returns the ONNXModule itself, run eagerly node by node: slower, but
     ops whose output shapes depend on data (NonZero, Unique, Compress, NonMaxSuppression)
-    and shape inputs computed from data then work."""
+    and shape inputs computed from data then work.
+
+    `limits` (a `rill.onnx.Limits`) bounds what the file may ask for: elements of any one
+    tensor (`max_elements`, default 2**30) and of all of them (`max_total_elements`,
+    2**34), unrolled loop trips (`max_loop_trips`, 100_000, nested loops multiplied), nodes
+    run with function bodies inlined (`max_nodes`, 1_000_000) and nesting
+    (`max_depth`, 32). Each is checked before the work or the allocation; past one, an
+    `ONNXBudgetError` names it. Any malformed file raises an ONNXError naming the file and,
+    where there is one, the node.
+
+    >>> import rill.onnx
+    >>> try:
+    ...     rill.onnx.load("missing.onnx")
+    ... except rill.onnx.ONNXError as e:
+    ...     print(e.file)
+    missing.onnx
+    """
     onnx = require_onnx()
     from ..capture.function import capture as capture_fn
-    model = path if isinstance(path, onnx.ModelProto) else onnx.load(str(path))
-    module = ONNXModule(model, constants)
+    if limits is None:
+        limits = Limits()
+    elif not isinstance(limits, Limits):
+        raise ONNXError(f"limits must be a rill.onnx.Limits, got {type(limits).__name__}",
+                        op="load")
+    if isinstance(path, onnx.ModelProto):
+        model, source, folder = path, f"ModelProto {short(path.graph.name)}", None
+    elif isinstance(path, (str, os.PathLike)):
+        source = os.fspath(path)
+        folder = os.path.dirname(os.path.abspath(source))
+        try:
+            model = read_model(source)
+        except ONNXError as e:
+            raise in_file(e, source) from None
+    else:
+        raise ONNXError(f"expects the path of an .onnx file or a ModelProto, got "
+                        f"{type(path).__name__}", op="load")
+    module = ONNXModule(model, constants, limits=limits, source=source, folder=folder)
     if not capture:
         return module
-    return capture_fn(module, name=model.graph.name or "onnx_model")
+    # The graph's name is the file's to choose: only its identifier characters are kept.
+    name = re.sub(r"\W", "_", model.graph.name)[:64] or "onnx_model"
+    return capture_fn(module, name=name)
 
 
 def _model_opset(model) -> int:
@@ -66,40 +102,31 @@ def _row_name(domain, op) -> str:
 
 def _op_types(graph, found=None, functions=None):
     """Every (domain, op type) in a graph and its subgraphs, and in the bodies of the
-    model's local functions it calls."""
-    from onnx import helper
+    model's local functions it calls (check_model has bounded their nesting)."""
     found = set() if found is None else found
     functions = functions or {}
     for node in graph.node:
         key = (node.domain, node.op_type)
-        if key in found:
-            continue
-        found.add(key)
-        if key in functions:
-            _op_types(functions[key], found, functions)
-        for attr in node.attribute:
-            value = helper.get_attribute_value(attr)
-            for sub in (value if isinstance(value, list) else [value]):
-                if hasattr(sub, "node"):
-                    _op_types(sub, found, functions)
+        if key not in found:
+            found.add(key)
+            if key in functions:
+                _op_types(functions[key], found, functions)
+        for sub in subgraphs(node):
+            _op_types(sub, found, functions)
     return found
 
 
 def trace_time_inputs(graph) -> set:
     """Names of the values a graph (or its subgraphs) feeds to inputs that must be known
     when it is traced: those of import_ops.TRACE_TIME_INPUTS (scales, regions)."""
-    from onnx import helper
     from .import_ops import TRACE_TIME_INPUTS
     found = set()
     for node in graph.node:
         for i in TRACE_TIME_INPUTS.get(node.op_type, ()):
             if i < len(node.input) and node.input[i]:
                 found.add(node.input[i])
-        for attr in node.attribute:
-            value = helper.get_attribute_value(attr)
-            for sub in (value if isinstance(value, list) else [value]):
-                if hasattr(sub, "node"):
-                    found |= trace_time_inputs(sub)
+        for sub in subgraphs(node):
+            found |= trace_time_inputs(sub)
     return found
 
 
@@ -123,46 +150,52 @@ from ..nn.module import Module  # noqa: E402  (after the lazy-import note above)
 
 
 class ONNXModule(Module):
-    """An ONNX graph run with rill ops. `initializer_names` maps each Parameter's attribute
-    name to its ONNX name; inputs are taken in the order of the graph's inputs."""
+    """An ONNX graph run with rill ops. `initializer_names` maps each Parameter's (and
+    buffer's) name in the module to its ONNX name; inputs are taken in the order of the
+    graph's inputs. The weights live only in the module's parameter and buffer registries,
+    never as attributes, so an initializer named `forward` or `training` changes nothing of
+    the module but its own entry."""
 
-    def __init__(self, model, constants=None):
+    def __init__(self, model, constants=None, limits=None, source=None, folder=None):
         super().__init__()
+        self.limits = limits or Limits()
+        self.source = source or f"ModelProto {short(model.graph.name)}"
+        self.folder = folder
+        try:
+            self._read(model, constants)
+        except ONNXError as e:
+            raise in_file(e, self.source) from None
+
+    def _read(self, model, constants):
         import numpy as np
-        from onnx import numpy_helper
-        from .. import ops
-        from ..nn.parameter import Parameter
-        from .import_ops import TABLE
         from .import_function import has_body
+        from .import_ops import TABLE
         self.opset = _model_opset(model)
         self.opsets = _model_opsets(model)
         self.functions = {(f.domain, f.name): f for f in model.functions}
+        check_model(model, self.functions, lambda d, op: _translated(d, op, TABLE),
+                    self.limits)
         missing = sorted(f"{d + '.' if d not in ('', 'ai.onnx') else ''}{op}"
                          for d, op in _op_types(model.graph, functions=self.functions)
                          if not (_translated(d, op, TABLE) or
                                  has_body(_domain(d), op, self.opsets, self.functions)))
         if missing:
+            shown = ", ".join(short(m, 60).strip("'") for m in missing[:20])
+            more = f" and {len(missing) - 20} more" if len(missing) > 20 else ""
             raise ONNXError(f"the model uses ONNX ops rill does not translate: "
-                            f"{', '.join(missing)}", op="load")
+                            f"{shown}{more}", op="load")
         self._graph = model.graph
         self.initializer_names: dict = {}
         self._constants: dict = {}  # ONNX name -> NumPy array (integer, bool initializers)
-        used: set = set()
+        self.input_names: list = []
+        self.output_names: list = []
         from .export import BUFFERS_KEY, CONSTANTS_KEY
         fixed = trace_time_inputs(model.graph) | _named_by(model, CONSTANTS_KEY)
         statistics = running_statistics(model.graph) | _named_by(model, BUFFERS_KEY)
-        for init in model.graph.initializer:
-            array = numpy_helper.to_array(init)
-            if array.dtype.kind == "f" and init.name not in fixed:
-                attr = _attr_name(init.name, used)
-                value = ops.creation.tensor(np.array(array))
-                if init.name in statistics:  # state, not weights: fine-tuning leaves it be
-                    self.register_buffer(attr, value)
-                else:
-                    setattr(self, attr, Parameter(value))
-                self.initializer_names[attr] = init.name
-            else:
-                self._constants[init.name] = np.array(array)
+        meter = Meter(self.limits)
+        arrays = [(init.name, decode(init, "initializer", meter, self.folder))
+                  for init in model.graph.initializer]
+        self._register(arrays, fixed, statistics)
         names = {i.name for i in model.graph.input}
         for name, value in (constants or {}).items():
             if name not in names:
@@ -173,48 +206,92 @@ class ONNXModule(Module):
         self.input_names = [i.name for i in model.graph.input if i.name not in fed]
         self.output_names = [o.name for o in model.graph.output]
 
+    def _register(self, arrays, fixed, statistics):
+        """Float initializers become Parameters (buffers for running statistics), the rest
+        constants; each registered under a name no attribute of the module has."""
+        import numpy as np
+        from .. import ops
+        from ..nn.parameter import Parameter
+        taken = set(dir(type(self))) | set(self.__dict__)
+        for name, array in arrays:
+            if array.dtype.kind == "f" and name not in fixed:
+                attr = _attr_name(name, taken)
+                value = ops.creation.tensor(np.array(array))
+                if name in statistics:  # state, not weights: fine-tuning leaves it be
+                    self.register_buffer(attr, value)
+                else:
+                    self.register_parameter(attr, Parameter(value))
+                self.initializer_names[attr] = name
+            else:
+                self._constants[name] = np.array(array)
+
+    def weight(self, attr):
+        """The Parameter or buffer registered as `attr`."""
+        found = self._parameters.get(attr)
+        return found if found is not None else self._buffers[attr]
+
     def forward(self, *inputs):
+        try:
+            return self._run(inputs)
+        except ONNXError as e:
+            raise in_file(e, self.source) from None
+
+    def _run(self, inputs):
         if len(inputs) != len(self.input_names):
             raise ONNXError(f"the model takes {len(self.input_names)} inputs "
                             f"({', '.join(self.input_names)}), got {len(inputs)}", op="load")
-        from ..eager.context import outside_capture
         from ..ops.creation import as_tensor
-        run = Runner(self.opset, opsets=self.opsets, functions=self.functions)
-        with outside_capture():
+        run = Runner(self.opset, opsets=self.opsets, functions=self.functions,
+                     meter=Meter(self.limits), folder=self.folder)
+        with metered(run.meter, eager=True):
             for name, array in self._constants.items():
                 run.set(name, as_tensor(array), static=True)
         for attr, name in self.initializer_names.items():
-            run.set(name, getattr(self, attr))
+            run.set(name, self.weight(attr))
         for name, x in zip(self.input_names, inputs):
             run.set(name, as_tensor(x))
         run.graph(self._graph)
-        outs = [run.get(name) for name in self.output_names]
+        outs = []
+        for name in self.output_names:
+            if not run.has(name):
+                raise ONNXError(f"the graph's output {short(name)} is not produced by any "
+                                "node, initializer or input", op="load")
+            outs.append(run.get(name))
         return outs[0] if len(outs) == 1 else tuple(outs)
 
 
-def _attr_name(name: str, used: set) -> str:
-    base = re.sub(r"\W", "_", name)
-    if not base or base[0].isdigit():
+def _attr_name(name: str, taken: set) -> str:
+    """An identifier for `name` that is not in `taken` (which it joins): ONNX names may be
+    anything, module entries are dotless identifiers that must not shadow an attribute."""
+    base = re.sub(r"\W", "_", name)[:100]
+    if not base or base[0].isdigit() or base[0] == "_":
         base = "w_" + base
     attr, k = base, 1
-    while attr in used:
+    while attr in taken:
         attr, k = f"{base}_{k}", k + 1
-    used.add(attr)
+    taken.add(attr)
     return attr
 
 
 class Runner:
     """Runs ONNX nodes on rill tensors. A value is static when it follows from constants
-    alone; static nodes run eagerly even during a trace, so shapes are known."""
+    alone; static nodes run eagerly even during a trace, so shapes are known. Every node,
+    loop trip and tensor is charged to `meter` (limits.Meter), shared by the child scopes
+    of subgraphs and function bodies, whose nesting it bounds too."""
 
     def __init__(self, opset: int, parent: "Runner | None" = None, opsets=None,
-                 functions=None):
+                 functions=None, meter=None, folder=None):
         self.opset = opset
         self.parent = parent
         self.opsets = dict(opsets or {"": opset})  # {domain: version}, for function bodies
         self.functions = functions or {}  # the model's local functions by (domain, name)
         self.values: dict = {}
         self.static: set = set()
+        self.meter = meter if meter is not None else \
+            (parent.meter if parent is not None else Meter(Limits()))
+        self.folder = folder if parent is None else parent.folder  # for external data
+        self.depth = 0 if parent is None else parent.depth + 1
+        self.meter.depth(self.depth)
 
     def set(self, name, value, static: bool = False):
         self.values[name] = value
@@ -223,13 +300,22 @@ class Runner:
         else:
             self.static.discard(name)
 
+    def has(self, name) -> bool:
+        scope = self
+        while scope is not None:
+            if name in scope.values:
+                return True
+            scope = scope.parent
+        return False
+
     def get(self, name):
         scope = self
         while scope is not None:
             if name in scope.values:
                 return scope.values[name]
             scope = scope.parent
-        raise ONNXError(f"value {name!r} is used before it is produced", op="load")
+        raise ONNXError(f"input {short(name)} is not produced by any earlier node, "
+                        "initializer or graph input", op="load")
 
     def is_static(self, name) -> bool:
         scope = self
@@ -242,32 +328,38 @@ class Runner:
     def child(self) -> "Runner":
         return Runner(self.opset, self, self.opsets, self.functions)
 
+    def eagerly(self):
+        """A context running rill ops now, charged to the meter (values known at trace time,
+        even inside a capture)."""
+        return metered(self.meter, eager=True)
+
     def graph(self, graph):
-        from ..eager.context import outside_capture
+        for index, node in enumerate(graph.node):
+            try:
+                self.meter.node()
+                self._node(node)
+            except ONNXError as e:
+                raise in_node(e, node, index) from None
+            except Exception as e:  # noqa: BLE001 - any failure of a node names the node
+                error = ONNXError(f"{type(e).__name__}: {e}", op=short(node.op_type, 40))
+                raise in_node(error, node, index) from e
+
+    def _node(self, node):
+        from onnx import helper
         from .import_function import run_function
         from .import_ops import ALWAYS_STATIC, CONTROL_FLOW, NEVER_STATIC, TABLE
-        from onnx import helper
-        for node in graph.node:
-            translate = TABLE.get(_row_name(node.domain, node.op_type), run_function)
-            ins = [self.get(n) if n else None for n in node.input]
-            attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-            static = node.op_type not in NEVER_STATIC and \
-                all(self.is_static(n) for n in node.input if n)
-            # A control-flow body may read traced values of this graph: its nodes decide
-            # for themselves whether they run at trace time.
-            context = outside_capture() if static and node.op_type not in CONTROL_FLOW \
-                else nullcontext()
-            try:
-                with context:
-                    outs = translate(self, node, ins, attrs)
-            except ONNXError:
-                raise
-            except Exception as e:  # noqa: BLE001 - say which node failed
-                raise ONNXError(f"{node.op_type} node {node.name or node.output[0]!r}: "
-                                f"{type(e).__name__}: {e}", op=node.op_type) from e
-            if not isinstance(outs, (list, tuple)):
-                outs = [outs]
-            flags = getattr(outs, "static", None) or [static] * len(outs)
-            for name, value, flag in zip(node.output, outs, flags):
-                if name and value is not None:
-                    self.set(name, value, flag or node.op_type in ALWAYS_STATIC)
+        translate = TABLE.get(_row_name(node.domain, node.op_type), run_function)
+        ins = [self.get(n) if n else None for n in node.input]
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        static = node.op_type not in NEVER_STATIC and \
+            all(self.is_static(n) for n in node.input if n)
+        # A control-flow body may read traced values of this graph: its nodes decide for
+        # themselves whether they run at trace time.
+        with metered(self.meter, eager=static and node.op_type not in CONTROL_FLOW):
+            outs = translate(self, node, ins, attrs)
+        if not isinstance(outs, (list, tuple)):
+            outs = [outs]
+        flags = getattr(outs, "static", None) or [static] * len(outs)
+        for name, value, flag in zip(node.output, outs, flags):
+            if name and value is not None:
+                self.set(name, value, flag or node.op_type in ALWAYS_STATIC)
