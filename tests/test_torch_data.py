@@ -1,6 +1,7 @@
 """rill.utils.data against torch.utils.data on the same data: datasets, samplers,
 default_collate, DataLoader (batches, lengths, shuffling, threads, errors, timeouts)."""
 import collections
+import math
 import threading
 import time
 
@@ -485,3 +486,14 @@ def test_data_map_in_flight_needs_workers():
         ds.map(lambda x: x, in_flight=2)
     with pytest.raises(rill.ArgumentError, match="in_flight must be an int >= 1"):
         ds.map(lambda x: x, num_workers=1, in_flight=0)
+
+
+def test_loader_timeout_is_refused_like_the_queues():
+    """torch's DataLoader compares timeout < 0, so NaN slips through there; here it is
+    refused as rill.data refuses it, with None, a string and a bool."""
+    ds, _ = pair_datasets(4)
+    for bad in (float("nan"), -0.5, -math.inf, None, "3", True):
+        with pytest.raises(rill.ArgumentError, match=r"timeout option should be seconds >= 0"):
+            rud.DataLoader(ds, timeout=bad)
+    for good in (0, 0.5, np.float64(2.0), math.inf):
+        assert len(list(rud.DataLoader(ds, batch_size=2, timeout=good))) == 2

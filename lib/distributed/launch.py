@@ -211,6 +211,11 @@ def _run(a, cmd, env, status: str, console: Console) -> int:
 SHUTDOWN_GRACE_S = 5.0
 
 
+def _entered(row) -> float:
+    """When (wall time) the rank entered its last operation."""
+    return time.time() - row.ago if row.ago is not None else 0.0
+
+
 class Watchdog(threading.Thread):
     """Looks at the ranks' processes while the job runs: which are stopped (state T in
     /proc/<pid>/stat: SIGSTOP answers no message and ends nothing, so only the process
@@ -234,11 +239,12 @@ class Watchdog(threading.Thread):
         rows = board_rows(self.a, self.status)
         now = time.monotonic()
         for rank, row in enumerate(rows):
-            state = process_state(row)
-            if state == "stopped":
+            if process_state(row) == "stopped":
                 self.stopped.setdefault(rank, (now, row))
-            elif state is None and row.ending == "running":
-                self.stopped.pop(rank, None)  # it was continued (SIGCONT)
+            elif rank in self.stopped and _entered(row) > _entered(self.stopped[rank][1]) + 0.01:
+                # continued (SIGCONT), and it has done something since. (Continued only to
+                # take the job's stop request, as when mpiexec ends the job, it has not.)
+                del self.stopped[rank]
         late = [r for r, row in enumerate(rows) if row.operation == "finished" and
                 row.ending == "running" and (row.ago or 0) > self.a.timeout + SHUTDOWN_GRACE_S]
         if late and self.hung is None and self.proc.poll() is None:
@@ -281,7 +287,11 @@ def outcome(a, status: str, rc: int, watch: Watchdog | None = None) -> tuple[int
             row.ending == "running" and row.pid and _alive(row.pid)
             for row in board_rows(a, status)):
         time.sleep(0.05)
-    stopped = watch.stopped if watch is not None else {}
+    rows = board_rows(a, status)
+    failed = rc != 0 or any(row.ending in ("killed", "stopped") or row.code or
+                            row.ending == "running" and row.pid and not _alive(row.pid)
+                            for row in rows)
+    stopped = watch.stopped if watch is not None and failed else {}
     causes, consequences = [], []
     if watch is not None and watch.hung:
         causes.append((0.0, 1, watch.hung))
@@ -292,7 +302,7 @@ def outcome(a, status: str, rc: int, watch: Watchdog | None = None) -> tuple[int
                        f"after SIGSTOP) for the last {end - since:.1f} s of the job, last seen "
                        f"entering {then.operation} (its collective #{then.collectives}); the "
                        "other ranks could not go on without it"))
-    for rank, row in enumerate(board_rows(a, status)):
+    for rank, row in enumerate(rows):
         if rank in stopped:
             continue
         who = f"rank {rank} ({role_of(rank, a.ps)})"
@@ -306,6 +316,12 @@ def outcome(a, status: str, rc: int, watch: Watchdog | None = None) -> tuple[int
             causes.append((-(row.ended_ago or 0), row.code,
                            f"{who} failed with exit code {row.code}" +
                            (" (see its output above)" if failed else f", {seen}")))
+        elif failed and row.ending == "exited" and row.operation not in ("finished",
+                                                                          "failed"):
+            # exit 0 without passing the barrier before MPI shutdown (os._exit, or a
+            # process that left MPI some other way): the others cannot finish without it
+            causes.append((-(row.ended_ago or 0), 1,
+                           f"{who} exited (code 0) without reaching the job's end, {seen}"))
         elif row.ending == "stopped":
             consequences.append((0, 1, f"{who} was stopped ({signal_name(row.code)}), {seen}"))
         elif row.ending == "running" and row.pid and not _alive(row.pid):

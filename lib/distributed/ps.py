@@ -292,6 +292,8 @@ class ParameterServer:
             raise refuse(f"a {kind} where a {' or '.join(expected)} was expected")
         fields: dict = {"value": {}, "wanted": {}, "indices": {}, "rows": {}}
         for field, name, array in message.entries:
+            if field not in fields:  # the wire allows it in this kind; this strategy not
+                raise refuse(f"a {field} entry ({name!r}) in a {kind}")
             fields[field][name] = array
         dense = {**{n: None for n in fields["wanted"]}, **fields["value"]}
         if kind != "pull" and set(fields["indices"]) != set(fields["rows"]):

@@ -67,6 +67,7 @@ _CODE = {d.newbyteorder("="): i + 1 for i, d in enumerate(DTYPES)}
 _FIELD_CODE = {f: i + 1 for i, f in enumerate(FIELDS)}
 _SHAPE = [struct.Struct(f"<{n}Q") for n in range(MAX_NDIM + 1)]
 _CODE_OF: dict = {}  # dtype object -> its code (or None): newbyteorder costs a microsecond
+_MAX_BYTES = np.iinfo(np.intp).max
 
 
 class Message(NamedTuple):
@@ -161,10 +162,19 @@ def decode(buffer, sender: str) -> Message:
         at += _padded(name_length)
         dtype = DTYPES[code - 1]
         nbytes = math.prod(shape) * dtype.itemsize  # Python ints: no overflow
-        if max(shape, default=0) >= 2**62 or at + _padded(nbytes) > n:
+        # NumPy refuses a shape whose nonzero dimensions would span more bytes than it can
+        # address, even an empty one's ((0, 2**61) of float32): refused here first
+        extent = math.prod(d for d in shape if d) * dtype.itemsize
+        if extent > _MAX_BYTES:
+            raise refuse(f"{where} ({name!r}): shape {shape} of {dtype.name} spans {extent} "
+                         f"bytes, more than any array can ({_MAX_BYTES})")
+        if at + _padded(nbytes) > n:
             raise refuse(f"{where} ({name!r}): shape {shape} of {dtype.name} needs {nbytes} "
                          f"bytes, {max(n - at, 0)} are left")
-        array = raw[at:at + nbytes].view(dtype).reshape(shape)
+        try:
+            array = raw[at:at + nbytes].view(dtype).reshape(shape)
+        except ValueError as e:  # whatever else this NumPy refuses to shape
+            raise refuse(f"{where} ({name!r}): shape {shape} of {dtype.name}: {e}") from None
         if dtype.kind == "b" and nbytes and raw[at:at + nbytes].max() > 1:
             raise refuse(f"{where} ({name!r}): booleans other than 0 and 1")
         at += _padded(nbytes)

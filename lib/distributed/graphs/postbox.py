@@ -61,6 +61,7 @@ class Postbox:
 
     def post(self, dest: int, kind: str, step: int, entries, tag: int) -> None:
         from mpi4py import MPI
+        self._note("send")
         buffer = wire.encode(kind, step, entries)
         with self.sending:
             self.pending.append((self.comm.Isend([buffer, MPI.BYTE], dest, tag), buffer))
@@ -97,6 +98,7 @@ class Postbox:
         """The value `key` of `step` that rank `source` sends (waiting for it)."""
         want = (source, key, step)
         found = []
+        self._note("recv")
 
         def arrived():
             if want in self.values:
@@ -123,6 +125,7 @@ class Postbox:
         from mpi4py import MPI
         status = MPI.Status()
         found = []
+        self._note("recv")
 
         def arrived():
             msg = self.comm.Improbe(source, REPLY, status)
@@ -134,7 +137,7 @@ class Postbox:
         self._wait(arrived, what, [source])
         message = found[0]
         if message.kind == "error":
-            text = bytes(message.entries[0][2]).decode("utf-8", "replace")
+            text = error_text(message)
             raise DistributedError(f"{what}: {task_of(self.world, source)} refused: {text}",
                                    op="distributed")
         if message.kind not in kinds:
@@ -191,7 +194,7 @@ class Postbox:
             sender = status.Get_source()
             message = self._read(msg, status)
             if message.kind == "error":
-                self.failed[sender] = bytes(message.entries[0][2]).decode("utf-8", "replace")
+                self.failed[sender] = error_text(message)
                 continue
             if message.kind != "tensor":
                 raise DistributedError(f"rank {sender} sent a {message.kind} message where "
@@ -208,6 +211,11 @@ class Postbox:
         self.post(dest, "error", 0, [("text", "error", np.frombuffer(
             why.encode("utf-8")[:60000], np.uint8))], VALUE)
 
+    def _note(self, operation: str) -> None:
+        """Say on the status board what this task last did (what a timeout elsewhere tells)."""
+        if self.world.board is not None:
+            self.world.board.note(operation, collective=False)
+
     def _wait(self, done, what: str, peers, deadline: float | None = None) -> None:
         start = time.monotonic()
         deadline = start + self.world.timeout if deadline is None else deadline
@@ -221,6 +229,14 @@ class Postbox:
             else:
                 time.sleep(pause)
                 pause = min(pause * 1.5, 1e-3)
+
+
+def error_text(message) -> str:
+    """What an "error" message says (its text entry; a sender's fault, not ours, if none)."""
+    for field, _, array in message.entries:
+        if field == "text" and array.dtype == np.uint8 and array.ndim == 1:
+            return bytes(array).decode("utf-8", "replace")
+    return "(an error message without its text)"
 
 
 _POSTBOX: Postbox | None = None

@@ -107,6 +107,9 @@ class TaskProgram(PartitionedProgram):
             else:
                 raise DistributedError(f"{task} still lacks {sorted(wanted)[:3]} after they "
                                        f"were sent, registering {self.name}", op="capture")
+            if not _PEERS:
+                import atexit
+                atexit.register(_left_without_close)
             _PEERS.add(rank)
             for i, key in names.items():
                 v = part.variables[i]
@@ -170,7 +173,8 @@ def fetch(obj):
         if held is None:
             raise DistributedError(
                 f"{key or 'the tensor'} is on {t.device}, but no captured step of this process "
-                "has used it, so its name there is not known here", op="fetch")
+                "has used it, nor did a checkpoint restored here name it, so its name there "
+                "is not known here", op="fetch")
         wanted.setdefault(held[0], {})[held[1]] = key
     w = world()
     got = {}
@@ -194,6 +198,13 @@ def fetch(obj):
         [out[i] for i in range(len(out))]
 
 
+def adopt(t, task: str, name: str) -> None:
+    """Know tensor `t` as `name` on `task` before any captured step of this process has
+    used it: what restoring a distributed checkpoint learns from its manifest, so that a job
+    restarted at its last checkpoint, which runs no step, can still fetch()."""
+    _HELD.setdefault(id(t), (task, name, t))
+
+
 def global_step() -> int:
     """How many steps the parameter servers had applied when they last sent this worker
     values (the largest a ps reported; 0 before the first captured step)."""
@@ -214,6 +225,24 @@ def close() -> None:
     for rank in sorted(_PEERS or set(w.ps_ranks)):
         box.post(rank, "close", 0, [], CONTROL)
     box.flush("close")
+    _PEERS.clear()
+
+
+def _left_without_close() -> None:
+    """At exit, a worker that has not closed tells the tasks it registered with, which
+    would otherwise wait for its close() forever (their serve() ends with an error naming
+    it)."""
+    if not _PEERS:
+        return
+    w = world()
+    box = postbox(w)
+    try:
+        for rank in sorted(_PEERS):
+            box.fail(rank, f"{w.task_name} (rank {w.rank}) exited without calling "
+                           "rill.distributed.close()")
+        box.flush("telling the parameter servers this worker exited without close()")
+    except DistributedError:
+        pass  # they are gone already: nothing waits for this worker there
     _PEERS.clear()
 
 

@@ -98,6 +98,8 @@ class GraphServer:
         self.requests = {r: deque() for r in w.worker_ranks}  # each worker's, in order
         self.running: dict = {}     # worker rank -> its StepRun
         self.since: dict = {}       # worker rank -> when its first request began to wait
+        self.leaving: dict = {}     # worker rank -> when it was first seen gone or stopped
+        self.looked = 0.0           # when the board was last read for workers that left
         self.failure = None
 
     def run(self) -> dict:
@@ -116,6 +118,7 @@ class GraphServer:
         while open_workers or any(self.requests.values()):
             moved = self._take_control(open_workers)
             self.box.collect()
+            self._check_left(open_workers)
             for worker in self.world.worker_ranks:
                 while self.requests[worker] and self._advance(worker):
                     moved = True
@@ -154,6 +157,43 @@ class GraphServer:
             else:
                 raise DistributedError(f"a {kind} message from {task_of(self.world, sender)} "
                                        "on the control channel; refused", op="serve")
+
+    def _check_left(self, open_workers) -> None:
+        """Raise DistributedError naming a worker that will never close: it said at exit
+        that it had not (program.py), or, under rill-launch (about every 0.2 s), the status
+        board shows it in MPI shutdown or its process ended or gone for longer than a grace
+        for its close to arrive, or its process stopped (SIGSTOP) for longer than the job's
+        timeout. Without this, serve() would wait for its close() forever."""
+        for worker in sorted(open_workers):
+            why = self.box.failed.get(worker)
+            if why is not None:
+                raise self._left(worker, f"it said so at exit: {why}")
+        now = time.monotonic()
+        board = self.world.board
+        if board is None or now - self.looked < 0.2 or not open_workers:
+            return
+        from ..collectives import describe
+        from ..status import process_state
+        self.looked = now
+        rows = board.read()
+        for worker in sorted(open_workers):
+            row = rows[worker]
+            state = process_state(row)
+            if state is None and row.ending == "running" and \
+                    row.operation not in ("finalize", "finished"):
+                self.leaving.pop(worker, None)
+                continue
+            waited = now - self.leaving.setdefault(worker, now)
+            # a close() sent just before the process ended may still be on its way
+            limit = self.world.timeout if state == "stopped" else min(2.0, self.world.timeout)
+            if waited > limit:
+                raise self._left(worker, describe(self.world, worker, row))
+
+    def _left(self, worker: int, why: str) -> DistributedError:
+        return DistributedError(
+            f"serve() on {self.here} waits for every worker to close, but "
+            f"{task_of(self.world, worker)} (rank {worker}) will not: {why}. Each worker "
+            "calls rill.distributed.close() when it is done", op="serve")
 
     # ---- registration ------------------------------------------------------------------
 

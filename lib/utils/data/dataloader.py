@@ -74,9 +74,14 @@ class DataLoader:
                  prefetch_factor: int | None = None, persistent_workers: bool = False,
                  pin_memory_device: str = "", in_order: bool = True):
         num_workers = _count(num_workers, "num_workers", 0)
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
-            raise ArgumentError(f"timeout option should be non-negative seconds, got "
-                                f"{timeout!r}", op=_OP)
+        try:  # rill.data's rule (NaN, < 0 and non-numbers refused), but not its None: torch
+            #     spells "no limit" 0, and a None here would be a guess between the two
+            if timeout is None:
+                raise ArgumentError("None", op=_OP)
+            timeouts.seconds_or_none(timeout, _OP, allow_zero=True)
+        except ArgumentError:
+            raise ArgumentError(f"timeout option should be seconds >= 0 (0: no limit of the "
+                                f"loader's own), got {timeout!r}", op=_OP) from None
         if prefetch_factor is not None:
             if num_workers == 0:
                 raise ArgumentError("prefetch_factor option could only be specified in "
