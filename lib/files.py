@@ -8,7 +8,7 @@ once instead of waiting), O_NOFOLLOW where the format keeps its files side by si
 directory (a link there is refused, not followed), then fstat-ed and refused unless it is a
 regular file, and read no further than a limit the caller states.
 
-Limits (docs/FORMAT.md, docs/GRAPH_FORMAT.md):
+Limits (the loaders' docstrings, docs/FORMAT.md and docs/GRAPH_FORMAT.md refer here):
 - MAX_JSON: any JSON document a loader parses (a graph, a manifest) is at most 256 MiB;
   a real one is a few MiB, the large values live in binary files.
 - the load budget (`load_budget`): the bytes a loaded file may make rill allocate, for its
@@ -41,7 +41,8 @@ def open_regular(path, *, op: str, follow_symlinks: bool = True, max_bytes: int 
     `too_large` ends the refusal of a file over `max_bytes` ("more than <too_large>"): what
     the limit is, and how to raise it where it can be raised."""
     path = os.fspath(path)
-    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+    nonblock = getattr(os, "O_NONBLOCK", 0)  # absent on Windows, which has no FIFOs to fear
+    flags = os.O_RDONLY | nonblock | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
     nofollow = getattr(os, "O_NOFOLLOW", 0)
     if not follow_symlinks:
         if not nofollow and os.path.islink(path):  # no O_NOFOLLOW here: the racy check
@@ -66,7 +67,8 @@ def open_regular(path, *, op: str, follow_symlinks: bool = True, max_bytes: int 
             limit = too_large or f"the {show_bytes(max_bytes)} such a file may hold"
             raise CheckpointError(f"{path} holds {show_bytes(info.st_size)}, more than {limit}",
                                   op=op)
-        os.set_blocking(fd, True)  # O_NONBLOCK was for the open; reads of a file never wait
+        if nonblock:
+            os.set_blocking(fd, True)  # O_NONBLOCK was for the open; a file's reads never wait
         return os.fdopen(fd, "rb"), info.st_size
     except BaseException:
         os.close(fd)
@@ -126,7 +128,11 @@ def over_budget(budget: int) -> str:
 
 
 def show_bytes(n: int) -> str:
-    """2147483648 -> '2.0 GiB (2147483648 bytes)'."""
+    """Bytes as a refusal names them: rounded for the eye, exact for a budget to be set.
+
+    >>> show_bytes(96 << 30)
+    '96.0 GiB (103079215104 bytes)'
+    """
     for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= size:
             return f"{n / size:.1f} {unit} ({n} bytes)"

@@ -392,6 +392,8 @@ def _read_manifest(f, path, size):
               f"{MAX_NESTING} containers)")
     except (UnicodeDecodeError, ValueError) as e:
         fault(f"the manifest is not valid JSON ({e})")
+    except MemoryError:  # under MAX_JSON, yet more objects than this machine can hold
+        fault(f"the manifest ({show_bytes(length)}) holds more than there is memory to parse")
     data_start = _aligned(HEADER_SIZE + length)
     if data_start > size:
         fault(f"truncated: {size} bytes, the data section starts at byte {data_start}")

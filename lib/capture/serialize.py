@@ -361,6 +361,9 @@ def _parse(data: bytes, file: str):
     except RecursionError:
         raise CheckpointError(f"{file} is nested too deeply to be a saved graph",
                               op="load_graph") from None
+    except MemoryError:  # under the size cap, yet more objects than this machine can hold
+        raise CheckpointError(f"{file} holds more JSON than there is memory to parse it "
+                              "(a saved graph's document is a few MiB)", op="load_graph") from None
 
 
 def _build(doc, state, budget: int) -> list:
@@ -499,8 +502,9 @@ def _constants(graph: Graph) -> dict:
 def _peak_bytes(graph: Graph):
     """(the most bytes that values made by a call of `graph` hold at once, the node where
     that is reached). Nodes run in order; a value lives from its node to its last use (a
-    result to the end); a node holding subgraphs adds their peak while it runs. Inputs,
-    reads and constants are buffers from before the call, not counted."""
+    result to the end); a node holding subgraphs adds their peak while it runs (a fused
+    node's body too: its NumPy path makes those values). Inputs, reads and constants are
+    buffers from before the call, not counted."""
     last = {v: i for i, node in enumerate(graph.nodes) for v in node.inputs}
     results = set(graph.outputs)
     owned: dict = {}
