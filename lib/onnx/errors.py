@@ -11,6 +11,12 @@ class ONNXError(CaptureError):
     file = None  # the model file (or ModelProto) the error is about, once known
     node = None  # the node it is about, once known
 
+    def __str__(self) -> str:
+        if self.node is None:
+            return super().__str__()
+        # the message names the node and its op type: the op is not said twice
+        return self.message + (f"  [at {self.location}]" if self.location else "")
+
 
 class ONNXBudgetError(ONNXError):
     """An imported model that asks for more than rill.onnx.Limits allows: loop trips, nodes,

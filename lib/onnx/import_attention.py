@@ -29,6 +29,8 @@ def _repeat_heads(x, times):
 def _window_bias(r, length, keys, offset, dtype, allowed_fn):
     """0 where allowed_fn(i, j, offset) holds, -inf elsewhere; offset an int or a (batch,)
     tensor (then the bias is (batch, 1, L, S))."""
+    from .limits import meter
+    meter().elements((length, keys), "the attention mask")
     i = np.arange(length).reshape(length, 1)
     j = np.arange(keys).reshape(1, keys)
     if isinstance(offset, int):

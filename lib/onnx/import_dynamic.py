@@ -12,8 +12,8 @@ import numpy as np
 
 from .import_ops import axis_of, const, known, rill, row
 
-WHY = "input (its result's shape depends on its values; load with capture=False to run " \
-    "the model eagerly)"
+WHY = "input (load with capture=False to run the model eagerly: its result's shape depends " \
+    "on its values)"
 
 
 @row("Compress")

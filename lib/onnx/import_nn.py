@@ -273,6 +273,9 @@ def _lrn(run, node, ins, a):
     r = rill()
     x = ins[0]
     size = a["size"]
+    if size < 1:
+        raise ONNXError(f"size must be >= 1, got {size}", op="LRN")
+    run.meter.unroll("LRN's window", size)
     alpha, beta, bias = a.get("alpha", 1e-4), a.get("beta", 0.75), a.get("bias", 1.0)
     before, after = (size - 1) // 2, math.ceil((size - 1) / 2)
     squared = r.pad(x * x, ((0, 0), (before, after)) + ((0, 0),) * (x.ndim - 2))

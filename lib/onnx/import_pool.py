@@ -5,6 +5,7 @@ adds, so gradients and capture come for free."""
 from __future__ import annotations
 
 import itertools
+import math
 
 from .import_ops import rill, row
 
@@ -33,6 +34,8 @@ def window_sum(x, kernel, before, after, strides, dilations, out, fill=0.0, comb
     widths = ((0, 0), (0, 0)) + tuple((lo, hi + e) for lo, hi, e in zip(before, after, extra))
     if any(w for pair in widths for w in pair):
         x = r.pad(x, widths, mode="constant", value=fill)
+    from .limits import meter
+    meter().unroll("the pooling window", math.prod(kernel))
     total = None
     for offset in itertools.product(*[range(k) for k in kernel]):
         key = (slice(None), slice(None)) + tuple(

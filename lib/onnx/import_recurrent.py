@@ -164,6 +164,8 @@ def _recurrent(run, node, ins, a):
     h0 = zeros if h0 is None else h0
     c0 = zeros if c0 is None else c0
     fns = _activations(a, _DEFAULTS[kind], directions)
+    run.meter.unroll(f"{kind}'s {x.shape[0]:,} time steps in {directions} direction(s)",
+                     x.shape[0] * directions)
     ys, hs, cs = [], [], []
     for d in range(directions):
         backward = direction == "reverse" or d == 1

@@ -17,6 +17,7 @@ import numpy as np
 
 from .errors import ONNXError
 from .import_ops import axis_of, const, known, rill, row
+from .limits import meter
 
 
 def _text(value, default):
@@ -105,6 +106,7 @@ def _axis_plan(a, n_in, n_out, scale, roi):
         w = np.where((sources < 0) | (sources >= n_in), 0.0, w)
         total = w.sum(axis=1, keepdims=True)
         w = w / np.where(total == 0, 1.0, total)
+    meter().elements((n_out, n_in), "Resize's weight matrix")
     matrix = np.zeros((n_out, n_in))
     rows = np.broadcast_to(np.arange(n_out)[:, None], sources.shape)
     np.add.at(matrix, (rows, np.clip(sources, 0, n_in - 1)), w)  # edge pixels repeat
@@ -148,7 +150,15 @@ def _output_sizes(a, x, axes, scales, sizes):
 
 def resize(x, a, axes, scales, sizes, roi):
     """x resampled along `axes` (scales or sizes per axis; roi as 2 * len(axes) values)."""
+    given = scales if sizes is None else sizes
+    if len(given) != len(axes):
+        raise ONNXError(f"{len(given)} {'scales' if sizes is None else 'sizes'} for "
+                        f"{len(axes)} axes: it needs one per axis", op="Resize")
     sizes, scales = _output_sizes(a, x, axes, scales, sizes)
+    shape = list(x.shape)
+    for axis, size in zip(axes, sizes):
+        shape[axis] = size
+    meter().elements(shape, "Resize's output")
     fill = a.get("extrapolation_value", 0.0)
     k = len(axes)
     for i, axis in enumerate(axes):

@@ -103,6 +103,8 @@ def _grid_sample(run, node, ins, a):
     strides = [math.prod(dims[i + 1:]) for i in range(rank)]
     flat_x = x.reshape((n, c, -1))
     q = math.prod(out)
+    from .limits import meter
+    meter().unroll("GridSample's taps", math.prod(len(taps) for taps in per_axis))
     total = None
     for combo in itertools.product(*per_axis):
         flat = sum(index * stride for (index, _), stride in zip(combo, strides))
@@ -127,6 +129,7 @@ def _affine_grid(run, node, ins, a):
     theta, size = ins
     size = ints(node, size, "size")
     spatial = size[2:]
+    run.meter.elements(list(spatial) + [2 * (len(spatial) + 1)], "AffineGrid's grid")
     aligned = bool(a.get("align_corners", 0))
     axes = []
     for s in spatial:

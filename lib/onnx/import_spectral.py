@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from .errors import ONNXError
 from .import_ops import axis_of, const, ints, rill, row
 
 
 def _matrices(n_in, n_out, length, inverse):
     """cos and sin of 2 pi k t / length for t < n_in (input), k < n_out (output)."""
+    from .limits import meter
+    meter().elements((4, n_in, n_out), "the DFT's matrices")
     t = np.arange(n_in).reshape(-1, 1)
     k = np.arange(n_out).reshape(1, -1)
     angle = 2 * np.pi * ((t * k) % length) / length
@@ -93,7 +96,11 @@ def _stft(run, node, ins, a):
         size = ints(node, frame_length, "frame_length")[0]
     else:
         size = window.shape[0]
+    if step < 1 or size < 1:
+        raise ONNXError(f"frame_step ({step}) and the frame length ({size}) must be >= 1",
+                        op="STFT")
     frames = (signal.shape[1] - size) // step + 1
+    run.meter.elements((max(frames, 0), size), "STFT's frame indices")
     index = np.arange(frames).reshape(-1, 1) * step + np.arange(size).reshape(1, -1)
     framed = r.take(signal, const(index.reshape(-1)), axis=1)
     framed = framed.reshape((signal.shape[0], frames, size, signal.shape[2]))

@@ -27,8 +27,10 @@ class Limits:
       output), checked before it is allocated or recorded;
     - `max_total_elements`: elements of all the tensors one run of the model makes,
       initializers included;
-    - `max_loop_trips`: unrolled trips of Loop, Scan and the recurrent ops, summed over the
-      model (a loop inside a loop counts the product); also caps a data-dependent Loop;
+    - `max_loop_trips`: unrolled trips of Loop, Scan and the recurrent ops (and the terms
+      of ops translated as unrolled sums: pooling windows, LRN, GridSample's taps), summed
+      over the model, a loop inside a loop counting the product; also caps the trips of a
+      Loop whose condition depends on data, when the graph runs;
     - `max_nodes`: nodes run in one run of the model, every function body inlined and every
       unrolled trip counted;
     - `max_depth`: nesting of subgraphs (If, Loop, Scan bodies) and function calls.
@@ -122,6 +124,14 @@ class Meter:
         finally:
             self.scale = outer
 
+    def unroll(self, what: str, count: int):
+        """Charge `count` trips at once: the time steps of a recurrent op, the terms of an
+        op translated as an unrolled sum (a pooling window's offsets, LRN's window)."""
+        if count * self.scale > self.remaining_trips():
+            _raise(what, count * self.scale, self.limits.max_loop_trips, "max_loop_trips",
+                   " unrolled steps")
+        self.trips += count
+
     def _trip(self, what: str):
         self.trips += 1
         if self.trips > self.limits.max_loop_trips:
@@ -144,6 +154,14 @@ class Metered:
         for shape, _ in (avals if prim.multiple_results else (avals,)):
             self.meter.elements(shape, f"the output of {prim.name}")
         return self.inner.apply(prim, args, attrs, avals, device)
+
+
+def meter() -> Meter:
+    """The meter of the ONNX node running now, for helpers not handed the Runner (outside an
+    import: a fresh one with the default limits)."""
+    from ..eager.context import current
+    found = current().interpreter
+    return found.meter if isinstance(found, Metered) else Meter(Limits())
 
 
 def metered(meter: Meter, eager: bool):

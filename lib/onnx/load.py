@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 
+from ..errors import Error
 from .errors import ONNXError, in_file, in_node, require_onnx, short
 from .limits import Limits, Meter, check_model, metered, subgraphs
 from .tensors import decode, read_model
@@ -341,7 +342,9 @@ class Runner:
             except ONNXError as e:
                 raise in_node(e, node, index) from None
             except Exception as e:  # noqa: BLE001 - any failure of a node names the node
-                error = ONNXError(f"{type(e).__name__}: {e}", op=short(node.op_type, 40))
+                said = f"{e.op}: {e.message}" if isinstance(e, Error) and e.op else \
+                    getattr(e, "message", None) or str(e)
+                error = ONNXError(f"{type(e).__name__}: {said}", op=node.op_type[:40])
                 raise in_node(error, node, index) from e
 
     def _node(self, node):
