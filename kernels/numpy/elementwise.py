@@ -11,7 +11,7 @@ from rill.kernels.native import build as native
 from rill.ops.primitive import register_kernels
 
 from . import parallel
-from .special import erf
+from .special import erf, gelu as _gelu_exact, gelu_grad
 
 # The compiled modules (kernels/native) these kernels may load: built ahead of a captured
 # step's first call (build.prefetch).
@@ -82,7 +82,7 @@ def _gelu(x, approximate):
     if approximate == "tanh":
         return (0.5 * x * (1 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))).astype(
             x.dtype, copy=False)
-    return (0.5 * x * (1 + erf(x * (1 / math.sqrt(2.0))))).astype(x.dtype, copy=False)
+    return _gelu_exact(x)
 
 
 class AgainstRows:
@@ -246,7 +246,7 @@ KERNELS = {
     "signbit": np.signbit, "bitwise_invert": np.invert, "conj": np.conjugate, "real": _real,
     "imag": _imag,
     "sigmoid": _sigmoid, "softplus": _softplus, "silu": _silu, "erf": erf,
-    "leaky_relu": _leaky_relu, "elu": _elu, "gelu": _gelu,
+    "leaky_relu": _leaky_relu, "elu": _elu, "gelu": _gelu, "gelu_grad": gelu_grad,
     "isnan": np.isnan, "isinf": np.isinf, "isfinite": np.isfinite,
     "logical_not": np.logical_not,
     "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.true_divide,

@@ -11,7 +11,7 @@ import math
 from .. import dtypes as dt
 from ..eager.backward import COMPLEX_RULES
 from ..eager.bind import bind
-from ..errors import DTypeError, reports_as
+from ..errors import DTypeError, ShapeError, reports_as
 from . import attrs as A
 from . import promotion
 from .arguments import as_choice, as_dtype, as_float
@@ -162,9 +162,35 @@ def _gelu_vjp(g, out, x, approximate="none"):
     if approximate == "tanh":
         t = tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x))
         d = 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * _SQRT_2_OVER_PI * (1 + 3 * 0.044715 * x * x)
+    elif x.device.kind == "cpu" and x.dtype in _GELU_GRAD_DTYPES and g.dtype is x.dtype:
+        # one pass (kernels/numpy/special.py) where the composite below is eleven
+        return (bind(gelu_grad_p, g, x),)
     else:
         d = 0.5 * (1 + erf(x * _INV_SQRT_2)) + x * exp(-0.5 * x * x) * _INV_SQRT_2PI
     return (g * d,)
+
+
+def _gelu_grad_infer(g, x):
+    require(x, "f", "real floating tensors")
+    if g.dtype is not x.dtype:
+        raise DTypeError(f"expects g and x of one dtype, got {g.dtype} and {x.dtype}")
+    if tuple(g.shape) != tuple(x.shape):
+        raise ShapeError(f"expects g and x of one shape, got {g.shape} and {x.shape}")
+    return x.shape, x.dtype
+
+
+def _gelu_grad_vjp(h, out, g, x):
+    # g gelu'(x) is linear in g; gelu''(x) = phi(x) (2 - x^2), phi the normal density
+    return (_gelu_vjp(h, None, x)[0] if g.requires_grad else None,
+            h * g * (exp(-0.5 * x * x) * _INV_SQRT_2PI) * (2 - x * x) if x.requires_grad
+            else None)
+
+
+_GELU_GRAD_DTYPES = (dt.float32, dt.float64)
+# g * gelu'(x) for exact gelu: a CPU kernel for float32/float64, which gelu's gradient calls.
+gelu_grad_p = primitive("gelu_grad", _gelu_grad_infer, _gelu_grad_vjp, attrs={},
+                        cpu_only="a CPU fast path: other devices run gelu's gradient as a "
+                                 "composite in rill ops")
 
 
 def _silu_vjp(g, out, x):

@@ -2,6 +2,7 @@
 dot, outer and tensordot built on them."""
 from __future__ import annotations
 
+import math
 import re
 import string
 
@@ -49,7 +50,14 @@ def _matmul_vjp(g, out, x, y):
     if x.requires_grad:
         gx = reshape(sum_to_shape(matmul(g2, swapaxes(y2, -1, -2)), x2.shape), x.shape)
     if y.requires_grad:
-        gy = reshape(sum_to_shape(matmul(swapaxes(x2, -1, -2), g2), y2.shape), y.shape)
+        if x2.ndim > 2 and y2.ndim == 2:
+            # x @ W with x (B, T, C): W's gradient is one (B*T, C)^T @ (B*T, D) GEMM, not B
+            # products summed
+            n = math.prod(x2.shape[:-1])
+            rows, grads = reshape(x2, (n, x2.shape[-1])), reshape(g2, (n, g2.shape[-1]))
+            gy = reshape(matmul(swapaxes(rows, -1, -2), grads), y.shape)
+        else:
+            gy = reshape(sum_to_shape(matmul(swapaxes(x2, -1, -2), g2), y2.shape), y.shape)
     return gx, gy
 
 
