@@ -98,6 +98,9 @@ def test_a_graph_job_restarted_at_its_last_checkpoint_can_fetch(tmp_path):
     assert "attempt 1 starts at step 4" in out, out
     assert rc == 0, out
     assert out.count("fetched at step 4") == 2, out
+    # the values the ps restored are those attempt 0's other worker fetched after step 4
+    weights = {line.split("weight ")[1] for line in out.splitlines() if "fetched at" in line}
+    assert len(weights) == 1, out
 
 
 # ---- decoders ------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from .postbox import CONTROL, postbox, task_rank
 
 _HELD: dict = {}                   # id(tensor) -> (task, name on that task, tensor)
 _PEERS: set = set()                # ranks of the tasks this process has registered with
+_ADOPTED: dict = {}                # id(buffer) -> (task, name there, tensor): from a restore
 
 
 class TaskTransport(Transport):
@@ -169,7 +170,7 @@ def fetch(obj):
     for key, t in named.items():
         if t.device.task is None:
             continue
-        held = _HELD.get(id(t))
+        held = _HELD.get(id(t)) or _ADOPTED.get(id(t._data))
         if held is None:
             raise DistributedError(
                 f"{key or 'the tensor'} is on {t.device}, but no captured step of this process "
@@ -202,7 +203,9 @@ def adopt(t, task: str, name: str) -> None:
     """Know tensor `t` as `name` on `task` before any captured step of this process has
     used it: what restoring a distributed checkpoint learns from its manifest, so that a job
     restarted at its last checkpoint, which runs no step, can still fetch()."""
-    _HELD.setdefault(id(t), (task, name, t))
+    # By buffer: a checkpoint restores into state_dict()'s detached tensors, which share
+    # their buffer (the host copy of the variable's initial value) with the parameter.
+    _ADOPTED.setdefault(id(t._data), (task, name, t))
 
 
 def global_step() -> int:
