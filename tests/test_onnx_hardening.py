@@ -262,6 +262,15 @@ def test_size_budget_is_configurable_and_holds_captured_graphs_too():
     total = Limits(max_total_elements=100_000)
     refused(lambda: rill.onnx.load(m, limits=total)(rill.ones(1)), ONNXBudgetError,
             "max_total_elements")
+    # the weights count toward a run's total: 40k of weights, 40k of constant, 40k of sum
+    both = model([helper.make_node("ConstantOfShape", ["s"], ["c"]),
+                  helper.make_node("Add", ["c", "w"], ["y"])], [vi("unused", shape=[1])],
+                 inits=[ints("s", [40_000]),
+                        numpy_helper.from_array(np.ones(40_000, np.float32), "w")])
+    refused(lambda: rill.onnx.load(both, limits=total)(rill.ones(1)), ONNXBudgetError,
+            "max_total_elements", "Add node #1")
+    f = rill.onnx.load(both, limits=Limits(max_total_elements=200_000))
+    assert f(rill.ones(1)).shape == (40_000,)
 
 
 @pytest.mark.timeout(10)

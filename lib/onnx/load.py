@@ -12,13 +12,14 @@ of a tensor, or arithmetic on those. Those nodes run eagerly during the trace
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 
 from ..errors import Error
 from .errors import ONNXError, in_file, in_node, require_onnx, short
 from .limits import Limits, Meter, check_model, metered, subgraphs
-from .tensors import decode, read_model
+from .tensors import check_text, decode, read_model
 
 
 def load(path, constants=None, capture=True, limits=None):
@@ -171,6 +172,7 @@ class ONNXModule(Module):
         import numpy as np
         from .import_function import has_body
         from .import_ops import TABLE
+        check_text(model)
         self.opset = _model_opset(model)
         self.opsets = _model_opsets(model)
         self.functions = {(f.domain, f.name): f for f in model.functions}
@@ -197,6 +199,7 @@ class ONNXModule(Module):
         arrays = [(init.name, decode(init, "initializer", meter, self.folder))
                   for init in model.graph.initializer]
         self._register(arrays, fixed, statistics)
+        self._loaded_elements = meter.total  # a run's total starts from the weights'
         names = {i.name for i in model.graph.input}
         for name, value in (constants or {}).items():
             if name not in names:
@@ -242,8 +245,10 @@ class ONNXModule(Module):
             raise ONNXError(f"the model takes {len(self.input_names)} inputs "
                             f"({', '.join(self.input_names)}), got {len(inputs)}", op="load")
         from ..ops.creation import as_tensor
-        run = Runner(self.opset, opsets=self.opsets, functions=self.functions,
-                     meter=Meter(self.limits), folder=self.folder)
+        meter = Meter(self.limits)
+        meter.total = self._loaded_elements
+        run = Runner(self.opset, opsets=self.opsets, functions=self.functions, meter=meter,
+                     folder=self.folder)
         with metered(run.meter, eager=True):
             for name, array in self._constants.items():
                 run.set(name, as_tensor(array), static=True)
@@ -272,6 +277,56 @@ def _attr_name(name: str, taken: set) -> str:
         attr, k = f"{base}_{k}", k + 1
     taken.add(attr)
     return attr
+
+
+@functools.lru_cache(maxsize=4096)
+def _schema(op_type: str, version: int, domain: str):
+    from onnx import defs
+    try:
+        return defs.get_schema(op_type, version, domain)
+    except Exception:  # noqa: BLE001 - no such op (a local function), or a version past int
+        return None
+
+
+def _check_against_schema(node, version: int) -> None:
+    """The node's input count and attributes against its op's schema at the model's opset,
+    so that a damaged node is named for what it lacks, not for the IndexError it causes."""
+    from onnx import AttributeProto
+    schema = _schema(node.op_type, version, _domain(node.domain))
+    if schema is None:
+        return
+    from onnx.defs import OpSchema
+    given = len(node.input)
+    if not schema.min_input <= given <= schema.max_input:
+        most = "" if schema.max_input == schema.min_input else \
+            " or more" if schema.max_input > 10 ** 6 else f" to {schema.max_input}"
+        raise ONNXError(f"takes {schema.min_input}{most} inputs, got {given}",
+                        op=node.op_type)
+    for i, (name, formal) in enumerate(zip(node.input, schema.inputs)):
+        if not name and formal.option == OpSchema.FormalParameterOption.Single:
+            raise ONNXError(f"its input #{i} ({formal.name}) is required, but the node "
+                            "leaves it out", op=node.op_type)
+    if not schema.min_output <= len(node.output) <= schema.max_output:
+        raise ONNXError(f"has {len(node.output)} outputs; its schema allows "
+                        f"{schema.min_output} to {schema.max_output}", op=node.op_type)
+    attrs = {a.name: a for a in node.attribute}
+    for name, spec in schema.attributes.items():
+        found = attrs.get(name)
+        if found is None:
+            if spec.required:
+                raise ONNXError(f"lacks its required attribute {name!r}", op=node.op_type)
+        elif found.type != int(spec.type) and found.type != AttributeProto.UNDEFINED:
+            expected = AttributeProto.AttributeType.Name(int(spec.type))
+            raise ONNXError(f"attribute {name!r} must be of type {expected}, got "
+                            f"{_attribute_type(found.type)}", op=node.op_type)
+
+
+def _attribute_type(number: int) -> str:
+    from onnx import AttributeProto
+    try:
+        return AttributeProto.AttributeType.Name(number)
+    except ValueError:
+        return f"number {number}"
 
 
 class Runner:
@@ -352,6 +407,7 @@ class Runner:
         from .import_function import run_function
         from .import_ops import ALWAYS_STATIC, CONTROL_FLOW, NEVER_STATIC, TABLE
         translate = TABLE.get(_row_name(node.domain, node.op_type), run_function)
+        _check_against_schema(node, self.opsets.get(_domain(node.domain), 1))
         ins = [self.get(n) if n else None for n in node.input]
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         static = node.op_type not in NEVER_STATIC and \

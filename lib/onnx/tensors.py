@@ -53,6 +53,26 @@ def read_model(path):
     return model
 
 
+def check_text(model) -> None:
+    """Refuse a model with a string field that is not UTF-8: protobuf hands such a field
+    over as bytes, and every name, op type and domain is read as text."""
+    from google.protobuf.descriptor import FieldDescriptor
+    pending = [model]
+    while pending:
+        message = pending.pop()
+        for field, value in message.ListFields():
+            if field.type not in (FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_MESSAGE):
+                continue
+            many = field.is_repeated if hasattr(field, "is_repeated") else \
+                field.label == FieldDescriptor.LABEL_REPEATED  # protobuf before 6
+            values = list(value) if many else [value]
+            if field.type == FieldDescriptor.TYPE_MESSAGE:
+                pending.extend(values)
+            elif any(not isinstance(v, str) for v in values):
+                raise ONNXError(f"a {field.full_name.removeprefix('onnx.')} field is not "
+                                "UTF-8 text: the file is damaged", op="load")
+
+
 def _read_exactly(fd, offset: int, length: int, source: str) -> bytes:
     chunks, got = [], 0
     while got < length:
