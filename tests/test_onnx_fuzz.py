@@ -329,7 +329,7 @@ def test_bases_load_and_run(traced, tmp_path):
 
 @pytest.mark.timeout(120)
 def test_protobuf_mutations(traced, tmp_path):
-    _fuzz(tmp_path, "bytes", 70,
+    _fuzz(tmp_path, "bytes", 140,
           lambda m, rng: mutate_bytes(m.SerializeToString(), rng))
 
 
@@ -341,4 +341,4 @@ def _graph_mutation(m, rng):
 
 @pytest.mark.timeout(120)
 def test_graph_mutations(traced, tmp_path):
-    _fuzz(tmp_path, "graph", 110, _graph_mutation)
+    _fuzz(tmp_path, "graph", 100, _graph_mutation)
