@@ -167,6 +167,9 @@ class ONNXModule(Module):
             self._read(model, constants)
         except ONNXError as e:
             raise in_file(e, self.source) from None
+        except Exception as e:  # noqa: BLE001 - a case the checks missed: still the file's
+            raise in_file(ONNXError(f"cannot read the model: {type(e).__name__}: {e}",
+                                    op="load"), self.source) from e
 
     def _read(self, model, constants):
         import numpy as np
@@ -196,8 +199,8 @@ class ONNXModule(Module):
         fixed = trace_time_inputs(model.graph) | _named_by(model, CONSTANTS_KEY)
         statistics = running_statistics(model.graph) | _named_by(model, BUFFERS_KEY)
         meter = Meter(self.limits)
-        arrays = [(init.name, decode(init, "initializer", meter, self.folder))
-                  for init in model.graph.initializer]
+        arrays = ((init.name, decode(init, "initializer", meter, self.folder))
+                  for init in model.graph.initializer)  # one decoded at a time
         self._register(arrays, fixed, statistics)
         self._loaded_elements = meter.total  # a run's total starts from the weights'
         names = {i.name for i in model.graph.input}
