@@ -119,18 +119,23 @@ def init(timeout: float | None = None) -> World:
 
 
 def _final_barrier(w: World) -> None:
-    """At exit, before MPI shuts down: wait for every rank with the job's deadline.
+    """At exit, before MPI shuts down: wait for every rank, and give up on one that cannot come.
 
     MPI_Finalize waits for every other rank to reach it, with no deadline, so a rank stopped
-    (SIGSTOP) or stuck after its last exchange would hold the others there forever. Every
-    rank meets here first; once the timeout passes, it says who did not come and what each
-    was last doing, and ends the job (MPI_Abort) instead of entering the shutdown. (The
+    (SIGSTOP) or gone after its last exchange would hold the others there forever. Every rank
+    meets here first. A rank still running may take as long as it needs (ranks of a job may
+    finish far apart: a chief's last evaluation, an uneven shard); a rank that is stopped, or
+    gone or ended without coming, for longer than the job's timeout is named, with what each
+    was last doing, and the job ends (MPI_Abort) instead of entering the shutdown. Without a
+    status board (no rill-launch) nothing tells them apart, and the wait is MPI's. (The
     rill-launch watchdog covers the short step from here into MPI_Finalize.)"""
     import sys
+    import time
     mpi = sys.modules.get("mpi4py.MPI")
     if mpi is None or not mpi.Is_initialized() or mpi.Is_finalized():
         return
-    from .collectives import wait_until
+    from .collectives import timeout_error
+    from .status import process_state
     if w.board is not None:
         w.board.note("finalize", collective=False)
     request = w.comm.Ibarrier()
@@ -138,15 +143,23 @@ def _final_barrier(w: World) -> None:
     def missing(rows):
         return [r for r, row in enumerate(rows)
                 if r != w.rank and row.operation not in ("finalize", "finished")]
-    try:
-        wait_until(request.Test, w, "shutdown barrier (every rank meets it before MPI "
-                   "shutdown)", missing)
-    except DistributedError as e:
-        print(f"rill.DistributedError: {e}", file=sys.stderr, flush=True)
-        if w.board is not None:
+    held_since, looked = None, time.monotonic()
+    while not request.Test():
+        time.sleep(0.005)
+        now = time.monotonic()
+        if w.board is None or now - looked < 0.25:
+            continue
+        looked, rows = now, w.board.read()
+        held = [r for r in missing(rows)
+                if process_state(rows[r]) or rows[r].ending != "running"]
+        held_since = None if not held else held_since or now
+        if held_since is not None and now - held_since > w.timeout:
+            error = timeout_error(w, "shutdown barrier (every rank meets it before MPI "
+                                  "shutdown)", missing)
+            print(f"rill.DistributedError: {error}", file=sys.stderr, flush=True)
             w.board.note("failed", collective=False)
             w.board.ended(w.rank, "exited", 1)
-        w.comm.Abort(1)
+            w.comm.Abort(1)
 
 
 def srun_task() -> tuple[int, int] | None:

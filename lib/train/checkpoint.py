@@ -384,6 +384,7 @@ def _merge(current, saved, name, select, report):
             (isinstance(current, Tensor) and current.device.task is not None):
         # Restored by the task that holds it; a value from a file cannot reach it from here.
         if isinstance(saved, HeldElsewhere) and saved.matches(current):
+            _distributed().adopt(current, saved.task, saved.name)  # a restart can fetch it
             report.loaded.append(name)
         else:
             report.mismatched.append(f"{name}: checkpoint {_describe(saved)} vs model "

@@ -1,6 +1,8 @@
 """Jobs for tests/distributed/test_hardening_round2.py, one per finding (the first argument):
 
     stop_after_last   every rank all-reduces once, then rank 2 stops itself (SIGSTOP)
+    finish_apart      every rank all-reduces once, then rank 2 works on (sleeps) for twice
+                      the job's timeout before it ends: a slow rank, not a stuck one
     graph_no_close    a captured async step over ps:0; worker:1 ends without close()
     graph_vanish      the same, but worker:1's process ends at once (os._exit: no atexit)
     graph_stop        a captured sync step; worker:1 stops itself (SIGSTOP) before step 3
@@ -22,6 +24,16 @@ if mode == "stop_after_last":
     print("last exchange done", flush=True)
     if w.rank == 2:
         os.kill(os.getpid(), signal.SIGSTOP)
+    sys.exit(0)
+
+if mode == "finish_apart":
+    import time
+
+    import rill
+    dist.all_reduce(rill.ones(3))
+    if w.rank == 2:
+        time.sleep(2 * w.timeout)
+    print(f"rank {w.rank} done", flush=True)
     sys.exit(0)
 
 if w.role == "ps":  # a ps imports no user module

@@ -368,6 +368,13 @@ def held_name(t) -> str | None:
     return None if found is None else found[1]
 
 
+def adopt(t, task: str, name: str) -> None:
+    """Know `t` as `name` on `task` (program.adopt): a restore that matched it to the
+    manifest's entry, so that fetch() finds it before any step has run here."""
+    from .program import adopt as know
+    know(t, task, name)
+
+
 def _held_index() -> dict:
     """id(buffer) -> (task, name there) of every tensor of another task a captured step of
     this process has used. By buffer, not by tensor: a state_dict() holds detached tensors,
