@@ -137,7 +137,7 @@ def run_case(model, data_sets, rtol, atol, fix_integers=False, capture=True) -> 
                 if why:
                     return why
     except Exception as e:  # noqa: BLE001 - every failure is a result here
-        return f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+        return f"{type(e).__name__}: {str(e)}"  # whole: main() matches phrases anywhere in it
     return None
 
 
@@ -165,6 +165,7 @@ def main(argv=None):
         if why is not None and "load with capture=False" in why:  # data-dependent shapes
             why = run_case(model, data_sets, rtol, atol, capture=False)
             eager += why is None
+        why = why if why is None else why.splitlines()[0][:160]
         per_op[op][1] += 1
         if why is None:
             per_op[op][0] += 1
