@@ -35,6 +35,18 @@ DIRECT = True
 PER_IMAGE = True
 
 
+def _per_image(channels: int, kernel, out_size) -> bool:
+    """Per-image GEMMs (conv_per_image), or one GEMM over the batch's columns (below)?
+
+    Per image, a GEMM's long side is one image's output pixels: for small outputs with deep
+    columns (ResNet's 7x7 layers; VGG's and Overfeat's 512 channels at 12-14 pixels a side)
+    it is too skinny for BLAS, and the batch's columns ran 1.4-2.6x faster in the weight
+    gradient and up to 2x in the others (BENCHMARKS.md). The rule depends only on the layer,
+    so a step's three kernels agree, and the forward's columns serve the weight gradient."""
+    pixels, depth = int(np.prod(out_size)), channels * int(np.prod(kernel))
+    return PER_IMAGE and not (pixels <= 64 or (pixels <= 256 and depth >= 4096))
+
+
 def _compute_dtype(a):
     return np.float32 if a.dtype == np.float16 else a.dtype
 
@@ -134,16 +146,16 @@ def _channels_first(y, n, out_size):
 
 
 def conv(x, w, *bias, stride, padding, dilation, groups):
-    y = conv_direct.conv(x, w, bias[0] if bias else None, stride, padding, dilation) \
-        if groups == 1 and DIRECT else None
-    if y is not None:
-        return y
-    if groups == 1 and PER_IMAGE:
-        return conv_per_image.conv(x, w, bias[0] if bias else None, stride, padding, dilation)
     n, o = x.shape[0], w.shape[0]
     kernel = w.shape[2:]
     out = tuple((s + p[0] + p[1] - d * (k - 1) - 1) // st + 1 for s, p, d, k, st in
                 zip(x.shape[2:], padding, dilation, kernel, stride))
+    y = conv_direct.conv(x, w, bias[0] if bias else None, stride, padding, dilation) \
+        if groups == 1 and DIRECT and conv_direct.pays(x.shape[1], o, out[-1]) else None
+    if y is not None:
+        return y
+    if groups == 1 and _per_image(x.shape[1], kernel, out):
+        return conv_per_image.conv(x, w, bias[0] if bias else None, stride, padding, dilation)
     cols = _cols(x, kernel, out, stride, padding, dilation, groups)
     wm = w.reshape(groups, o // groups, -1).astype(cols.dtype, copy=False)
     y = np.matmul(wm, cols).reshape(o, -1)
@@ -154,10 +166,11 @@ def conv(x, w, *bias, stride, padding, dilation, groups):
 
 def conv_transpose(g, w, input_size, stride, padding, dilation, groups):
     gx = conv_direct.conv_transpose(g, w, input_size, stride, padding, dilation) \
-        if groups == 1 and DIRECT else None
+        if groups == 1 and DIRECT and conv_direct.pays(g.shape[1], w.shape[1],
+                                                       input_size[-1]) else None
     if gx is not None:
         return gx
-    if groups == 1 and PER_IMAGE:
+    if groups == 1 and _per_image(w.shape[1], w.shape[2:], g.shape[2:]):
         return conv_per_image.conv_transpose(g, w, input_size, stride, padding, dilation)
     n, o = g.shape[:2]
     out = g.shape[2:]
@@ -188,10 +201,11 @@ def conv_transpose(g, w, input_size, stride, padding, dilation, groups):
 
 def conv_weight_grad(x, g, kernel_size, stride, padding, dilation, groups):
     gw = conv_direct.conv_weight_grad(x, g, kernel_size, stride, padding, dilation) \
-        if groups == 1 and DIRECT else None
+        if groups == 1 and DIRECT and conv_direct.weight_grad_pays(x.shape[1], g.shape[-1]) \
+        else None
     if gw is not None:
         return gw
-    if groups == 1 and PER_IMAGE:
+    if groups == 1 and _per_image(x.shape[1], kernel_size, g.shape[2:]):
         return conv_per_image.conv_weight_grad(x, g, kernel_size, stride, padding, dilation)
     o = g.shape[1]
     cols = _cols(x, kernel_size, g.shape[2:], stride, padding, dilation, groups)

@@ -28,6 +28,27 @@ def _applies(x, w, stride, dilation, padding) -> bool:
             and min(min(p) for p in padding) >= 0)
 
 
+# Where the loops beat the GEMM kernels (measured on the Table 1 models' and ResNet-18's
+# layers, 2-core AMD EPYC, BENCHMARKS.md; the loops were tuned on the bench's 32x32 layers
+# of at most 64 channels, on an Intel Xeon): rows of at least 16 pixels (one
+# vector: a 13-pixel row of AlexNet's conv3 leaves lanes idle and the GEMM 1.5x ahead) and
+# at most 128 channels in and out (past that the packed weights outgrow the caches: VGG's
+# 128->256 at 56x56 ran 1.5x slower). The weight gradient's loop re-reads g for every input
+# channel and tap block, so it pays only for the first layers' few channels (<= 32): at
+# 256 channels it ran 5-13x slower than a GEMM (AlexNet's conv3-5, VGG's conv5-8).
+# conv.py asks these before calling the kernels below (which run any shape they apply to).
+MIN_WIDTH, MAX_CHANNELS, MAX_WEIGHT_GRAD_CHANNELS = 16, 128, 32
+
+
+def pays(in_channels: int, out_channels: int, out_width: int) -> bool:
+    """Whether the forward loop (also the input gradient's, channels swapped) beats GEMMs."""
+    return out_width >= MIN_WIDTH and max(in_channels, out_channels) <= MAX_CHANNELS
+
+
+def weight_grad_pays(in_channels: int, out_width: int) -> bool:
+    return out_width >= MIN_WIDTH and in_channels <= MAX_WEIGHT_GRAD_CHANNELS
+
+
 def _module(*arrays):
     return native.for_arrays("conv", *arrays)
 
