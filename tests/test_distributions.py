@@ -413,3 +413,22 @@ def test_lgamma_and_digamma_match_scipy():
     assert lgamma(rill.tensor([4.0])).dtype == rill.float32
     # float32: the recurrence shift cancels ~log(13!) ~ 22, so errors are ~1e-6 absolute
     assert lgamma(rill.tensor([4.0])).item() == pytest.approx(math.lgamma(4.0), abs=1e-5)
+
+
+@pytest.mark.parametrize("where", ["captured", "gpu"])
+def test_categorical_samples_captured_and_on_the_gpu(where):
+    """The Gumbel-max draw is ops like any other: it captures (a new draw each call) and runs
+    on the gpu device, with the right frequencies and zero-weight categories never drawn."""
+    logits = rill.tensor([np.log(0.25), -np.inf, np.log(0.75)])
+    if where == "gpu":
+        if not rill.gpu.is_available():
+            pytest.skip("no gpu device")
+        logits = logits.to("gpu")
+        draw = lambda t: D.Categorical(logits=t).sample((4000,))  # noqa: E731
+    else:
+        draw = rill.capture(lambda t: D.Categorical(logits=t).sample((4000,)))
+    first, second = draw(logits).to("cpu").numpy(), draw(logits).to("cpu").numpy()
+    assert first.shape == (4000,) and first.dtype == np.int64
+    assert not np.array_equal(first, second)                 # not frozen at trace time
+    freq = np.bincount(np.concatenate([first, second]), minlength=3) / 8000
+    np.testing.assert_allclose(freq, [0.25, 0.0, 0.75], atol=5 * np.sqrt(0.25 * 0.75 / 8000))
