@@ -145,7 +145,7 @@ def setup(label: str, case: str):
         return kernel_case(fw, case), []
     step, x, y = gpt_step(fw, clip)
     call = fw.capture(step) if label in (CAPTURED, BASE_CAPTURED) else step
-    return (lambda: call(x, y)), [float(call(x, y)) for _ in range(CHECK_CALLS)]
+    return (lambda: call(x, y)), [float(call(x, y).detach()) for _ in range(CHECK_CALLS)]
 
 
 def tree_at(rev: str) -> str:
