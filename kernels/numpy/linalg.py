@@ -44,17 +44,16 @@ def _matmul(a, b):
 def _as_one_gemm(a, b):
     """(rows, b2, shape): a stacked product whose right operand is one matrix (or vector) for
     every batch, x @ W with x (B, T, C), as one GEMM of a's rows, (B*T, C) @ (C, D), reshaped
-    to `shape`; None where a's rows are not one strided matrix without a copy (a transposed
-    view), or b has a batch. NumPy's stacked matmul runs one small GEMM per batch on one
-    thread: 1.3-5x the time of the single GEMM on two (measured in BENCHMARKS.md)."""
+    to `shape`; None where a is not C-contiguous (its rows may not be one strided matrix
+    without a copy: a transposed view), or b has a batch. NumPy's stacked matmul runs one
+    small GEMM per batch on one thread: 1.3-5x the time of the single GEMM on two (measured
+    in BENCHMARKS.md)."""
     if a.ndim < 3 or any(d != 1 for d in b.shape[:-2]):
         return None
     b2 = b.reshape(b.shape[-2:]) if b.ndim > 2 else b
-    n = a.size // a.shape[-1] if a.shape[-1] else int(np.prod(a.shape[:-1]))
-    try:
-        rows = np.reshape(a, (n, a.shape[-1]), copy=False)
-    except ValueError:  # a copy would be needed
+    if not a.flags.c_contiguous:  # its rows may not be one strided matrix without a copy
         return None
+    rows = a.reshape(int(np.prod(a.shape[:-1])), a.shape[-1])
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     return rows, b2, batch + a.shape[-2:-1] + b2.shape[1:]
 
