@@ -16,6 +16,7 @@ them over today's: the old kernels stay callable without a copy of their code he
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/conv.py
     python bench/conv.py --cases step --repeats 200 --baseline HEAD~3 --json conv.json
     python bench/conv.py --cases step --hold-small-gemms     # + the variant HOLD below
+    python bench/conv.py --cases layers --baseline 60da1c8 --repeats 20   # issue 31's layers
 
 `--baseline 4a5a1aa` compares with the whole-batch im2col kernels as they were just before
 the per-image ones (kernels/numpy/conv_per_image.py). Each case calls with the same image
@@ -43,7 +44,8 @@ BASELINE = "eeb83ffb18"
 KERNEL_FILES = ("kernels/numpy/conv.py", "kernels/numpy/pooling.py")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-CASES = {  # name: (what, x shape, out channels or None for pooling, image needs a gradient)
+CASES = {  # name: (what, x shape, out channels or None for pooling, image needs a gradient
+    #               [, kernel, stride, padding: 3, 1, 1 where left out])
     "conv3-32 fwd": ("forward", (32, 3, 32, 32), 32, False),
     "conv3-32 fwd+bwd": ("backward", (32, 3, 32, 32), 32, False),
     "conv32-64 fwd": ("forward", (32, 32, 32, 32), 64, True),
@@ -51,7 +53,20 @@ CASES = {  # name: (what, x shape, out channels or None for pooling, image needs
     "maxpool fwd": ("forward", (32, 32, 32, 32), None, True),
     "maxpool fwd+bwd": ("backward", (32, 32, 32, 32), None, True),
     "cnn step": ("step", None, None, None),
+    # Layers of the TensorFlow paper's Table 1 models and ResNet-18 (issue 31), at the
+    # batches of bench/models.py: where the kernels' choice among direct loops, per-image
+    # GEMMs and the batch's columns matters most
+    "alexnet conv1 fwd+bwd": ("backward", (8, 3, 224, 224), 64, False, 11, 4, 2),
+    "alexnet conv2 fwd+bwd": ("backward", (8, 64, 27, 27), 192, True, 5, 1, 2),
+    "alexnet conv3 fwd+bwd": ("backward", (8, 192, 13, 13), 384, True),
+    "alexnet conv4 fwd+bwd": ("backward", (8, 384, 13, 13), 256, True),
+    "overfeat conv5 fwd+bwd": ("backward", (4, 512, 12, 12), 1024, True),
+    "vgg conv7 fwd+bwd": ("backward", (2, 512, 14, 14), 512, True),
+    "resnet 56x56 fwd+bwd": ("backward", (4, 64, 56, 56), 64, True),
+    "resnet 14x14 fwd+bwd": ("backward", (4, 256, 14, 14), 256, True),
+    "resnet 7x7 fwd+bwd": ("backward", (4, 512, 7, 7), 512, True),
 }
+LAYERS = [name for name in CASES if name.startswith(("alexnet", "overfeat", "vgg", "resnet"))]
 
 
 def blas_threads() -> int:
@@ -69,30 +84,32 @@ def _load_baseline(revision: str) -> None:
         exec(compile(source, f"{revision}:{path}", "exec"), module.__dict__)
 
 
-def _arrays(shape, out_channels):
+def _arrays(shape, out_channels, k=3, stride=1, pad=1):
     rng = np.random.default_rng(0)
     x = rng.standard_normal(shape).astype(np.float32)
     if out_channels is None:
         return x, None, None, rng.standard_normal(
             shape[:2] + tuple(s // 2 for s in shape[2:])).astype(np.float32)
-    w = (rng.standard_normal((out_channels, shape[1], 3, 3)) / np.sqrt(9 * shape[1])) \
+    w = (rng.standard_normal((out_channels, shape[1], k, k)) / np.sqrt(k * k * shape[1])) \
         .astype(np.float32)
     b = rng.standard_normal(out_channels).astype(np.float32)
-    g = rng.standard_normal((shape[0], out_channels) + shape[2:]).astype(np.float32)
+    out = tuple((s + 2 * pad - k) // stride + 1 for s in shape[2:])
+    g = rng.standard_normal((shape[0], out_channels) + out).astype(np.float32)
     return x, w, b, g
 
 
-def _rill_case(what, shape, out_channels, image_grad):
+def _rill_case(what, shape, out_channels, image_grad, k=3, stride=1, pad=1):
     import rill
     import rill.nn.functional as F
-    x, w, b, g = (None if a is None else rill.tensor(a) for a in _arrays(shape, out_channels))
+    x, w, b, g = (None if a is None else rill.tensor(a)
+                  for a in _arrays(shape, out_channels, k, stride, pad))
     x.requires_grad = image_grad and what == "backward"
     for p in (w, b):
         if p is not None:
             p.requires_grad = what == "backward"
 
     def forward():
-        return F.max_pool2d(x, 2) if w is None else F.conv2d(x, w, b, padding=1)
+        return F.max_pool2d(x, 2) if w is None else F.conv2d(x, w, b, stride, pad)
     if what == "forward":
         return lambda: forward(), lambda: float(forward().sum())
 
@@ -105,17 +122,18 @@ def _rill_case(what, shape, out_channels, image_grad):
     return call, lambda: [float(t.sum()) for t in call()]
 
 
-def _torch_case(what, shape, out_channels, image_grad):
+def _torch_case(what, shape, out_channels, image_grad, k=3, stride=1, pad=1):
     import torch
     import torch.nn.functional as F
-    x, w, b, g = (None if a is None else torch.tensor(a) for a in _arrays(shape, out_channels))
+    x, w, b, g = (None if a is None else torch.tensor(a)
+                  for a in _arrays(shape, out_channels, k, stride, pad))
     x.requires_grad_(image_grad and what == "backward")
     for p in (w, b):
         if p is not None:
             p.requires_grad_(what == "backward")
 
     def forward():
-        return F.max_pool2d(x, 2) if w is None else F.conv2d(x, w, b, padding=1)
+        return F.max_pool2d(x, 2) if w is None else F.conv2d(x, w, b, stride, pad)
     if what == "forward":
         def call():
             with torch.no_grad():
@@ -172,12 +190,11 @@ def setup(label: str, what):
     elif label != "rill" and not _loaded:
         _load_baseline(revision)
         _loaded.append(revision)
-    kind, shape, out_channels, image_grad = CASES[case]
+    kind, *layer = CASES[case]
     if kind == "step":
         step = (train.torch_step if label == "torch" else train.rill_step)("cnn")
         return step, float(step())
-    call, first = (_torch_case if label == "torch" else _rill_case)(kind, shape, out_channels,
-                                                                      image_grad)
+    call, first = (_torch_case if label == "torch" else _rill_case)(kind, *layer)
     return call, first()
 
 
@@ -188,8 +205,9 @@ def _agree(a, b) -> bool:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cases", nargs="*", default=list(CASES),
-                        help=f"any of: {', '.join(repr(c) for c in CASES)} (or 'step')")
+    parser.add_argument("--cases", nargs="*", default=[c for c in CASES if c not in LAYERS],
+                        help=f"any of: {', '.join(repr(c) for c in CASES)} (or 'step', or "
+                             "'layers' for the Table 1 models' and ResNet-18's layers)")
     parser.add_argument("--repeats", type=int, default=100, help="timed calls per variant")
     parser.add_argument("--block", type=int, default=5, help="calls per turn in the rotation")
     parser.add_argument("--baseline", default=BASELINE,
@@ -199,7 +217,8 @@ def main() -> None:
                         help=f"add the variant {HOLD!r}")
     parser.add_argument("--json", help="write samples and medians to this file")
     args = parser.parse_args()
-    cases = [("cnn step" if c == "step" else c) for c in args.cases]
+    cases = [case for c in args.cases
+             for case in (LAYERS if c == "layers" else ["cnn step" if c == "step" else c])]
     from threadpoolctl import threadpool_info
     blas = [{k: p.get(k) for k in ("internal_api", "version", "architecture", "num_threads")}
             for p in threadpool_info() if p["user_api"] == "blas"]
