@@ -11,13 +11,16 @@ way to it:
   may write it, unless its sticky bit is set (as /tmp's: others may then add entries but not
   rename or remove this user's);
 - the cache's own folders are this user's alone: owned by this user and no one else may write
-  them (rill makes them 0700);
+  them (rill makes them 0700, one level at a time, whatever the umask);
+- "no one else": a group that is this user's private group (its only member, as the user
+  groups of Debian and Ubuntu, whose umask 002 makes folders group-writable) is the user;
 - symbolic links are resolved once, up front, and the resolved path is the one used, so a link
   that changes later does not move the cache; a file inside is used only if it is a regular
   file (`lstat`: a link is never followed), owned by this user and writable by no one else.
 """
 from __future__ import annotations
 
+import functools
 import os
 import stat
 from pathlib import Path
@@ -29,9 +32,19 @@ class CacheError(Error):
     """rill's cache folder is not this user's alone, so nothing is loaded from it."""
 
 
+class CacheWarning(UserWarning):
+    """The default cache folder cannot be used: compiled kernels are off, NumPy's run."""
+
+
 def root() -> Path:
     """The cache root as configured: $RILL_CACHE_DIR, else ~/.cache/rill."""
     return Path(os.environ.get("RILL_CACHE_DIR") or Path.home() / ".cache" / "rill")
+
+
+def configured_by_user() -> bool:
+    """Whether $RILL_CACHE_DIR names the cache: a folder the user chose, whose refusal the
+    user should hear as an error (the default's is a warning, and NumPy kernels run)."""
+    return bool(os.environ.get("RILL_CACHE_DIR"))
 
 
 def private_folder(name: str) -> Path:
@@ -68,14 +81,42 @@ def untrusted_file(path: Path) -> str | None:
         return "it is not a regular file"
     if info.st_uid != os.getuid():
         return f"it belongs to user {info.st_uid}, not to this one ({os.getuid()})"
-    if info.st_mode & 0o022:
+    if _writable_by_others(info):
         return f"others may write it (mode {info.st_mode & 0o777:o})"
     return None
 
 
-def _make(folder: Path, configured: Path) -> None:
+def _writable_by_others(info) -> bool:
+    return bool(info.st_mode & 0o002) or bool(info.st_mode & 0o020) and \
+        not _private_group(info.st_gid)
+
+
+@functools.lru_cache(maxsize=None)
+def _private_group(gid: int) -> bool:
+    """Whether group `gid` is this user's alone: its primary group, with no other member
+    and no other account's primary group."""
+    import grp
+    import pwd
+    me = os.getuid()
     try:
-        os.makedirs(folder, 0o700, exist_ok=True)
+        name = pwd.getpwuid(me).pw_name
+        members = grp.getgrgid(gid).gr_mem
+    except KeyError:  # an account or group the system cannot name: not known to be private
+        return False
+    return gid == os.getgid() and set(members) <= {name} and \
+        all(p.pw_gid != gid or p.pw_uid == me for p in pwd.getpwall())
+
+
+def _make(folder: Path, configured: Path) -> None:
+    """`folder` and the folders above it that are missing, each made 0700 (os.makedirs
+    would give those above the umask's mode)."""
+    missing = [f for f in [folder, *folder.parents] if not os.path.lexists(f)]
+    try:
+        for f in reversed(missing):
+            try:
+                os.mkdir(f, 0o700)
+            except FileExistsError:  # made meanwhile (another rank): checked like the rest
+                pass
     except OSError as exc:
         raise CacheError(f"cannot make the cache folder {folder} (RILL_CACHE_DIR or "
                          f"~/.cache/rill: {configured}): {exc}. Set RILL_CACHE_DIR to a folder "
@@ -104,7 +145,7 @@ def _check_on_the_way(folder: Path, configured: Path) -> None:
     me = os.getuid()
     if info.st_uid not in (me, 0):
         raise _refusal(configured, folder, f"it belongs to user {info.st_uid}")
-    if info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:
+    if _writable_by_others(info) and not info.st_mode & stat.S_ISVTX:
         raise _refusal(configured, folder, f"others may write it (mode {info.st_mode & 0o777:o}) "
                                            "and it has no sticky bit")
 
@@ -117,7 +158,7 @@ def _check_mine(folder: Path, configured: Path) -> None:
     if info.st_uid != os.getuid():
         raise _refusal(configured, folder, f"it belongs to user {info.st_uid}, not to this one "
                                            f"({os.getuid()})")
-    if info.st_mode & 0o022:
+    if _writable_by_others(info):
         raise _refusal(configured, folder, f"others may write it (mode {info.st_mode & 0o777:o})")
 
 

@@ -241,3 +241,60 @@ def test_a_tuning_file_another_user_could_write_is_ignored(tmp_path):
     path.symlink_to(real)
     with pytest.warns(UserWarning, match="symbolic link"):
         assert tuning.TuningCache(path).get(key) is None
+
+
+DEFAULT_VICTIM = textwrap.dedent("""
+    import warnings, numpy as np, rill
+    from rill.kernels import cache
+    from rill.kernels.native import build
+    x = rill.ones((2, 8, 20, 20))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = rill.nn.functional.conv2d(x, rill.ones((8, 8, 3, 3)), padding=1).numpy()
+        modules = [build.load(name) for name in ("conv", "softmax", "lstm_cell")]
+    assert got[0, 0, 5, 5] == 72.0 and got[0, 0, 0, 0] == 32.0, got[0, 0]
+    said = [str(w.message) for w in caught if issubclass(w.category, cache.CacheWarning)]
+    print(len(said), said[0] if said else "", modules == [None] * 3)
+""")
+
+
+@needs_root
+@needs_compiler
+@pytest.mark.timeout(300)
+def test_a_default_cache_folder_that_cannot_be_used_warns_once_and_numpy_runs(shared):
+    """No $RILL_CACHE_DIR, and ~/.cache is open to all: the kernels still run (NumPy's), with
+    one warning naming the folder and the fix, not an error at every op."""
+    home = shared / "home"
+    (home / ".cache").mkdir(parents=True)
+    os.chmod(home / ".cache", 0o777)
+    env = dict(os.environ, HOME=str(home))
+    for key in ("RILL_CACHE_DIR", "RILL_NATIVE"):
+        env.pop(key, None)
+    done = subprocess.run([sys.executable, "-c", DEFAULT_VICTIM], env=env, capture_output=True,
+                          text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    count, rest = done.stdout.split(" ", 1)
+    assert count == "1" and "refusing the cache folder" in rest and "RILL_CACHE_DIR" in rest
+    assert rest.strip().endswith("True"), rest
+
+
+@needs_root
+@needs_compiler
+@pytest.mark.timeout(300)
+def test_a_group_may_write_the_cache_only_if_it_is_the_users_private_group(shared):
+    """umask 002 (Debian's and Ubuntu's user private groups) makes folders group-writable:
+    that group is the user alone, so the folder is used; another group's is refused."""
+    from rill.kernels import cache
+    if not cache._private_group(os.getgid()):
+        pytest.skip("this user's primary group is not private to it")
+    mine = shared / "group-mine"
+    mine.mkdir()
+    os.chmod(mine, 0o775)
+    assert _victim(mine)["module"] == "True"
+    theirs = shared / "group-theirs"
+    theirs.mkdir()
+    os.chown(theirs, 0, ATTACKER)
+    os.chmod(theirs, 0o775)
+    said = _victim(theirs)
+    assert said["module"].startswith("refused CacheError") and "others may write" in \
+        said["module"], said

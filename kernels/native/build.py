@@ -8,7 +8,9 @@ A later process (or another rank of a distributed job) loads it from there: ~1 m
 of ~0.4 s of compiling.
 
 Loading a file runs its code, so (kernels/cache.py) the cache folder is used only where no
-other user can change anything on the way to it (else a CacheError names the fix), and a
+other user can change anything on the way to it: a $RILL_CACHE_DIR that fails this, or that
+cannot be made, is a CacheError naming the fix at the kernel's call; the default folder is
+refused with a CacheWarning, once, and the NumPy kernels run. A
 cached file is loaded only if it is a regular file (never a link), this user's, and no one
 else may write it. Each build runs in a private temporary folder (0700) that this process
 made, which holds the generated source and the compiler's output until the finished module
@@ -34,6 +36,7 @@ import subprocess
 import sysconfig
 import tempfile
 import threading
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -73,7 +76,9 @@ def cache_dir() -> Path:
 
 def load(name: str):
     """The extension module built from `<name>.c` beside this file, or None (no compiler, a
-    failed build, or RILL_NATIVE=0): the caller then runs its NumPy kernel."""
+    failed build, RILL_NATIVE=0, or a default cache folder refused, which a CacheWarning
+    said once): the caller then runs its NumPy kernel. A $RILL_CACHE_DIR refused raises
+    CacheError, naming the fix."""
     if not ENABLED or name in _failures:
         return None
     return _load(name)
@@ -159,7 +164,7 @@ def load_generated(name: str, source: str):
         return None
     try:
         return _build(name, source.encode(), None)
-    except cache.CacheError as exc:
+    except cache.CacheError as exc:  # a $RILL_CACHE_DIR refused: NumPy runs the group
         _failures[name] = f"writing the source into the cache: {exc}"
         return None
 
@@ -188,7 +193,14 @@ def _module_name(name: str, target: Path) -> str:
 def _build(name: str, source_bytes: bytes, source_path: Path | None):
     """Build (where not cached) and load one module; `source_path` None: `source_bytes` is
     generated source, written into the build's private folder."""
-    command, target = _target(name, source_bytes)
+    try:
+        command, target = _target(name, source_bytes)
+    except cache.CacheError as exc:
+        if cache.configured_by_user():
+            raise
+        _failures[name] = str(exc)
+        _warn_once(exc)
+        return None
     if not os.path.lexists(target):
         try:
             _compile(command, source_bytes if source_path is None else source_path, target)
@@ -207,6 +219,16 @@ def _build(name: str, source_bytes: bytes, source_path: Path | None):
         _failures[name] = f"not loading {target}: {exc}"
         return None
     return module
+
+
+_warned: list = []
+
+
+def _warn_once(exc: Exception) -> None:
+    if not _warned:
+        _warned.append(exc)
+        warnings.warn(f"rill runs its NumPy kernels instead of compiled ones: {exc}",
+                      cache.CacheWarning, stacklevel=2)
 
 
 def _compile(command: list[str], source, target: Path) -> None:
