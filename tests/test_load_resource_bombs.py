@@ -71,7 +71,7 @@ def _replace_with(target, make):
 # ---- links to /dev/zero ---------------------------------------------------------------------
 
 
-@pytest.mark.timeout(5)
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize("part", ["graph", "state", "manifest"])
 def test_a_link_to_dev_zero_in_a_saved_graph_is_refused(tmp_path, part):
     path = _save_step(tmp_path / "g")
@@ -90,7 +90,7 @@ def test_a_link_to_a_good_file_in_a_saved_graph_is_refused_too(tmp_path):
     _refused(lambda: rill.load_graph(path), "symbolic link")
 
 
-@pytest.mark.timeout(5)
+@pytest.mark.timeout(60)
 def test_rill_load_of_a_link_to_dev_zero_is_refused(tmp_path):
     os.symlink("/dev/zero", tmp_path / "x.rill")
     _refused(lambda: rill.load(tmp_path / "x.rill"), "character device", "not a regular file")
@@ -102,7 +102,7 @@ def test_rill_load_follows_a_link_to_a_regular_file(tmp_path):
     assert rill.load(tmp_path / "latest.rill")["w"].tolist() == [0, 1, 2]
 
 
-@pytest.mark.timeout(5)
+@pytest.mark.timeout(60)
 def test_a_training_checkpoint_linked_to_dev_zero_is_refused(tmp_path):
     os.symlink("/dev/zero", tmp_path / "run.rill")
     ckpt = Checkpoint(weights=rill.zeros(2), step=0)
@@ -110,7 +110,7 @@ def test_a_training_checkpoint_linked_to_dev_zero_is_refused(tmp_path):
     assert ckpt.weights.tolist() == [0.0, 0.0] and ckpt.step == 0
 
 
-@pytest.mark.timeout(5)
+@pytest.mark.timeout(60)
 def test_a_distributed_shard_linked_to_dev_zero_is_refused(tmp_path):
     link = str(tmp_path / "shard-ps0.ckpt-8.89abcdef.rill")
     os.symlink("/dev/zero", link)
@@ -121,7 +121,7 @@ def test_a_distributed_shard_linked_to_dev_zero_is_refused(tmp_path):
 # ---- FIFOs and other things that are not files ------------------------------------------------
 
 
-@pytest.mark.timeout(5)
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize("part", ["manifest", "graph", "state"])
 def test_a_fifo_in_a_saved_graph_is_refused_without_blocking(tmp_path, part):
     path = _save_step(tmp_path / "g")
@@ -131,13 +131,13 @@ def test_a_fifo_in_a_saved_graph_is_refused_without_blocking(tmp_path, part):
     _refused(lambda: rill.load_graph(path), target, "FIFO")
 
 
-@pytest.mark.timeout(5)
+@pytest.mark.timeout(60)
 def test_rill_load_of_a_fifo_is_refused_without_blocking(tmp_path):
     os.mkfifo(tmp_path / "x.rill")
     _refused(lambda: rill.load(tmp_path / "x.rill"), "FIFO", "not a regular file")
 
 
-@pytest.mark.timeout(5)
+@pytest.mark.timeout(60)
 def test_a_fifo_shard_is_refused_without_blocking(tmp_path):
     fifo = str(tmp_path / "shard-ps0.ckpt-8.89abcdef.rill")
     os.mkfifo(fifo)
@@ -191,7 +191,7 @@ def _header(length: int, text: bytes = b"") -> bytes:
     return head + struct.pack("<I", zlib.crc32(head))
 
 
-@pytest.mark.timeout(5)
+@pytest.mark.timeout(60)
 def test_a_header_claiming_a_huge_manifest_is_refused_before_reading_it(tmp_path):
     (tmp_path / "x.rill").write_bytes(_header(1 << 40))
     _refused(lambda: rill.load(tmp_path / "x.rill"), "1.0 TiB", "at most")

@@ -69,7 +69,7 @@ def identity_body(carried=1):
 
 # ---- loops, functions, nesting: no count in the file escapes the budget ------------------
 
-@pytest.mark.timeout(10)
+@pytest.mark.timeout(60)
 def test_loop_trip_count_of_a_billion_is_refused_before_the_first_trip(tmp_path):
     m = model([helper.make_node("Loop", ["M", "", "x"], ["y"], body=identity_body())],
               [vi("x", shape=[1])], inits=[ints("M", 10 ** 9)])
@@ -81,7 +81,7 @@ def test_loop_trip_count_of_a_billion_is_refused_before_the_first_trip(tmp_path)
     assert e.file == path and e.node.startswith("Loop node #0")
 
 
-@pytest.mark.timeout(10)
+@pytest.mark.timeout(60)
 def test_loop_whose_condition_never_stops_is_refused_at_the_budget():
     m = model([helper.make_node("Loop", ["", "go", "x"], ["y"], body=identity_body())],
               [vi("x", shape=[1])],
@@ -90,7 +90,7 @@ def test_loop_whose_condition_never_stops_is_refused_at_the_budget():
     refused(lambda: f(rill.ones(1)), ONNXBudgetError, "Loop node #0", "200")
 
 
-@pytest.mark.timeout(10)
+@pytest.mark.timeout(60)
 def test_nested_loops_each_under_the_cap_fail_on_their_product():
     inner = helper.make_node("Loop", ["N", "", "v0"], ["v0_out"], body=identity_body())
     body = identity_body()
@@ -140,7 +140,7 @@ def _doubling_chain(depth):
     return functions
 
 
-@pytest.mark.timeout(10)
+@pytest.mark.timeout(60)
 def test_function_doubling_chain_is_refused_at_load():
     m = model([helper.make_node("f30", ["x"], ["y"], domain="local")], [vi("x", shape=[1])],
               functions=_doubling_chain(30))
@@ -151,7 +151,7 @@ def test_function_doubling_chain_is_refused_at_load():
     assert rill.onnx.load(small)(rill.ones(1)).numpy().tolist() == [1.0]
 
 
-@pytest.mark.timeout(10)
+@pytest.mark.timeout(60)
 def test_recursive_function_is_refused():
     call = helper.make_node("f", ["a"], ["b"], domain="local")
     f = helper.make_function("local", "f", ["a"], ["b"], [call],
@@ -161,7 +161,7 @@ def test_recursive_function_is_refused():
     refused(lambda: rill.onnx.load(m), ONNXError, "calls itself")
 
 
-@pytest.mark.timeout(10)
+@pytest.mark.timeout(60)
 def test_deep_nesting_of_subgraphs_and_calls_is_refused():
     # function calls: f40 calls f39 ... calls f0, past the default depth of 32
     chain = [helper.make_function("local", "f0", ["a"], ["b"],
@@ -187,7 +187,7 @@ def test_deep_nesting_of_subgraphs_and_calls_is_refused():
     assert rill.onnx.load(m)(rill.ones(1), rill.tensor(True)).numpy().tolist() == [1.0]
 
 
-@pytest.mark.timeout(10)
+@pytest.mark.timeout(60)
 def test_too_many_nodes_at_run_time_are_refused():
     # 20 trips of a 10-node body: within the trip budget, past a node budget of 100
     body = identity_body()
@@ -232,7 +232,7 @@ def _huge_models():
                        [ints("s", [10 ** 5, 10 ** 5])])
 
 
-@pytest.mark.timeout(10)
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize("op,m", list(_huge_models()), ids=[op for op, _ in _huge_models()])
 def test_huge_outputs_are_refused_before_allocation(op, m, tmp_path):
     path = save(tmp_path, m)
@@ -244,7 +244,7 @@ def test_huge_outputs_are_refused_before_allocation(op, m, tmp_path):
     assert op in e.node or op == "Add", e.node
 
 
-@pytest.mark.timeout(10)
+@pytest.mark.timeout(60)
 def test_size_budget_is_configurable_and_holds_captured_graphs_too():
     m = model([helper.make_node("ConstantOfShape", ["s"], ["c"]),
                helper.make_node("Add", ["c", "x"], ["y"])], [vi("x", shape=[1])],
@@ -273,7 +273,7 @@ def test_size_budget_is_configurable_and_holds_captured_graphs_too():
     assert f(rill.ones(1)).shape == (40_000,)
 
 
-@pytest.mark.timeout(10)
+@pytest.mark.timeout(60)
 def test_initializer_that_claims_a_huge_shape_is_refused_before_decoding(tmp_path):
     t = numpy_helper.from_array(np.zeros(4, np.float32), "w")
     t.dims[:] = HUGE
@@ -283,7 +283,7 @@ def test_initializer_that_claims_a_huge_shape_is_refused_before_decoding(tmp_pat
             "max_elements")
 
 
-@pytest.mark.timeout(10)
+@pytest.mark.timeout(60)
 def test_limits_are_checked():
     with pytest.raises(ONNXError, match="max_nodes must be a positive int"):
         Limits(max_nodes=0)
@@ -299,7 +299,7 @@ def _valid_bytes():
                  inits=[w]).SerializeToString()
 
 
-@pytest.mark.timeout(10)
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize("damage", ["truncated", "garbage", "empty", "flipped"])
 def test_bytes_that_do_not_decode_name_the_file(tmp_path, damage):
     data = _valid_bytes()
@@ -310,7 +310,7 @@ def test_bytes_that_do_not_decode_name_the_file(tmp_path, damage):
     refused(lambda: rill.onnx.load(path), ONNXError, path)
 
 
-@pytest.mark.timeout(10)
+@pytest.mark.timeout(60)
 def test_paths_that_are_not_model_files(tmp_path):
     refused(lambda: rill.onnx.load(tmp_path / "missing.onnx"), ONNXError, "missing.onnx")
     refused(lambda: rill.onnx.load(tmp_path), ONNXError, "not a regular file")
@@ -333,7 +333,7 @@ def _external_model(location, offset=0, length=16, dims=(4,)):
                  inits=[t])
 
 
-@pytest.mark.timeout(10)
+@pytest.mark.timeout(60)
 def test_external_data_inside_the_folder_is_read(tmp_path):
     values = np.arange(4, dtype=np.float32)
     (tmp_path / "weights.bin").write_bytes(b"\1" * 8 + values.tobytes())
@@ -342,7 +342,7 @@ def test_external_data_inside_the_folder_is_read(tmp_path):
     assert got.numpy().tolist() == values.tolist()
 
 
-@pytest.mark.timeout(10)
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize("attack", ["missing", "parent", "absolute", "dev_zero", "fifo",
                                     "symlink_out", "symlink_dir", "short", "offset", "length",
                                     "no_folder", "bad_offset"])
@@ -387,7 +387,7 @@ def test_external_data_attacks(tmp_path, attack):
 
 # ---- initializers whose data disagree with their type -------------------------------------
 
-@pytest.mark.timeout(10)
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize("damage", ["raw_length", "negative_dim", "unknown_type",
                                     "undefined_type", "string", "typed_count", "no_data",
                                     "constant_value"])
@@ -457,7 +457,7 @@ DAMAGES = ["dangling_input", "empty_names", "missing_attribute", "wrong_attribut
            "bad_body", "bad_axis"]
 
 
-@pytest.mark.timeout(10)
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize("damage", DAMAGES)
 @pytest.mark.parametrize("capture", [True, False])
 def test_damaged_graphs_raise_rill_errors_naming_file_and_node(tmp_path, damage, capture):
@@ -472,7 +472,7 @@ def test_damaged_graphs_raise_rill_errors_naming_file_and_node(tmp_path, damage,
 
 # ---- initializer names never collide with the module -----------------------------------------
 
-@pytest.mark.timeout(10)
+@pytest.mark.timeout(60)
 def test_initializer_names_cannot_shadow_module_attributes():
     names = ["forward", "parameters", "state_dict", "training", "_parameters", "__init__",
              "initializer_names", "eval", "x.y", "0"]

@@ -24,9 +24,12 @@ class Limits:
     """Budgets of one imported model; `rill.onnx.load(path, limits=Limits(...))` sets them.
 
     - `max_elements`: elements of any one tensor (an initializer, a constant, an op's
-      output), checked before it is allocated or recorded;
+      output), checked before it is allocated or recorded; by default a float32 tensor as
+      large as the load budget (`rill.files.load_budget`: $RILL_LOAD_MAX_BYTES, else the
+      machine's memory), which no run could allocate anyway;
     - `max_total_elements`: elements of all the tensors one run of the model makes,
-      initializers included;
+      initializers included (the work a file can ask for: tensors are freed as a run goes);
+      by default 64 times `max_elements`;
     - `max_loop_trips`: unrolled trips of Loop, Scan and the recurrent ops (and the terms
       of ops translated as unrolled sums: pooling windows, LRN, GridSample's taps), summed
       over the model, a loop inside a loop counting the product; also caps the trips of a
@@ -43,8 +46,8 @@ class Limits:
     1000
     """
 
-    max_elements: int = 2 ** 30
-    max_total_elements: int = 2 ** 34
+    max_elements: int | None = None
+    max_total_elements: int | None = None
     max_loop_trips: int = 100_000
     max_nodes: int = 1_000_000
     max_depth: int = 32
@@ -52,9 +55,15 @@ class Limits:
     def __post_init__(self):
         for f in fields(self):
             value = getattr(self, f.name)
-            if type(value) is not int or value < 1:
+            if (value is not None or f.default is not None) and \
+                    (type(value) is not int or value < 1):
                 raise ONNXError(f"Limits.{f.name} must be a positive int, got {value!r}",
                                 op="load")
+        if self.max_elements is None:  # the machine's: see the docstring
+            from ..files import load_budget
+            object.__setattr__(self, "max_elements", max(1, load_budget(op="load") // 4))
+        if self.max_total_elements is None:
+            object.__setattr__(self, "max_total_elements", 64 * self.max_elements)
 
 
 # How many values an input that gives a shape, axes, pads or sizes may hold: those are a few
