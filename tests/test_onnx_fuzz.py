@@ -22,7 +22,7 @@ from onnx import AttributeProto, ModelProto, TensorProto, helper, numpy_helper  
 LIMITS = rill.onnx.Limits(max_elements=1 << 16, max_total_elements=1 << 20,
                           max_loop_trips=200, max_nodes=2_000, max_depth=8)
 PEAK = 48 << 20  # bytes: the budget's 1M elements of float64, and room for the decoder
-CASE_SECONDS = 10.0  # per case, on a slow shared machine (a first call may compile); a hang shows here
+CASE_SECONDS = 10.0  # per case, on a slow shared machine (a first call compiles)
 
 
 def vi(name, elem=TensorProto.FLOAT, shape=None):
