@@ -165,6 +165,7 @@ def _check_mine(folder: Path, configured: Path) -> None:
 def _refusal(configured: Path, folder: Path, why: str) -> CacheError:
     return CacheError(
         f"refusing the cache folder {configured}: {folder} is not safe, {why}, so another user "
-        "could replace what rill loads from it (compiled code among it). Set RILL_CACHE_DIR to a folder "
+        "could replace what rill loads from it (compiled code among it). Set RILL_CACHE_DIR "
+        "to a folder "
         f"only you can write (e.g. ~/.cache/rill), or `chmod go-w {folder}` if it is yours; "
         "RILL_NATIVE=0 runs no compiled kernel")

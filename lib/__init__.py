@@ -12,7 +12,8 @@ from .dtypes import (DType, bfloat16, bool_, float16, float32, float64, int8, in
                      promote_types)
 from .devices import Device, device, colocate_with
 from .errors import (Error, ArgumentError, DeviceError, DTypeError, GradientError,
-                     IndexingError, KernelError, OutOfMemoryError, ShapeError, CheckpointError, DataError, CaptureError,
+                     IndexingError, KernelError, OutOfMemoryError, ShapeError, CheckpointError,
+                     DataError, CaptureError,
                      DistributedError, PlacementError,
                      install_traceback_filter)
 from .tensor import Tensor

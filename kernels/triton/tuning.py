@@ -13,8 +13,9 @@ num_warps and num_stages (software pipelining depth).
 Tuned configs live in a JSON file under $RILL_CACHE_DIR (or ~/.cache/rill/), in tuning/, keyed
 by device name, op, dtype and a bucket of (M, N, K) (each rounded up to a power of two); the
 file is read once, at import, and only as kernels/cache.py allows (this user's alone, never
-through a link): a file another user could have written is ignored with a warning. Under Triton's interpreter nothing is ever timed: the heuristic picks few,
-large tiles, which the interpreter runs fastest. No kernels here: no bytes moved, no FLOPs.
+through a link): a file another user could have written is ignored with a warning. Under
+Triton's interpreter nothing is ever timed: the heuristic picks few, large tiles, which the
+interpreter runs fastest. No kernels here: no bytes moved, no FLOPs.
 """
 from __future__ import annotations
 

@@ -37,9 +37,9 @@ def load(path, constants=None, capture=True, limits=None):
 
     `limits` (a `rill.onnx.Limits`) bounds what the file may ask for: elements of any one
     tensor (`max_elements`, by default a float32 tensor the size of the machine's memory)
-    and of all of them (`max_total_elements`, 64 times that), unrolled loop trips (`max_loop_trips`, 100_000, nested loops multiplied), nodes
-    run with function bodies inlined (`max_nodes`, 1_000_000) and nesting
-    (`max_depth`, 32). Each is checked before the work or the allocation; past one, an
+    and of all of them (`max_total_elements`, 64 times that), unrolled loop trips
+    (`max_loop_trips`, 100_000, nested loops multiplied), nodes run with function bodies
+    inlined (`max_nodes`, 1_000_000) and nesting (`max_depth`, 32). Each is checked before the work or the allocation; past one, an
     `ONNXBudgetError` names it. Any malformed file raises an ONNXError naming the file and,
     where there is one, the node.
 
