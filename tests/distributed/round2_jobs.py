@@ -70,11 +70,11 @@ if mode == "restart_at_end":
         step(rill.ones((2, 3)))
         if w.chief:
             manager.maybe_save(i + 1)
+    params = dist.fetch(model)
+    print(f"attempt {attempt} worker{w.task} fetched at step {start}: weight "
+          f"{params['weight'].numpy().ravel().tolist()}", flush=True)
     if attempt == "0" and w.chief:
         raise SystemExit("failing after the last checkpoint")
-    params = dist.fetch(model)
-    print(f"fetched at step {start}: weight {params['weight'].numpy().ravel().tolist()}",
-          flush=True)
     dist.close()
     sys.exit(0)
 

@@ -104,8 +104,10 @@ def test_a_graph_job_restarted_at_its_last_checkpoint_can_fetch(tmp_path):
                      "restart_at_end", tmp_path, bound=90)
     assert "attempt 1 starts at step 4" in out, out
     assert rc == 0, out
-    assert out.count("fetched at step 4") == 2, out
-    # the values the ps restored are those attempt 0's other worker fetched after step 4
+    # attempt 0's chief fetched before it failed, and both workers of attempt 1 after the
+    # restore: the values the ps restored are those attempt 0 ended with
+    assert "attempt 0 worker0 fetched at step 0" in out, out
+    assert out.count("attempt 1 worker") == 2 and out.count("fetched at step 4") == 2, out
     weights = {line.split("weight ")[1] for line in out.splitlines() if "fetched at" in line}
     assert len(weights) == 1, out
 
