@@ -34,39 +34,38 @@ _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
 def open_regular(path, *, op: str, follow_symlinks: bool = True, max_bytes: int | None = None,
-                 too_large: str | None = None):
+                 too_large: str | None = None, error: type = CheckpointError):
     """(binary file, size) of the regular file at `path`, opened for reading; anything else
     (missing, a directory, a FIFO, a device, a socket, a link when not `follow_symlinks`,
-    more than `max_bytes` bytes) is a CheckpointError naming the path and the fix.
-    `too_large` ends the refusal of a file over `max_bytes` ("more than <too_large>"): what
-    the limit is, and how to raise it where it can be raised."""
+    more than `max_bytes` bytes) is an `error` (the loader's rill error class) naming the
+    path and the fix. `too_large` ends the refusal of a file over `max_bytes` ("more than
+    <too_large>"): what the limit is, and how to raise it where it can be raised."""
     path = os.fspath(path)
     nonblock = getattr(os, "O_NONBLOCK", 0)  # absent on Windows, which has no FIFOs to fear
     flags = os.O_RDONLY | nonblock | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
     nofollow = getattr(os, "O_NOFOLLOW", 0)
     if not follow_symlinks:
         if not nofollow and os.path.islink(path):  # no O_NOFOLLOW here: the racy check
-            _refuse_link(path, op)
+            _refuse_link(path, op, error)
         flags |= nofollow
     try:
         fd = os.open(path, flags)
     except FileNotFoundError:
-        raise CheckpointError(f"{path}: no such file", op=op) from None
+        raise error(f"{path}: no such file", op=op) from None
     except OSError as e:
         if e.errno == errno.ELOOP and not follow_symlinks and os.path.islink(path):
-            _refuse_link(path, op)
-        raise CheckpointError(f"{path}: cannot open: {e.strerror or e}", op=op) from None
+            _refuse_link(path, op, error)
+        raise error(f"{path}: cannot open: {e.strerror or e}", op=op) from None
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise CheckpointError(
+            raise error(
                 f"{path} is {_kind(info.st_mode)}, not a regular file: rill reads saved data "
                 "only from regular files (a FIFO would wait for a writer, a device may never "
                 "end); copy the data into a file and load that", op=op)
         if max_bytes is not None and info.st_size > max_bytes:
             limit = too_large or f"the {show_bytes(max_bytes)} such a file may hold"
-            raise CheckpointError(f"{path} holds {show_bytes(info.st_size)}, more than {limit}",
-                                  op=op)
+            raise error(f"{path} holds {show_bytes(info.st_size)}, more than {limit}", op=op)
         if nonblock:
             os.set_blocking(fd, True)  # O_NONBLOCK was for the open; a file's reads never wait
         return os.fdopen(fd, "rb"), info.st_size
@@ -75,17 +74,24 @@ def open_regular(path, *, op: str, follow_symlinks: bool = True, max_bytes: int 
         raise
 
 
-def read_bounded(f, path, limit: int, *, op: str) -> bytes:
+def read_bounded(f, path, limit: int, *, op: str, error: type = CheckpointError) -> bytes:
     """All of `f` from where it is, refused if longer than `limit` bytes (a file that grew
-    after its size was checked is caught here, without reading more than limit + 1)."""
+    after its size was checked is caught here, without reading more than limit + 1). Read in
+    pieces: `f.read(limit + 1)` would set aside limit + 1 bytes first, whatever the file."""
+    pieces, size = [], 0
     try:
-        data = f.read(limit + 1)
+        while size <= limit:
+            piece = f.read(min(1 << 24, limit + 1 - size))
+            if not piece:
+                break
+            pieces.append(piece)
+            size += len(piece)
     except OSError as e:
-        raise CheckpointError(f"{path}: cannot read: {e.strerror or e}", op=op) from None
-    if len(data) > limit:
-        raise CheckpointError(f"{path} is longer than the {show_bytes(limit)} it may be "
-                              "(it grew while it was read, or it is not what it claims)", op=op)
-    return data
+        raise error(f"{path}: cannot read: {e.strerror or e}", op=op) from None
+    if size > limit:
+        raise error(f"{path} is longer than the {show_bytes(limit)} it may be "
+                    "(it grew while it was read, or it is not what it claims)", op=op)
+    return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
 
 def sha256(f, path, *, op: str) -> str:
@@ -139,8 +145,8 @@ def show_bytes(n: int) -> str:
     return f"{n} bytes"
 
 
-def _refuse_link(path: str, op: str):
-    raise CheckpointError(f"{path} is a symbolic link: the files of a saved directory are "
+def _refuse_link(path: str, op: str, error: type = CheckpointError):
+    raise error(f"{path} is a symbolic link: the files of a saved directory are "
                           "read only as themselves, never through a link; copy the file it "
                           "points to in its place", op=op)
 

@@ -27,6 +27,7 @@ import warnings
 from pathlib import Path
 from typing import Callable, NamedTuple
 
+from rill import files
 from rill.kernels import cache
 
 from .launch import INTERPRET, triton
@@ -171,17 +172,18 @@ class TuningCache:
         """The file's text, read only from a folder and a file that are this user's alone."""
         if not self.path.parent.exists():
             raise FileNotFoundError(self.path)
-        folder = cache.check_private(self.path.parent)
-        refused = os.path.lexists(folder / self.path.name) and \
-            cache.untrusted_file(folder / self.path.name)
+        path = cache.check_private(self.path.parent) / self.path.name
+        if not os.path.lexists(path):
+            raise FileNotFoundError(path)
+        refused = cache.untrusted_file(path)
         if refused:
             raise cache.CacheError(f"{refused}; delete it, or set RILL_CACHE_DIR to a folder of "
                                    "yours")
-        fd = os.open(folder / self.path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        with os.fdopen(fd, "rb") as f:
-            data = f.read(MAX_CACHE_BYTES + 1)
-        if len(data) > MAX_CACHE_BYTES:
-            raise cache.CacheError(f"it is larger than {MAX_CACHE_BYTES} bytes")
+        f, _ = files.open_regular(path, op="tuning", follow_symlinks=False,
+                                  max_bytes=MAX_CACHE_BYTES, error=cache.CacheError)
+        with f:
+            data = files.read_bounded(f, path, MAX_CACHE_BYTES, op="tuning",
+                                      error=cache.CacheError)
         return data.decode("utf-8", errors="replace")
 
     def get(self, key: str) -> Config | None:

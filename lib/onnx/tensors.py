@@ -13,6 +13,7 @@ import stat
 
 import numpy as np
 
+from .. import files
 from .errors import ONNXError, short
 
 PROTOBUF_MAX = 2 ** 31 - 1  # protobuf refuses larger messages; big weights go to external data
@@ -25,23 +26,14 @@ def read_model(path):
     """The ModelProto in the file at `path`, or an ONNXError naming the file."""
     from google.protobuf.message import DecodeError
     from onnx import ModelProto
-    source = os.fspath(path)
     try:
-        fd = os.open(source, os.O_RDONLY | _CLOEXEC | _NONBLOCK)
-    except (OSError, ValueError) as e:
-        why = getattr(e, "strerror", None) or e
-        raise ONNXError(f"cannot open the model file: {why}", op="load") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise ONNXError("not a regular file (a model is read from a file)", op="load")
-        if info.st_size > PROTOBUF_MAX:
-            raise ONNXError(f"the file holds {info.st_size:,} bytes, more than protobuf "
-                            f"reads ({PROTOBUF_MAX:,}); save the weights as external data",
-                            op="load")
-        data = _read_exactly(fd, 0, info.st_size, source)
-    finally:
-        os.close(fd)
+        f, _ = files.open_regular(path, op="load", max_bytes=PROTOBUF_MAX, error=ONNXError,
+                                  too_large=f"protobuf reads ({PROTOBUF_MAX:,} bytes); save "
+                                            "the weights as external data")
+    except ValueError as e:  # a path with a NUL byte
+        raise ONNXError(f"cannot open the model file: {e}", op="load") from None
+    with f:
+        data = files.read_bounded(f, path, PROTOBUF_MAX, op="load", error=ONNXError)
     model = ModelProto()
     try:
         model.ParseFromString(data)
