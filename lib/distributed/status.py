@@ -61,13 +61,18 @@ class Row(NamedTuple):
 
 
 def _host_id() -> int:
-    """This machine, as an int: its name and its boot (two containers of one machine share
-    a boot id but not their pids, and usually not their names)."""
+    """Where this process's pids mean something, as an int: the machine's name, its boot, and
+    the pid namespace (two containers of one machine share a boot id, and with host
+    networking a name, but not their pids)."""
     try:
         with open("/proc/sys/kernel/random/boot_id", "rb") as f:
             boot = f.read().strip()
     except OSError:
         boot = b""
+    try:
+        boot += os.readlink("/proc/self/ns/pid").encode()
+    except OSError:
+        pass
     return (zlib.crc32(socket.gethostname().encode()) << 31) | zlib.crc32(boot) >> 1
 
 
