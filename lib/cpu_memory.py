@@ -14,6 +14,9 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+import threading
+
+import numpy as np
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 MMAP_THRESHOLD = 32 * 1024 * 1024   # the largest value glibc accepts on 64-bit systems
@@ -35,3 +38,76 @@ def keep_freed_buffers() -> bool:
 
 
 TUNED = keep_freed_buffers()
+
+
+# ---- buffers past the mmap threshold --------------------------------------------------------
+#
+# Above MMAP_THRESHOLD glibc still maps and unmaps each buffer. An eager training step replaces
+# every parameter and optimizer slot with a new buffer (rill's buffers are never written once
+# made: views, `.numpy()` and saved tensors rely on it), and a fresh 150 MB buffer (AlexNet's
+# first FC layer) page-faults through its first write, or waits for the OS to compact memory
+# for huge pages: the SGD update of that layer took 17-240 ms instead of ~10. The buffer it
+# replaced is garbage at that moment, so the next result of its size is written there.
+#
+# `give(a)` is called with a buffer that has just been replaced (ops/methods.update_in_place).
+# It keeps `a` only if nothing else holds it, proved by its reference count: no tensor, view,
+# array handed out by `.numpy()`, DLPack capsule or tape node refers to it, so no one can see
+# what is written into it next. `empty_like(x)` (kernels that allocate their result: scaled_add,
+# adam_update) returns a kept buffer of x's shape and dtype, else a new one. At most
+# RECYCLE_MAX_BYTES are kept; `clear()` frees them.
+
+RECYCLE_MIN_BYTES = MMAP_THRESHOLD  # smaller ones malloc keeps and reuses (above)
+RECYCLE_MAX_BYTES = 2 << 30         # at most this much memory kept
+_kept: dict = {}   # (shape, dtype) -> [arrays held only here]
+_kept_bytes = 0
+_lock = threading.Lock()
+
+
+def give(a, _measure: bool = False):
+    """Keep `a` for a later result if no one else holds it (the caller holds it by one name
+    and lets go of it after this call)."""
+    global _kept_bytes
+    if not _measure and (type(a) is not np.ndarray or a.nbytes < RECYCLE_MIN_BYTES or
+                         a.base is not None or not a.flags.owndata or
+                         not a.flags.writeable or not a.flags.c_contiguous):
+        return None
+    references = sys.getrefcount(a)
+    if _measure:
+        return references
+    if references != _UNSHARED:
+        return None
+    with _lock:
+        if _kept_bytes + a.nbytes <= RECYCLE_MAX_BYTES:
+            _kept.setdefault((a.shape, a.dtype), []).append(a)
+            _kept_bytes += a.nbytes
+    return None
+
+
+def _unshared() -> int:
+    """The count `give` sees of a buffer its caller holds by one name and no one else holds:
+    measured, not assumed, as interpreters count references to arguments differently."""
+    probe = np.empty(1)
+    return give(probe, _measure=True)
+
+
+_UNSHARED = _unshared()
+
+
+def empty_like(x):
+    """A C-ordered buffer of x's shape and dtype, uninitialized: a kept one if there is one."""
+    global _kept_bytes
+    if x.nbytes >= RECYCLE_MIN_BYTES:
+        with _lock:
+            found = _kept.get((x.shape, x.dtype))
+            if found:
+                a = found.pop()
+                _kept_bytes -= a.nbytes
+                return a
+    return np.empty(x.shape, x.dtype)
+
+
+def clear() -> None:
+    global _kept_bytes
+    with _lock:
+        _kept.clear()
+        _kept_bytes = 0

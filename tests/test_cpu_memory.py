@@ -44,3 +44,60 @@ def test_large_buffers_stop_faulting_in_after_reuse():
         faults[mode] = int(subprocess.run([sys.executable, "-c", code], capture_output=True,
                                           text=True, env=env, check=True).stdout)
     assert faults[None] * 10 < faults["system"], faults
+
+
+# ---- buffers past the mmap threshold: reused only when no one holds them ------------------
+
+def _big():
+    import numpy as np
+    import rill
+    from rill import cpu_memory
+    n = cpu_memory.RECYCLE_MIN_BYTES // 4
+    return np, rill, cpu_memory, n
+
+
+def test_a_replaced_buffer_that_no_one_holds_serves_the_next_result():
+    np, rill, cpu_memory, n = _big()
+    cpu_memory.clear()
+    t = rill.zeros(n)
+    replaced = id(t._data)
+    with rill.no_grad():
+        t += 1.0                                # replaces t's buffer; no one else holds it
+    y = rill.ops.elementwise.scaled_add(t, t, 1.0, 2.0)
+    assert id(y._data) == replaced              # the result was written into it
+    assert float(y[0]) == 3.0 and float(y[-1]) == 3.0 and float(t[0]) == 1.0
+    cpu_memory.clear()
+
+
+@pytest.mark.parametrize("hold", ["numpy view", "detached tensor", "state_dict",
+                                  "tape node"])
+def test_a_replaced_buffer_someone_holds_is_never_written(hold):
+    """rill's buffers are never written once made: what `.numpy()`, `detach()`, a state_dict
+    or a saved tensor handed out keeps its values through later optimizer steps."""
+    np, rill, cpu_memory, n = _big()
+    cpu_memory.clear()
+    p = rill.nn.Parameter(rill.zeros(n))
+    model = rill.nn.Module()
+    model.w = p
+    if hold == "numpy view":
+        held = p.numpy()
+    elif hold == "detached tensor":
+        held = p.detach()
+    elif hold == "state_dict":
+        held = model.state_dict()["w"]
+    else:
+        q = rill.ones(n, requires_grad=True)
+        held = q * p.detach()                   # the multiply saves p's buffer for backward
+    opt = rill.optim.SGD([p], lr=1.0, momentum=0.5)
+    for _ in range(3):
+        p.grad = rill.ones(n)
+        opt.step()
+        y = rill.ops.elementwise.scaled_add(p, p, 1.0, 1.0)  # asks for a buffer of p's size
+        assert float(y[0]) == 2 * float(p[0])
+    if hold == "tape node":
+        held.sum().backward()                   # d/dq (q * p_then) is p's value back then
+        held = q.grad
+    values = held if isinstance(held, np.ndarray) else held.numpy()
+    assert not values.any(), hold               # still the zeros it was made from
+    assert float(p[0]) != 0.0
+    cpu_memory.clear()

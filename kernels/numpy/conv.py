@@ -35,16 +35,16 @@ DIRECT = True
 PER_IMAGE = True
 
 
-def _per_image(channels: int, kernel, out_size) -> bool:
+def _per_image(out_size) -> bool:
     """Per-image GEMMs (conv_per_image), or one GEMM over the batch's columns (below)?
 
-    Per image, a GEMM's long side is one image's output pixels: for small outputs with deep
-    columns (ResNet's 7x7 layers; VGG's and Overfeat's 512 channels at 12-14 pixels a side)
-    it is too skinny for BLAS, and the batch's columns ran 1.4-2.6x faster in the weight
-    gradient and up to 2x in the others (BENCHMARKS.md). The rule depends only on the layer,
-    so a step's three kernels agree, and the forward's columns serve the weight gradient."""
-    pixels, depth = int(np.prod(out_size)), channels * int(np.prod(kernel))
-    return PER_IMAGE and not (pixels <= 64 or (pixels <= 256 and depth >= 4096))
+    Per image, a GEMM's long side is one image's output pixels: for outputs of at most 16x16
+    it is too skinny for BLAS, and the batch's columns ran faster in every layer of the
+    Table 1 models and ResNet-18 measured (fwd+bwd: AlexNet's conv3 1.14x, Overfeat's 12x12
+    1.45x, GoogLeNet's 14x14 1.7x, ResNet's 7x7 several times; BENCHMARKS.md); from 27x27 up
+    the per-image GEMMs tie or win. The rule depends only on the layer, so a step's three
+    kernels agree, and the forward's columns serve the weight gradient."""
+    return PER_IMAGE and int(np.prod(out_size)) > 256
 
 
 def _compute_dtype(a):
@@ -154,7 +154,7 @@ def conv(x, w, *bias, stride, padding, dilation, groups):
         if groups == 1 and DIRECT and conv_direct.pays(x.shape[1], o, out[-1]) else None
     if y is not None:
         return y
-    if groups == 1 and _per_image(x.shape[1], kernel, out):
+    if groups == 1 and _per_image(out):
         return conv_per_image.conv(x, w, bias[0] if bias else None, stride, padding, dilation)
     cols = _cols(x, kernel, out, stride, padding, dilation, groups)
     wm = w.reshape(groups, o // groups, -1).astype(cols.dtype, copy=False)
@@ -170,7 +170,7 @@ def conv_transpose(g, w, input_size, stride, padding, dilation, groups):
                                                        input_size[-1]) else None
     if gx is not None:
         return gx
-    if groups == 1 and _per_image(w.shape[1], w.shape[2:], g.shape[2:]):
+    if groups == 1 and _per_image(g.shape[2:]):
         return conv_per_image.conv_transpose(g, w, input_size, stride, padding, dilation)
     n, o = g.shape[:2]
     out = g.shape[2:]
@@ -205,7 +205,7 @@ def conv_weight_grad(x, g, kernel_size, stride, padding, dilation, groups):
         else None
     if gw is not None:
         return gw
-    if groups == 1 and _per_image(x.shape[1], kernel_size, g.shape[2:]):
+    if groups == 1 and _per_image(g.shape[2:]):
         return conv_per_image.conv_weight_grad(x, g, kernel_size, stride, padding, dilation)
     o = g.shape[1]
     cols = _cols(x, kernel_size, g.shape[2:], stride, padding, dilation, groups)

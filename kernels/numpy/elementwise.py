@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from rill import cpu_memory
 from rill.dtypes import to_storage
 from rill.kernels.native import build as native
 from rill.ops.primitive import register_kernels
@@ -217,7 +218,7 @@ def _scaled_add(x, y, alpha, beta):
             x.dtype == y.dtype:
         compiled = native.for_arrays("elementwise", x, y)
         if compiled is not None:
-            out = np.empty_like(x)
+            out = cpu_memory.empty_like(x)  # an optimizer's replaced slot, where one is free
             flags = (float(alpha), float(beta), x.dtype == np.float64)
 
             def run(lo, hi):
@@ -226,8 +227,8 @@ def _scaled_add(x, y, alpha, beta):
             parallel.split(run, -(-x.size // SCALED_ADD_BLOCK), x.size)
             return out
     # One new buffer: scale into it, then accumulate the other operand in place.
-    if alpha == 1.0 and x.shape == y.shape:
-        out = np.multiply(y, np.asarray(beta, dtype=x.dtype))
+    if alpha == 1.0 and x.shape == y.shape and x.dtype == y.dtype:
+        out = np.multiply(y, np.asarray(beta, dtype=x.dtype), out=cpu_memory.empty_like(x))
         out += x
         return out
     return (np.multiply(x, np.asarray(alpha, dtype=x.dtype)) +

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from rill import cpu_memory
 from rill.kernels.native import build as native
 from rill.ops.primitive import register_kernels
 
@@ -78,7 +79,7 @@ def _adam_compiled(p, g, m, v, outs, step_size, bias_correction2_sqrt, beta1, be
 def _adam_update(p, g, m, v, *scalars, **attrs):
     # C-ordered outputs, whatever p's layout: the blocks below write through their flat
     # views (reshape(-1) of another layout would be a copy, and the writes would be lost).
-    outs = tuple(np.empty(p.shape, p.dtype) for _ in range(3))
+    outs = tuple(cpu_memory.empty_like(p) for _ in range(3))  # replaced slots, where free
     if _adam_compiled(p, g, m, v, outs, *scalars, **attrs):
         return outs
     if p.size <= CHUNK:

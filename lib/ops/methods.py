@@ -7,7 +7,7 @@ buffer; see tensor.py for why.
 """
 from __future__ import annotations
 
-from .. import dtypes as dt
+from .. import cpu_memory, dtypes as dt
 from ..eager.context import current, no_grad
 from ..errors import DTypeError, GradientError, ShapeError
 from ..tensor import Tensor
@@ -81,8 +81,11 @@ def update_in_place(t: Tensor, fn, *args) -> Tensor:
             raise DTypeError(f"an in-place result of dtype {result.dtype} cannot be stored in a "
                              f"{t.dtype} tensor", op="in-place")
         result = E.cast(result, t.dtype)
-    t._data = result._data
+    replaced, t._data = t._data, result._data
     t._version += 1
+    if not ctx.interpreter.capturing:
+        cpu_memory.give(replaced)  # kept for a later result only if nothing else holds it
+    del replaced
     if result.requires_grad:
         t.requires_grad, t._node, t._index = True, result._node, result._index
         _repoint_outputs(result._node, result, t)
