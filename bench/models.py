@@ -13,8 +13,8 @@ Workloads, each one full training step (forward, loss, backward, optimizer updat
     resnet18   ResNet-18 with BatchNorm (training mode), batch 4 of 3x224x224
     gpt        the minGPT step of bench/gpt_step.py (4 layers, d 128, 4 heads, context 64,
                batch 16; clip_grad_norm_, AdamW), imported from there
-    lstm       a word-level LSTM language model: Embedding(256, 128), nn.LSTM(128 -> 256),
-               Linear(256, 256); T 50, batch 32
+    lstm       an LSTM language model over 256 tokens: Embedding(256, 128),
+               nn.LSTM(128 -> 256), Linear(256, 256); T 50, batch 32
 The conv nets train with cross-entropy over 1000 classes and SGD (lr 0.001, momentum 0.9:
 at 0.01, the usual rate for batch 128, these small fixed batches drove AlexNet's weights to
 overflow within twenty steps, and a step over infinities is not the step being timed), the
@@ -32,13 +32,16 @@ Every variant starts from the same float32 weights and data, made in NumPy from 
 losses of the first CHECK_CALLS steps are checked against rill eager's before any timing;
 the first of them is the first step's loss, the others follow one update each. The first
 call of a captured or compiled step traces and compiles: it is checked, never timed, and
-its time is reported. Threads: every process runs with --threads (2 by default): RILL's
+its time is reported. Threads: every process runs with --threads (2 by default): rill's
 own pool (RILL_NUM_THREADS), the BLAS and OpenMP libraries threadpoolctl finds, and
 torch.set_num_threads; the script prints what threadpoolctl reports in each process (BLAS
-kernel family, threads).
+kernel family, threads). On a host busier than its cores, 2 threads measure the scheduler
+more than the kernels: torch's OpenMP regions wait at their barriers for a descheduled
+thread, and its eager steps of many small ops (ResNet-18, the LSTM) stretched 5-10x in such
+a run; --threads 1 compares the kernels there.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/models.py
-    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/models.py --models alexnet,gpt --repeats 20 --json models.json
+    python bench/models.py --models alexnet,gpt --repeats 20 --json models.json
     python bench/models.py --profile alexnet          # rill.profiler beside torch.profiler
     python bench/models.py --quick --variants eager,captured,torch   # smoke run, tiny shapes
 
@@ -469,7 +472,10 @@ def run_model(model: str, conns: dict, args, settle: float, console,
     (or, under --profile, prints the profiles); returns its part of the --json report."""
     job = {"model": model, "quick": args.quick, "threads": args.threads,
            "profile": bool(args.profile), "top": args.top}
-    first = {label: f[0] for label, f in harness.set_up(conns, job).items()}
+    # one worker at a time: a profile, or the first call's time, taken while the other
+    # workers build their models would time the contention
+    first = {label: harness.set_up({label: conn}, job)[label][0]
+             for label, conn in conns.items()}
     if not threads_shown:
         console.print(f"threads ({args.threads} per process; threadpoolctl):")
         describe_threads(console, first)
