@@ -16,6 +16,7 @@ import math
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 
+from ..eager.wrapping import WrappingInterpreter
 from .errors import ONNXBudgetError, ONNXError
 
 
@@ -148,16 +149,12 @@ class Meter:
                    self.limits.max_loop_trips, "max_loop_trips", " trips")
 
 
-class Metered:
+class Metered(WrappingInterpreter):
     """The current interpreter, with every op's output shapes charged to a Meter first."""
 
     def __init__(self, inner, meter: Meter):
-        self.inner = inner
+        super().__init__(inner)
         self.meter = meter
-        self.capturing = inner.capturing
-
-    def __getattr__(self, name):  # everything else asked of the interpreter is the inner one's
-        return getattr(self.inner, name)
 
     def apply(self, prim, args, attrs, avals, device):
         for shape, _ in (avals if prim.multiple_results else (avals,)):

@@ -22,6 +22,7 @@ import threading
 import weakref
 from time import perf_counter
 
+from ..eager.wrapping import WrappingInterpreter
 from ..errors import is_framework_file
 from . import state
 
@@ -41,16 +42,12 @@ def _synchronize(device) -> None:
         sync()
 
 
-class ProfilingInterpreter:
+class ProfilingInterpreter(WrappingInterpreter):
     """Runs each op with `inner` (the interpreter that was current) and records it."""
 
     def __init__(self, inner, profile):
-        self.inner = inner
+        super().__init__(inner)
         self.profile = profile
-        self.capturing = inner.capturing
-
-    def __getattr__(self, name):  # anything else asked of the interpreter is the inner one's
-        return getattr(self.inner, name)
 
     def apply(self, prim, args, attrs, avals, device):
         on_host = device.kind == "cpu"
