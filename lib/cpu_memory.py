@@ -52,9 +52,10 @@ TUNED = keep_freed_buffers()
 # `give(a)` is called with a buffer that has just been replaced (ops/methods.update_in_place).
 # It keeps `a` only if nothing else holds it, proved by its reference count: no tensor, view,
 # array handed out by `.numpy()`, DLPack capsule or tape node refers to it, so no one can see
-# what is written into it next. `empty_like(x)` (kernels that allocate their result: scaled_add,
-# adam_update) returns a kept buffer of x's shape and dtype, else a new one. At most
-# RECYCLE_MAX_BYTES are kept; `clear()` frees them.
+# what is written into it next. A captured step's assign gives the buffers it replaces too
+# (capture/graph_ops.py). `empty(shape, dtype)` (kernels that allocate their result:
+# scaled_add, adam_update, fused groups) returns a kept buffer of that shape and dtype, else a
+# new one. At most RECYCLE_MAX_BYTES are kept; `clear()` frees them.
 
 RECYCLE_MIN_BYTES = MMAP_THRESHOLD  # smaller ones malloc keeps and reuses (above)
 RECYCLE_MAX_BYTES = 2 << 30         # at most this much memory kept
@@ -93,17 +94,21 @@ def _unshared() -> int:
 _UNSHARED = _unshared()
 
 
-def empty_like(x):
-    """A C-ordered buffer of x's shape and dtype, uninitialized: a kept one if there is one."""
+def empty(shape: tuple, dtype) -> np.ndarray:
+    """A C-ordered buffer, uninitialized: a kept one of this shape and dtype if there is one."""
     global _kept_bytes
-    if x.nbytes >= RECYCLE_MIN_BYTES:
+    if _kept:
         with _lock:
-            found = _kept.get((x.shape, x.dtype))
+            found = _kept.get((tuple(shape), np.dtype(dtype)))
             if found:
                 a = found.pop()
                 _kept_bytes -= a.nbytes
                 return a
-    return np.empty(x.shape, x.dtype)
+    return np.empty(shape, dtype)
+
+
+def empty_like(x) -> np.ndarray:
+    return empty(x.shape, x.dtype)
 
 
 def clear() -> None:

@@ -37,6 +37,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
+from rill import cpu_memory
 from rill.kernels.native import build
 from rill.kernels.numpy import parallel
 
@@ -333,7 +334,7 @@ def _call(module, specs, inputs, out):
         if given is None or type(given) is not np.ndarray or given.dtype != dtype or \
                 given.shape != shape or not given.flags.c_contiguous or \
                 not given.flags.writeable:
-            given = np.empty(shape, dtype)
+            given = cpu_memory.empty(shape, dtype)  # a replaced variable's, where one is free
         results.append(given)
     n = results[0].size
     inputs, outputs = tuple(inputs), tuple(results)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from rill import cpu_memory
 from rill.dtypes import bfloat16
 from rill.kernels.native import fused as native_fused
 
@@ -88,7 +89,7 @@ def _generate(body):
         for v in node.inputs:
             last_use[v] = k
     returned = {v: j for j, v in enumerate(body.outputs)}
-    scope = {"np": np, "empty": np.empty, "unfused": _unfused(body)}
+    scope = {"np": np, "empty": cpu_memory.empty, "unfused": _unfused(body)}
     args = ", ".join(names[v] for v in inputs)
     c_order = " and ".join(f"{names[v]}.flags.c_contiguous" for v in inputs) or "True"
     # Quiet (inf and nan as values) where an op's own kernel is: errstate costs a microsecond.

@@ -9,6 +9,7 @@ text, so nothing a file says can become code.
 """
 from __future__ import annotations
 
+from .. import cpu_memory
 from ..errors import CaptureError
 from ..tensor import new_tensor
 
@@ -189,7 +190,9 @@ def read_grad(var):
 def assign(var, buffer) -> None:
     owner = var.owner
     if var.kind == "value":
-        owner._data = buffer
+        replaced, owner._data = owner._data, buffer
         owner._version += 1
+        cpu_memory.give(replaced)  # kept for a later result only if nothing else holds it
+        del replaced
     else:
         owner.grad = new_tensor(buffer, var.dtype, var.device)
