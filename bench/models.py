@@ -68,6 +68,7 @@ VARIANTS = {"eager": EAGER, "captured": CAPTURED, "torch": TORCH, "compile": COM
 MODULES = {EAGER: "rill", CAPTURED: "rill", TORCH: "torch", COMPILED: "torch"}
 
 CHECK_CALLS = 2            # steps whose losses are compared across variants
+WARMUP_STEPS = 10          # untimed steps after them (see main)
 # float32 in both frameworks, different summation orders (convolution algorithms, GEMM
 # blocking); the second loss carries one update's worth of them
 RTOL, ATOL = 2e-4, 1e-5
@@ -514,8 +515,11 @@ def main(argv=None) -> None:
     labels = [VARIANTS[v] for v in VARIANTS if v in args.variants]
     # read by rill's kernels/numpy/parallel.py when a worker imports rill
     os.environ["RILL_NUM_THREADS"] = str(args.threads)
+    # Untimed steps past the checked ones: a captured step's first 2 * TRIAL_CALLS calls
+    # (capture/executor.py: 5 each way) time its straight-line and thread-pool schedules
+    # before it keeps one; timing them measured the trials (VGG-11 captured: 1.66x eager).
     procs, conns, skipped, _ = harness.start({label: MODULES[label] for label in labels},
-                                                 setup, 1 if args.quick else 2)
+                                                 setup, 1 if args.quick else WARMUP_STEPS)
     for label, why in skipped.items():
         console.print(f"{label} skipped ({why})")
     report = {"machine": harness.machine(), "threads": args.threads, "quick": args.quick,
