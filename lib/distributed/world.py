@@ -44,6 +44,7 @@ class World:
                                 f"processes (one worker), the job has {size}", op="init")
         self.rank, self.size, self.num_ps = rank, size, num_ps
         self.timeout, self.comm, self.board = timeout, comm, board
+        self.shutdown_comm = None  # init's duplicate of comm for the barrier at exit
         self.ps_ranks = list(range(num_ps))
         self.worker_ranks = list(range(num_ps, size))
         self.role = "ps" if rank < num_ps else "worker"
@@ -111,6 +112,10 @@ def init(timeout: float | None = None) -> World:
         from .status import StatusBoard
         board = StatusBoard(path, comm.Get_size(), comm.Get_rank())
     _WORLD = World(comm.Get_rank(), comm.Get_size(), num_ps, timeout, comm, board)
+    # The shutdown barrier's own communicator: on COMM_WORLD, a rank's barrier at exit would
+    # match a peer's dist.barrier() (collectives match in order), and let that peer run on as
+    # if the exiting rank had been there.
+    _WORLD.shutdown_comm = comm.Dup() if board is not None else None
     import atexit
     if board is not None:
         atexit.register(board.note, "finished", False)
@@ -126,9 +131,12 @@ def _final_barrier(w: World) -> None:
     meets here first. A rank still running may take as long as it needs (ranks of a job may
     finish far apart: a chief's last evaluation, an uneven shard); a rank that is stopped, or
     gone or ended without coming, for longer than the job's timeout is named, with what each
-    was last doing, and the job ends (MPI_Abort) instead of entering the shutdown. Without a
-    status board (no rill-launch) nothing tells them apart, and the wait is MPI's. (The
-    rill-launch watchdog covers the short step from here into MPI_Finalize.)"""
+    was last doing, and the job ends (MPI_Abort) instead of entering the shutdown. A rank
+    that leaves early (an error, sys.exit) while others wait for it in a later exchange meets
+    no barrier: they would never come, and the launcher ends the job on its exit status, as
+    before. The barrier runs on a communicator of its own, so it never matches a peer's
+    dist.barrier(). Without a status board (no rill-launch) nothing tells these cases apart,
+    and the wait is MPI's. (The rill-launch watchdog covers the step into MPI_Finalize.)"""
     import sys
     import time
     mpi = sys.modules.get("mpi4py.MPI")
@@ -136,20 +144,36 @@ def _final_barrier(w: World) -> None:
         return
     from .collectives import timeout_error
     from .status import process_state
-    if w.board is not None:
-        w.board.note("finalize", collective=False)
-    request = w.comm.Ibarrier()
+    if w.board is None or w.shutdown_comm is None:
+        return  # nothing tells a slow rank from a stuck one: MPI's own wait
+    w.board.note("finalize", collective=False)
 
     def missing(rows):
         return [r for r, row in enumerate(rows)
                 if r != w.rank and row.operation not in ("finalize", "finished")]
+
+    def waited_for(rows):  # ranks inside an exchange this rank never entered (it is leaving)
+        return [r for r in missing(rows) if rows[r].collectives > rows[w.rank].collectives]
+    if waited_for(w.board.read()):
+        # A rank leaving early (an error, sys.exit) while others wait for it: no barrier
+        # they would never reach; MPI's shutdown and the launcher end the job, as before.
+        return
+    request = w.shutdown_comm.Ibarrier()
     held_since, looked = None, time.monotonic()
     while not request.Test():
         time.sleep(0.005)
         now = time.monotonic()
-        if w.board is None or now - looked < 0.25:
+        if now - looked < 0.25:
             continue
         looked, rows = now, w.board.read()
+        early = waited_for(rows)
+        if early:
+            print(f"rill.DistributedError: {w.name} (rank {w.rank}) is exiting while rank(s) "
+                  f"{', '.join(map(str, early))} wait for it in an exchange it never entered; "
+                  "ending the job", file=sys.stderr, flush=True)
+            w.board.note("failed", collective=False)
+            w.board.ended(w.rank, "exited", 1)
+            w.comm.Abort(1)
         held = [r for r in missing(rows)
                 if process_state(rows[r]) or rows[r].ending != "running"]
         held_since = None if not held else held_since or now
