@@ -140,6 +140,36 @@ def _die_with(parent: int, sig: int) -> None:
         os.kill(os.getpid(), sig)
 
 
+# How long a failing rank waits for mpiexec to read what it printed before it aborts the job.
+DRAIN_S = 3.0
+
+
+def _let_output_drain() -> None:
+    """Wait (at most DRAIN_S) until mpiexec has read what this rank wrote to its stdout and
+    stderr pipes. MPI's Abort makes mpiexec end the job at once, and what it had not read yet
+    is lost: a failing rank's traceback used to be cut off mid-line, its message with it."""
+    import fcntl
+    import stat
+    import struct
+    import termios
+    import time
+    deadline = time.monotonic() + DRAIN_S
+    for fd in (1, 2):
+        try:
+            if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+                continue  # a terminal answers FIONREAD with what was typed, not written
+        except OSError:
+            continue
+        while time.monotonic() < deadline:
+            try:  # bytes still in the pipe (Linux answers FIONREAD on either end)
+                waiting = struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0" * 4))[0]
+            except OSError:
+                break  # not a pipe, or closed: nothing to wait for
+            if not waiting:
+                break
+            time.sleep(0.01)
+
+
 def main() -> None:
     rank = int(os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0")))
     size = int(os.environ.get("PMI_SIZE", os.environ.get("OMPI_COMM_WORLD_SIZE", "1")))
@@ -174,6 +204,7 @@ def main() -> None:
             StatusBoard(board_path, size).ended(rank, "exited", code)
         mpi = sys.modules.get("mpi4py.MPI")
         if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+            _let_output_drain()  # the traceback must reach the launcher before Abort
             mpi.COMM_WORLD.Abort(code)
         sys.exit(code)
 
