@@ -391,15 +391,50 @@ def test_compiled_max_pool_equals_the_numpy_kernel(monkeypatch, dtype, shape, ke
         np.testing.assert_array_equal(a, b)              # maxima (NaN included) and winners
 
 
+# Windows the compiled pooling takes besides 2x2 tiling ones: padded (GoogLeNet's and
+# ResNet's 3x3), overlapping at stride 1, dilated, not square, and over 127 taps (int32
+# winners), with NaN and ties.
+POOL_WINDOWS = [((3, 3), (2, 2), (1, 1), (1, 1)), ((3, 3), (1, 1), (1, 1), (1, 1)),
+                ((2, 3), (1, 2), (1, 0), (2, 1)), ((12, 12), (1, 1), (0, 0), (1, 1)),
+                ((2, 2), (2, 2), (0, 0), (1, 1))]
+
+
 @needs_compiler
-def test_padded_or_strided_pooling_takes_the_numpy_kernel(monkeypatch):
-    x = np.random.default_rng(9).standard_normal((2, 3, 8, 8)).astype(np.float32)
+@pytest.mark.parametrize("window", POOL_WINDOWS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_compiled_pooling_of_any_window_equals_the_numpy_kernel(monkeypatch, window, dtype):
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((3, 4, 15, 17)).astype(dtype)
+    x[0, 0, 2, 2] = np.nan
+    x[1, 1, :4, :4] = 1.0                          # ties: the first maximum wins
+    x = x.transpose(1, 0, 2, 3).copy().transpose(1, 0, 2, 3)  # channel-major, as convs give
     calls = []
     module = build.load("pooling")
     monkeypatch.setattr(numpy_pooling.native, "load", lambda name: _Spy(module, calls))
-    numpy_pooling.max_pool2d(x, (3, 3), (2, 2), (1, 1), (1, 1))           # padding
-    numpy_pooling.max_pool2d(x[:, :, :, ::2], (2, 2), (2, 2), (0, 0), (1, 1))  # not contiguous
-    assert calls == []
+    best, winners = numpy_pooling.max_pool2d(x, *window)
+    g = rng.standard_normal(best.shape).astype(dtype)
+    g[0, 1, 0, :3] = [np.inf, np.nan, -np.inf]     # reach their winners only
+    dx = numpy_pooling.max_pool2d_grad(g, winners, x.shape, *window)
+    assert calls == ["forward", "backward"] and dx.flags.c_contiguous
+    monkeypatch.setattr(numpy_pooling.native, "load", lambda name: None)
+    np.testing.assert_array_equal(best, numpy_pooling.max_pool2d(x, *window)[0])
+    np.testing.assert_array_equal(winners, numpy_pooling.max_pool2d(x, *window)[1])
+    # the same terms added in the same order: the same bits
+    np.testing.assert_array_equal(dx, numpy_pooling.max_pool2d_grad(g, winners, x.shape,
+                                                                    *window))
+
+
+@needs_compiler
+def test_compiled_pooling_gradient_refuses_a_winner_out_of_its_window():
+    module = build.load("pooling")
+    g = np.ones((1, 1, 2, 2), np.float32)
+    dx = np.empty((1, 1, 4, 4), np.float32)
+    for bad in (9, -1):
+        winners = np.zeros((1, 1, 2, 2), np.int8)
+        winners[0, 0, 1, 1] = bad   # 3x3 windows have taps 0..8: no write outside dx
+        with pytest.raises(ValueError, match="winner out of its window"):
+            module.backward(g, winners, dx, 1, 1, 4, 4, 2, 2, 3, 3, 1, 1, 1, 1, 0, 0, 0, 1,
+                            1, False)
 
 
 numpy_elementwise = importlib.import_module("rill.kernels.numpy.elementwise")
@@ -498,8 +533,8 @@ def test_compiled_max_pool_gradient_equals_the_numpy_kernel(monkeypatch, dtype):
     got = numpy_pooling.max_pool2d_grad(g, winners, x.shape, (2, 2), (2, 2), (0, 0), (1, 1))
     assert calls == ["backward"] and got.flags.c_contiguous
     odd = numpy_pooling.max_pool2d_grad(g[..., :299], winners[..., :299], (3, 4, 10, 599),
-                                        (2, 2), (2, 2), (0, 0), (1, 1))  # not tiling: NumPy
-    assert calls == ["backward"]
+                                        (2, 2), (2, 2), (0, 0), (1, 1))  # not tiling
+    assert calls == ["backward", "backward"]
     monkeypatch.setattr(numpy_pooling.native, "load", lambda name: None)
     np.testing.assert_array_equal(got, numpy_pooling.max_pool2d_grad(
         g, winners, x.shape, (2, 2), (2, 2), (0, 0), (1, 1)))

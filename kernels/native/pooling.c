@@ -5,16 +5,18 @@
  * The NumPy kernel makes four passes over the whole batch per tap; here each output row's
  * maxima and winners are kept in cache while the taps pass over it (a tap is a strided read
  * of one input row), and 2x2 windows at stride 2 take all four taps in one vector loop.
- * The gradient, for 2x2 windows at stride 2 that tile the image only (others stay NumPy's),
- * writes each input row in one contiguous vector loop.
+ * The gradient of 2x2 windows at stride 2 that tile the image writes each input row in one
+ * contiguous vector loop; any other window (overlapping, padded, dilated) adds each window's
+ * gradient into its winner's pixel, one pass over the gradient per plane.
  *
- *   forward(x, y, winners, N, C, H, W, OH, OW, kh, kw, sh, sw, dh, dw, n0, n1,
- *           winner_bytes, double)
+ *   forward(x, y, winners, N, C, H, W, OH, OW, kh, kw, sh, sw, dh, dw, ph, pw, n0, n1,
+ *           winner_bytes, double)                        (ph = pw = 0: the caller pads x)
  *     y = the window's maximum (NaN if it holds one); winners = its first maximum's tap (as
  *     PyTorch: NaN beats any number and a later NaN an earlier one); winner_bytes 1 (int8)
  *     or 4 (int32)
- *   backward(g, winners, dx, <the sizes above>)          (2x2 windows tiling the image)
- *     dx = g at each window's winner, 0 at its other pixels: no inf * 0 = NaN at the losers
+ *   backward(g, winners, dx, <the sizes above>)          (H, W: dx's, without the padding)
+ *     dx = the sum of the gradients of the windows a pixel wins, 0 where it wins none: no
+ *     inf * 0 = NaN at the losers. A winner in the padding (a window of -inf only) is lost.
  */
 #pragma GCC optimize("O2")
 #include "common.h"
@@ -22,7 +24,7 @@
 #include <string.h>
 
 typedef struct {
-    Py_ssize_t N, C, H, W, OH, OW, kh, kw, sh, sw, dh, dw, n0, n1;
+    Py_ssize_t N, C, H, W, OH, OW, kh, kw, sh, sw, dh, dw, ph, pw, n0, n1;
     int winner_bytes, is_double;
 } Geometry;
 
@@ -164,6 +166,33 @@ static void backward_2x2_##SUFFIX(const T *restrict g, const W_T *restrict winne
             r1[j] = won[j] == tap + 2 ? spread[j] : (T)0;                                     \
         }                                                                                     \
     }                                                                                         \
+}                                                                                             \
+                                                                                              \
+/* Any other windows: each plane zeroed, then each window's gradient added into the pixel its \
+ * winner names (the tap's offsets from a table: no division per pixel). Windows are taken    \
+ * last to first, so a pixel that several windows pick sums their gradients in the order of   \
+ * its tap in each (a later window holds it at an earlier tap): the NumPy kernel's order, and \
+ * the GPU's, to the bit. */                                                                  \
+static void backward_any_##SUFFIX(const T *restrict g, const W_T *restrict winners,           \
+                                  T *restrict dx, const Geometry *z, const Py_ssize_t *rows,  \
+                                  const Py_ssize_t *cols)                                     \
+{                                                                                             \
+    const Py_ssize_t H = z->H, W = z->W, OH = z->OH, OW = z->OW;                              \
+    for (Py_ssize_t plane = z->n0 * z->C; plane < z->n1 * z->C; plane++) {                    \
+        T *restrict d = dx + plane * H * W;                                                   \
+        const T *restrict gp = g + plane * OH * OW;                                           \
+        const W_T *restrict wp = winners + plane * OH * OW;                                   \
+        memset(d, 0, (size_t)(H * W) * sizeof(T));                                            \
+        for (Py_ssize_t oh = OH - 1; oh >= 0; oh--) {                                         \
+            const Py_ssize_t top = oh * z->sh - z->ph;                                        \
+            for (Py_ssize_t ow = OW - 1; ow >= 0; ow--) {                                     \
+                const Py_ssize_t t = (Py_ssize_t)wp[oh * OW + ow];                            \
+                const Py_ssize_t ih = top + rows[t], iw = ow * z->sw - z->pw + cols[t];       \
+                if (ih >= 0 && ih < H && iw >= 0 && iw < W)                                   \
+                    d[ih * W + iw] += gp[oh * OW + ow];                                       \
+            }                                                                                 \
+        }                                                                                     \
+    }                                                                                         \
 }
 
 DEFINE_POOL(float, int8_t, f32_i8)
@@ -174,9 +203,10 @@ DEFINE_POOL(double, int32_t, f64_i32)
 static int geometry_ok(const Geometry *z)
 {
     if (z->N < 0 || z->C < 0 || z->OH < 0 || z->OW < 0 || z->kh < 1 || z->kw < 1 || z->sh < 1 ||
-        z->sw < 1 || z->dh < 1 || z->dw < 1 || z->n0 < 0 || z->n1 < z->n0 || z->n1 > z->N ||
-        (z->OH > 0 && (z->OH - 1) * z->sh + (z->kh - 1) * z->dh >= z->H) ||
-        (z->OW > 0 && (z->OW - 1) * z->sw + (z->kw - 1) * z->dw >= z->W) ||
+        z->sw < 1 || z->dh < 1 || z->dw < 1 || z->ph < 0 || z->pw < 0 || z->n0 < 0 ||
+        z->n1 < z->n0 || z->n1 > z->N ||
+        (z->OH > 0 && (z->OH - 1) * z->sh + (z->kh - 1) * z->dh >= z->H + 2 * z->ph) ||
+        (z->OW > 0 && (z->OW - 1) * z->sw + (z->kw - 1) * z->dw >= z->W + 2 * z->pw) ||
         (z->winner_bytes != 1 && z->winner_bytes != 4) ||
         (z->winner_bytes == 1 && z->kh * z->kw > 127)) {
         PyErr_SetString(PyExc_ValueError, "max_pool2d: inconsistent geometry");
@@ -189,7 +219,8 @@ static int parse(PyObject *args, const char *format, Py_buffer *a, Py_buffer *b,
                  Geometry *z)
 {
     return PyArg_ParseTuple(args, format, a, b, c, &z->N, &z->C, &z->H, &z->W, &z->OH, &z->OW,
-                            &z->kh, &z->kw, &z->sh, &z->sw, &z->dh, &z->dw, &z->n0, &z->n1,
+                            &z->kh, &z->kw, &z->sh, &z->sw, &z->dh, &z->dw, &z->ph, &z->pw,
+                            &z->n0, &z->n1,
                             &z->winner_bytes, &z->is_double);
 }
 
@@ -197,10 +228,14 @@ static PyObject *forward(PyObject *self, PyObject *args)
 {
     Py_buffer x, y, winners;
     Geometry z;
-    if (!parse(args, "y*w*w*nnnnnnnnnnnnnnip", &x, &y, &winners, &z))
+    if (!parse(args, "y*w*w*nnnnnnnnnnnnnnnnip", &x, &y, &winners, &z))
         return NULL;
     PyObject *result = NULL;
     Py_ssize_t size = z.is_double ? sizeof(double) : sizeof(float);
+    if (z.ph || z.pw) {
+        PyErr_SetString(PyExc_ValueError, "max_pool2d forward: pad the image first");
+        goto done;
+    }
     if (!geometry_ok(&z) || !check_size(&x, z.N * z.C * z.H * z.W, size, "x")
         || !check_size(&y, z.N * z.C * z.OH * z.OW, size, "y")
         || !check_size(&winners, z.N * z.C * z.OH * z.OW, z.winner_bytes, "winners"))
@@ -224,7 +259,7 @@ static PyObject *backward(PyObject *self, PyObject *args)
 {
     Py_buffer g, winners, dx;
     Geometry z;
-    if (!parse(args, "y*y*w*nnnnnnnnnnnnnnip", &g, &winners, &dx, &z))
+    if (!parse(args, "y*y*w*nnnnnnnnnnnnnnnnip", &g, &winners, &dx, &z))
         return NULL;
     PyObject *result = NULL;
     Py_ssize_t size = z.is_double ? sizeof(double) : sizeof(float);
@@ -232,17 +267,43 @@ static PyObject *backward(PyObject *self, PyObject *args)
         || !check_size(&winners, z.N * z.C * z.OH * z.OW, z.winner_bytes, "winners")
         || !check_size(&dx, z.N * z.C * z.H * z.W, size, "dx"))
         goto done;
-    if (z.kh != 2 || z.kw != 2 || z.sh != 2 || z.sw != 2 || z.dh != 1 || z.dw != 1 ||
-        z.H != 2 * z.OH || z.W != 2 * z.OW || z.winner_bytes != 1) {
-        PyErr_SetString(PyExc_ValueError, "max_pool2d backward: 2x2 windows tiling the image");
-        goto done;
+    const int tiles = z.kh == 2 && z.kw == 2 && z.sh == 2 && z.sw == 2 && z.dh == 1 &&
+        z.dw == 1 && z.ph == 0 && z.pw == 0 && z.H == 2 * z.OH && z.W == 2 * z.OW &&
+        z.winner_bytes == 1;
+    /* each tap's offsets in the window; a winner out of the table is refused before any write */
+    Py_ssize_t taps = z.kh * z.kw, *rows = NULL, *cols = NULL;
+    if (!tiles) {
+        rows = PyMem_Malloc(2 * (size_t)taps * sizeof(Py_ssize_t));
+        if (rows == NULL) { PyErr_NoMemory(); goto done; }
+        cols = rows + taps;
+        for (Py_ssize_t t = 0; t < taps; t++) {
+            rows[t] = (t / z.kw) * z.dh;
+            cols[t] = (t % z.kw) * z.dw;
+        }
+        const Py_ssize_t per_image = z.C * z.OH * z.OW;
+        for (Py_ssize_t i = z.n0 * per_image; i < z.n1 * per_image; i++) {
+            Py_ssize_t t = z.winner_bytes == 1 ? ((const int8_t *)winners.buf)[i]
+                                               : ((const int32_t *)winners.buf)[i];
+            if (t < 0 || t >= taps) {
+                PyErr_SetString(PyExc_ValueError, "max_pool2d backward: a winner out of its window");
+                PyMem_Free(rows);
+                goto done;
+            }
+        }
     }
     Py_BEGIN_ALLOW_THREADS
-    if (z.is_double)
-        backward_2x2_f64_i8(g.buf, winners.buf, dx.buf, &z);
-    else
-        backward_2x2_f32_i8(g.buf, winners.buf, dx.buf, &z);
+    if (tiles) {
+        if (z.is_double) backward_2x2_f64_i8(g.buf, winners.buf, dx.buf, &z);
+        else backward_2x2_f32_i8(g.buf, winners.buf, dx.buf, &z);
+    } else if (z.is_double) {
+        if (z.winner_bytes == 1) backward_any_f64_i8(g.buf, winners.buf, dx.buf, &z, rows, cols);
+        else backward_any_f64_i32(g.buf, winners.buf, dx.buf, &z, rows, cols);
+    } else {
+        if (z.winner_bytes == 1) backward_any_f32_i8(g.buf, winners.buf, dx.buf, &z, rows, cols);
+        else backward_any_f32_i32(g.buf, winners.buf, dx.buf, &z, rows, cols);
+    }
     Py_END_ALLOW_THREADS
+    PyMem_Free(rows);
     result = none();
 done:
     PyBuffer_Release(&g); PyBuffer_Release(&winners); PyBuffer_Release(&dx);
@@ -251,4 +312,4 @@ done:
 
 RILL_MODULE(pooling,
     {"forward", forward, METH_VARARGS, "max_pool2d over a range of images"},
-    {"backward", backward, METH_VARARGS, "max_pool2d_grad of 2x2 windows tiling the image"})
+    {"backward", backward, METH_VARARGS, "max_pool2d_grad over a range of images"})
