@@ -12,7 +12,7 @@ enough to stay in its core's cache it builds their columns and runs the products
                   for stride 1, columns over whole padded rows (_conv_unit_stride)
     input grad:   cols_i = w^T @ g_i, then col2im: one add per kernel tap, clipped to the
                   image; for stride 1, over whole padded rows (_conv_transpose_unit_stride)
-    weight grad:  gw^T += cols[C*KK, n*P] @ g^T[n*P, O] (g^T read in place by BLAS), summed
+    weight grad:  gw += g[O, n*P] @ cols^T[n*P, C*KK] (cols^T read in place by BLAS), summed
                   over the chunk's runs of images, then over the chunks in order
 Images come out (N, O, *spatial) contiguous, the layout the next layer's passes read best.
 The columns are cheap to rebuild in cache, so the weight gradient recomputes them rather
@@ -320,21 +320,21 @@ def conv_weight_grad(x, g, kernel_size, stride, padding, dilation):
     def run(lo, hi):
         m = min(per, hi - lo)
         buffer = geo.pad_buffer(m)
-        acc = np.zeros((geo.rows, o), dtype=dtype)
+        acc = np.zeros((o, geo.rows), dtype=dtype)
         if by_image:
             cols = np.empty((m, geo.rows, geo.pixels), dtype=dtype)
-            products = np.empty((m, geo.rows, o), dtype=dtype)
+            products = np.empty((m, o, geo.rows), dtype=dtype)
         else:
             cols = np.empty((geo.rows, m * geo.pixels), dtype=dtype)
             gs = np.empty((o, m, geo.pixels), dtype=dtype)  # g of the run, channel-major
         for a, z in _steps(lo, hi, per):
             xp = geo.padded_images(x[a:z], buffer)
-            if by_image:  # one product per image, g^T read in place
+            if by_image:  # one product per image, the columns' transpose read in place
                 c = cols[:z - a]
                 np.copyto(c.reshape((z - a, geo.channels) + kernel + geo.out),
                           geo.taps_view(xp, True))
                 gz = gm[a:z] if gm.dtype == dtype else gm[a:z].astype(dtype)
-                np.matmul(c, gz.transpose(0, 2, 1), out=products[:z - a])
+                np.matmul(gz, c.transpose(0, 2, 1), out=products[:z - a])
                 acc += products[:z - a].sum(axis=0)
                 continue
             k = (z - a) * geo.pixels
@@ -346,11 +346,10 @@ def conv_weight_grad(x, g, kernel_size, stride, padding, dilation):
                 gz = gs[:, :z - a]
                 np.copyto(gz, gm[a:z].transpose(1, 0, 2), casting="unsafe")
                 gz = gz.reshape(o, k)
-            acc += cols[:, :k] @ gz.T  # BLAS reads gz^T in place
+            acc += gz @ cols[:, :k].T  # BLAS reads cols^T in place
         partials[lo] = acc
     parallel.split(run, n, n * geo.rows * geo.pixels, serial_blas=True)
     gw = None
     for lo in sorted(partials):
         gw = partials[lo] if gw is None else gw + partials[lo]
-    return np.ascontiguousarray(gw.T).reshape((o, geo.channels) + kernel).astype(
-        x.dtype, copy=False)
+    return gw.reshape((o, geo.channels) + kernel).astype(x.dtype, copy=False)
