@@ -83,8 +83,8 @@ def _blas_controllers():
 
 
 # GEMMs smaller than this many multiply-adds gain little from BLAS's threads (OpenBLAS
-# threads them from 2^18), and each threaded call leaves a BLAS worker spinning for tens of
-# milliseconds, competing with the passes split here. A kernel can run such a GEMM under
+# threads them from 2^18), and each threaded call leaves a BLAS worker spinning (for tens of
+# milliseconds, before shorten_blas_spin below), competing with the passes split here. A kernel can run such a GEMM under
 # blas_at_one_thread() (measured: the CNN step of bench/train.py with its three small
 # linear-layer GEMMs so held, 2 threads: 22.3 ms instead of 29.8 on a quiet host, and 31.5
 # instead of 79.6 at load ~5; medians, `bench/conv.py --hold-small-gemms` and interleaved).
@@ -113,3 +113,52 @@ def blas_at_one_thread():
                 for c, t in zip(_blas_controllers(), _blas_threads):
                     if t != 1:
                         c.set_num_threads(t)
+
+
+# ---- how long BLAS's idle workers spin ------------------------------------------------------
+#
+# OpenBLAS's worker threads spin after each threaded call, waiting for the next, for
+# 2^OPENBLAS_THREAD_TIMEOUT cycles (default 28: ~90 ms at 3 GHz) before they sleep. A training
+# step alternates GEMMs with passes split here (im2col copies, col2im adds, pooling, the
+# per-image convolutions), so a spinning worker took a core from nearly every one of those:
+# on 2 cores they ran at half speed (a per-image convolution after a 2-thread GEMM: 8.9 ->
+# 17.5 ms; ResNet-18's step 413 -> ~350 ms, GoogLeNet's 509 -> ~405, the LSTM's 71 -> 46
+# with the shorter spin below). 2^20 cycles (~0.3 ms) keeps a worker awake across a run of
+# GEMMs and lets it sleep before a pass. The timeout is read once, when OpenBLAS starts its
+# workers, so rill restarts them (exported OpenBLAS functions, at import, when no BLAS call
+# can be running on this thread) with the thread counts they had. An OPENBLAS_THREAD_TIMEOUT
+# the user set is left alone (OPENBLAS_THREAD_TIMEOUT=28 keeps OpenBLAS's default).
+BLAS_SPIN_LOG2_CYCLES = 20
+
+
+def shorten_blas_spin(log2_cycles: int = BLAS_SPIN_LOG2_CYCLES) -> list:
+    """Restart each loaded OpenBLAS's workers with a spin of 2^log2_cycles cycles; returns the
+    libraries' paths it did this for (none without threadpoolctl, or for other BLAS)."""
+    import ctypes
+    if os.environ.get("OPENBLAS_THREAD_TIMEOUT"):
+        return []
+    done = []
+    for c in _blas_controllers():
+        if c.internal_api != "openblas":
+            continue
+        try:
+            lib = ctypes.CDLL(c.filepath)  # already loaded: the same library, not a copy
+            read_env, shutdown, start = (getattr(lib, name) for name in (
+                "openblas_read_env", "blas_thread_shutdown_", "blas_thread_init"))
+        except (OSError, AttributeError):
+            continue  # an OpenBLAS that does not export them: left as it is
+        threads = c.get_num_threads()
+        with _blas_lock:
+            os.environ["OPENBLAS_THREAD_TIMEOUT"] = str(log2_cycles)
+            try:
+                read_env()
+            finally:
+                del os.environ["OPENBLAS_THREAD_TIMEOUT"]  # not passed on to child processes
+            shutdown()
+            start()  # reads the environment's thread count: the one in force is set again
+            c.set_num_threads(threads)
+        done.append(c.filepath)
+    return done
+
+
+shorten_blas_spin()
