@@ -82,7 +82,6 @@ def _conv(run, node, ins, a):
 
 @row("ConvTranspose")
 def _conv_transpose(run, node, ins, a):
-    r = rill()
     x, w = ins[0], ins[1]
     bias = ins[2] if len(ins) > 2 else None
     kernel = list(w.shape[2:])
@@ -90,26 +89,57 @@ def _conv_transpose(run, node, ins, a):
     strides = list(a.get("strides", [1] * n))
     dilations = list(a.get("dilations", [1] * n))
     output_padding = list(a.get("output_padding", [0] * n))
-    pads = list(a.get("pads", [0] * (2 * n)))
-    full = [(x.shape[2 + i] - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 +
-            output_padding[i] for i in range(n)]
-    auto = _text(a.get("auto_pad"), "NOTSET")
-    if "output_shape" in a:
-        want = list(a["output_shape"])[-n:]
-        total = [full[i] - want[i] for i in range(n)]
-        pads = [t // 2 if auto != "SAME_UPPER" else t - t // 2 for t in total] + \
-            [t - t // 2 if auto != "SAME_UPPER" else t // 2 for t in total]
-    elif auto in ("SAME_UPPER", "SAME_LOWER"):
-        total = [full[i] - x.shape[2 + i] * strides[i] for i in range(n)]
-        pads = [t // 2 if auto == "SAME_UPPER" else t - t // 2 for t in total] + \
-            [t - t // 2 if auto == "SAME_UPPER" else t // 2 for t in total]
-    # The full transposed convolution, then crop the pads (asymmetric ones too).
-    out = _conv_fn(n, True)(x, w, bias, stride=tuple(strides), padding=0,
+    before, after = _transpose_pads(x, kernel, strides, dilations, output_padding, a)
+    grows = any(p < 0 for p in before + after)  # output_shape past the full result
+    # The full transposed convolution, then crop the pads (asymmetric ones too); negative
+    # pads add zeros, and the bias goes on after them, as it covers every output position.
+    out = _conv_fn(n, True)(x, w, None if grows else bias, stride=tuple(strides), padding=0,
                             output_padding=tuple(output_padding), groups=a.get("group", 1),
                             dilation=tuple(dilations))
-    key = (slice(None), slice(None)) + tuple(
-        slice(pads[i], out.shape[2 + i] - pads[n + i]) for i in range(n))
-    return out[key] if any(pads) else r.reshape(out, out.shape)
+    if grows:
+        out = _pad_spatial(out, [max(-p, 0) for p in before], [max(-p, 0) for p in after])
+    if any(p > 0 for p in before + after):
+        out = out[(slice(None), slice(None)) + tuple(
+            slice(max(before[i], 0), out.shape[2 + i] - max(after[i], 0)) for i in range(n))]
+    if grows and bias is not None:
+        out = out + bias.reshape((1, -1) + (1,) * n)
+    return out
+
+
+def _transpose_pads(x, kernel, strides, dilations, output_padding, a):
+    """ConvTranspose's (pads before, pads after) per spatial axis. Given an output_shape (or
+    auto_pad SAME_*, which asks for input size * stride), the pads are the ONNX spec's: the
+    total is the full result's size minus the size asked for, the odd one goes at the end
+    for SAME_UPPER and at the start otherwise; explicit pads are then ignored."""
+    n = len(kernel)
+    auto = _text(a.get("auto_pad"), "NOTSET")
+    sizes = [x.shape[2 + i] for i in range(n)]
+    base = [(sizes[i] - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 for i in range(n)]
+    if "output_shape" in a:
+        want = list(a["output_shape"])
+        if len(want) != n:  # as onnxruntime and the reference, which refuse N and C too
+            raise ONNXError(f"output_shape {want} must give the {n} spatial sizes (the "
+                            "batch and channels are inferred)", op="ConvTranspose")
+    elif auto in ("SAME_UPPER", "SAME_LOWER"):
+        want = [sizes[i] * strides[i] for i in range(n)]
+    elif auto == "VALID":
+        return [0] * n, [0] * n
+    else:
+        pads = list(a.get("pads", [0] * (2 * n)))
+        if len(pads) != 2 * n or any(p < 0 for p in pads):
+            raise ONNXError(f"pads {pads} must be {2 * n} values >= 0", op="ConvTranspose")
+        return pads[:n], pads[n:]
+    for i in range(n):
+        # Past base + stride - 1 no input position reaches: onnxruntime and the reference
+        # refuse such a size, so rill does too rather than invent zeros.
+        if not 0 <= want[i] < base[i] + strides[i]:
+            raise ONNXError(f"output size {want[i]} on spatial axis {i} is out of reach: an "
+                            f"input of size {sizes[i]} with stride {strides[i]}, kernel "
+                            f"{kernel[i]} and dilation {dilations[i]} gives 0 to "
+                            f"{base[i] + strides[i] - 1}", op="ConvTranspose")
+    total = [base[i] + output_padding[i] - want[i] for i in range(n)]
+    before = [t // 2 if auto == "SAME_UPPER" else t - t // 2 for t in total]
+    return before, [t - b for t, b in zip(total, before)]
 
 
 @row("MaxPool")
@@ -260,12 +290,20 @@ def _mvn(run, node, ins, a):
 def _lp_norm(run, node, ins, a):
     r = rill()
     x = ins[0]
-    axis = a.get("axis", -1)
-    if a.get("p", 2) == 1:
+    axis, p = a.get("axis", -1), a.get("p", 2)
+    if p not in (1, 2):
+        raise ONNXError(f"p must be 1 or 2, got {p}", op="LpNormalization")
+    # A slice whose norm is 0 gives 0 (the spec), not 0/0; the norm is kept off 0 before
+    # the division and the square root, so the gradient stays finite there too.
+    if p == 1:
         norm = r.sum(r.abs(x), axis=axis, keepdims=True)
+        zero = r.equal(norm, 0)
+        safe = r.where(zero, 1, norm)
     else:
-        norm = r.sqrt(r.sum(x * x, axis=axis, keepdims=True))
-    return x / norm
+        squares = r.sum(x * x, axis=axis, keepdims=True)
+        zero = r.equal(squares, 0)
+        safe = r.sqrt(r.where(zero, 1, squares))
+    return r.where(zero, 0, x / safe)
 
 
 @row("LRN")

@@ -200,15 +200,32 @@ def _scatter_nd(run, node, ins, a):
     x, idx, updates = ins
     reduction = a.get("reduction", "none")
     reduction = reduction.decode() if isinstance(reduction, bytes) else reduction
-    key = tuple(idx[..., i] for i in range(idx.shape[-1]))
-    if reduction == "none":
-        return r.index_set(x, key, updates)
-    if reduction == "add":
-        return r.index_add(x, key, updates)
-    if reduction == "mul":
-        return r.index_set(x, key, x[key] * updates)
-    pick = r.maximum if reduction == "max" else r.minimum
-    return r.index_set(x, key, pick(x[key], updates))
+    if reduction not in ("none", "add", "mul", "max", "min"):
+        raise ONNXError(f"reduction must be none, add, mul, max or min, got {reduction!r}",
+                        op="ScatterND")
+    k = idx.shape[-1]
+    if not 0 <= k <= x.ndim or tuple(updates.shape) != tuple(idx.shape[:-1]) + \
+            tuple(x.shape[k:]):
+        raise ONNXError(f"updates {tuple(updates.shape)} must have shape indices.shape[:-1] "
+                        f"+ data.shape[{k}:] = {tuple(idx.shape[:-1]) + tuple(x.shape[k:])}",
+                        op="ScatterND")
+    if reduction == "none":  # repeated indices: the spec leaves the winner undefined
+        return r.index_set(x, tuple(idx[..., i] for i in range(k)), updates)
+    # Each update combines with every earlier one aimed at the same slice (the spec's loop
+    # over the updates), so repeated indices all count: the first k axes flattened into one,
+    # whose flat index is scattered along with the reduction.
+    rows = int(np.prod(x.shape[:k], dtype=np.int64))
+    rest = tuple(x.shape[k:])
+    flat = r.zeros(tuple(idx.shape[:-1]), dtype=r.int64)
+    for i in range(k):
+        size = x.shape[i]
+        flat = flat * size + r.where(idx[..., i] < 0, idx[..., i] + size, idx[..., i])
+    count = int(np.prod(idx.shape[:-1], dtype=np.int64))
+    flat = r.broadcast_to(flat.reshape((count,) + (1,) * len(rest)), (count,) + rest)
+    combine = {"add": "sum", "mul": "prod", "max": "amax", "min": "amin"}[reduction]
+    out = r.scatter_reduce(x.reshape((rows,) + rest), 0, flat,
+                           updates.reshape((count,) + rest), combine)
+    return out.reshape(tuple(x.shape))
 
 
 @row("Expand")
@@ -317,17 +334,30 @@ def _dropout(run, node, ins, a):  # inference: the input, and a mask of ones
     return [x, rill().ones(x.shape, dtype=rill().bool)]
 
 
-@row("DepthToSpace")
-def _depth_to_space(run, node, ins, a):
-    x = ins[0]
-    n, c, h, w = x.shape
+def _blocks(node, x, a):
+    """(n, c, h, w, blocksize, mode) of DepthToSpace and SpaceToDepth, checked."""
+    if x.ndim != 4:
+        raise ONNXError(f"its input must be 4-D, got shape {tuple(x.shape)}", op=node.op_type)
     s = a["blocksize"]
     mode = a.get("mode", "DCR")
     mode = mode.decode() if isinstance(mode, bytes) else mode
-    if mode == "DCR":
+    if s < 1 or mode not in ("DCR", "CRD"):
+        raise ONNXError(f"blocksize must be >= 1 and mode DCR or CRD, got {s} and {mode!r}",
+                        op=node.op_type)
+    return (*x.shape, s, mode)
+
+
+@row("DepthToSpace")
+def _depth_to_space(run, node, ins, a):
+    x = ins[0]
+    n, c, h, w, s, mode = _blocks(node, x, a)
+    if c % (s * s):
+        raise ONNXError(f"{c} channels do not split into blocks of {s}x{s}",
+                        op="DepthToSpace")
+    if mode == "DCR":  # channels ordered (block row, block column, depth)
         y = x.reshape((n, s, s, c // (s * s), h, w))
         y = rill().permute_dims(y, (0, 3, 4, 1, 5, 2))
-    else:
+    else:  # (depth, block row, block column)
         y = x.reshape((n, c // (s * s), s, s, h, w))
         y = rill().permute_dims(y, (0, 1, 4, 2, 5, 3))
     return y.reshape((n, c // (s * s), h * s, w * s))
@@ -336,10 +366,15 @@ def _depth_to_space(run, node, ins, a):
 @row("SpaceToDepth")
 def _space_to_depth(run, node, ins, a):
     x = ins[0]
-    n, c, h, w = x.shape
-    s = a["blocksize"]
+    n, c, h, w, s, mode = _blocks(node, x, a)
+    if h % s or w % s:
+        raise ONNXError(f"height {h} and width {w} must be multiples of the blocksize {s}",
+                        op="SpaceToDepth")
     y = x.reshape((n, c, h // s, s, w // s, s))
-    y = rill().permute_dims(y, (0, 3, 5, 1, 2, 4))
+    # The inverse of DepthToSpace in the same mode: DCR puts the block offsets before the
+    # channel in the output's channel axis, CRD after it.
+    order = (0, 3, 5, 1, 2, 4) if mode == "DCR" else (0, 1, 3, 5, 2, 4)
+    y = rill().permute_dims(y, order)
     return y.reshape((n, c * s * s, h // s, w // s))
 
 
