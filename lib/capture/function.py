@@ -24,11 +24,11 @@ from ..errors import CaptureError
 from ..sparse import SparseRows
 from ..tensor import Tensor, new_tensor
 from ..tree import flatten
-from . import escape, guards
+from . import escape, guards, python_reads
 from .evaluate import evaluate
 from .executor import Program
 from .serialize import describe
-from .signature import explain, leaf_key, leaves_with_paths, structure
+from .signature import _readable, explain, leaf_key, leaves_with_paths, structure
 from .tracer import Tracer
 
 
@@ -102,6 +102,8 @@ class CapturedFunction:
         variant = self.variants.get(key)
         if variant is None or variant.guarded:
             variant = self._variant(key, args, kwargs, variant)
+        if ctx.interpreter.capturing:
+            guards.inherit(variant.checks)
         if ctx.interpreter.capturing or (ctx.grad_enabled and variant.differentiable):
             outs = evaluate(variant.graph, tensors)
         else:
@@ -214,6 +216,8 @@ class CapturedFunction:
     def _trace(self, args, kwargs) -> Variant:
         tracer = Tracer(self.name, _variable_names(self, args, kwargs))
         flat, rebuild_args = flatten((args, kwargs), is_leaf=lambda o: isinstance(o, Tensor))
+        paths = {id(leaf): path for path, leaf in leaves_with_paths((args, kwargs))
+                 if isinstance(leaf, Tensor) and leaf.requires_grad}
         traced_args = []
         for leaf in flat:
             if isinstance(leaf, Tensor):
@@ -222,11 +226,16 @@ class CapturedFunction:
                                    ((leaf.shape, leaf.dtype),), leaf.device)
                 t = new_tensor(node.outputs[0], leaf.dtype, leaf.device)
                 t.requires_grad = leaf.requires_grad
+                if leaf.requires_grad:  # backward must not reach it (see _argument_reached)
+                    path = paths.get(id(leaf))
+                    name = _readable(path, self._arg_names) if path else "a tensor argument"
+                    tracer.arguments[id(t)] = (name, leaf._node is not None)
                 leaf = t
             traced_args.append(leaf)
         a, kw = rebuild_args(traced_args)
         try:
-            with use_interpreter(tracer), guards.collecting() as collected:
+            with use_interpreter(tracer), guards.collecting() as collected, \
+                    python_reads.watching(self.fn, collected, self.name):
                 result = self.fn(*a, **kw)
                 out_flat, rebuild_out = flatten(result, is_leaf=lambda o: isinstance(o, Tensor))
                 template, values, differentiable = [], [], False
@@ -280,7 +289,10 @@ class CapturedFunction:
                                 if type(x) is SparseSlot else x for x in template])
 
         state = [v for v in graph.variables if v.kind == "value"]
-        checks = collected.guards + ([guards.RequiresGrad(state)] if state else [])
+        reads = python_reads.relabel(collected.reads, _object_paths(self, args, kwargs),
+                                     collected.modules)
+        checks = collected.guards + ([guards.RequiresGrad(state)] if state else []) + \
+            ([python_reads.Reads(reads)] if reads else [])
         variant = Variant(graph, optimized, program, (template, rebuild_out), rebuild,
                           tracer.grad_guards, checks, differentiable)
         variant.cleared = list(tracer.cleared)
@@ -367,6 +379,17 @@ def _roots(captured, args, kwargs) -> list:
     for i, a in enumerate(list(args) + list(kwargs.values())):
         roots.append((f"arg{i}.", a))
     return roots
+
+
+def _object_paths(captured, args, kwargs) -> dict:
+    """{id(module): its path} for the modules in reach, to name their settings."""
+    from ..nn.module import Module
+    paths: dict = {}
+    for prefix, obj in _roots(captured, args, kwargs):
+        if isinstance(obj, Module):
+            for n, m in obj.named_modules():
+                paths.setdefault(id(m), (prefix + n).rstrip(".") or type(m).__name__)
+    return paths
 
 
 def _variable_names(captured, args, kwargs) -> dict:

@@ -64,12 +64,22 @@ def module_called(module) -> None:
                                    lambda: module.training, module.training))
 
 
+def inherit(checks) -> None:
+    """A captured function ran inside another's trace (its graph is inlined there): the
+    outer trace holds only while the inner one's guards do."""
+    active = _ACTIVE.get()
+    if active is not None:
+        known = {id(c) for c in active.guards}
+        active.guards.extend(c for c in checks if id(c) not in known)
+
+
 class collecting:
     """Context manager for one trace: guards registered while it is active are collected in
     `self.guards`."""
 
     def __init__(self):
         self.guards: list = []
+        self.reads: list = []  # python_reads.Read: checked after the guards above
         self.modules: dict = {}
 
     def __enter__(self):

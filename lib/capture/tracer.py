@@ -43,6 +43,7 @@ class Tracer:
         self.grad_guards: list = []     # (owner, grad was None) that the trace relied on
         self.cleared: list = []         # owners whose .grad the function set to None
         self.changed_at: dict = {}      # id(owner) -> the user's line that last changed it
+        self.arguments: dict = {}       # id(traced input) -> (name, has history): grad args
 
     # ---- the interpreter -------------------------------------------------------------------
 
@@ -98,7 +99,10 @@ class Tracer:
                 "the captured function reads a tensor computed outside it that carries autodiff "
                 "history (it requires grad and is not a leaf). Its gradient would have to flow "
                 "through code that ran outside the graph, and every call would read this same "
-                "tensor. Compute it inside the captured function, or pass it as an argument",
+                "tensor. Either pass it as an argument and call backward outside the captured "
+                "function (the call is then differentiated through, into the code that made "
+                "it), or "
+                "compute it inside the captured function from tensors without history",
                 op="capture")
         return self.read(t, "value")
 
@@ -144,6 +148,8 @@ class Tracer:
 
     def set_grad(self, owner: Tensor, grad) -> None:
         """owner.grad = grad, seen by the trace (zero_grad, backward)."""
+        if id(owner) in self.arguments:
+            raise self._argument_reached(owner)
         if id(owner) not in self.grads:
             self.grads[id(owner)] = [owner, owner.grad]
         self.changed_at[(id(owner), "grad")] = user_location()
@@ -151,6 +157,8 @@ class Tracer:
 
     def current_grad(self, owner: Tensor):
         """owner.grad as the trace sees it, for backward to accumulate into."""
+        if id(owner) in self.arguments:
+            raise self._argument_reached(owner)
         if id(owner) in self.grads:
             return owner.grad
         self.grads[id(owner)] = [owner, owner.grad]
@@ -160,6 +168,29 @@ class Tracer:
         self.grad_guards.append((owner, False))
         grad = owner.grad
         return new_tensor(self.read(owner, "grad"), grad.dtype, grad.device)
+
+    def _argument_reached(self, traced: Tensor) -> CaptureError:
+        """backward inside the trace reached a tensor argument that requires grad: the
+        graph stands for it with an input, a leaf, so neither the argument's .grad nor the
+        code that computed it (its history) would ever get a gradient."""
+        name, taped = self.arguments[id(traced)]
+        if taped:
+            return CaptureError(
+                f"argument {name} carries autodiff history (it was computed outside the "
+                "captured function from tensors that require grad) and backward inside the "
+                "function reaches it. A graph cannot send gradients back into code that ran "
+                "outside it: what computed it (a policy's log-probabilities, say) would never "
+                f"get a gradient. Compute {name} inside the captured function from tensors "
+                "without history (pass those, e.g. the observations and actions, as "
+                "arguments); or pass it .detach()ed if no gradient should reach what made it",
+                op="backward")
+        return CaptureError(
+            f"argument {name} requires grad and backward inside the captured function reaches "
+            "it: the graph would set the .grad of a stand-in made for the trace, never of the "
+            "tensor you pass on each call. Read the tensor from outside instead (a global, a "
+            "closure variable or an attribute, as parameters are): the graph then accumulates "
+            "its .grad as eager code does; or pass it .detach()ed if it needs no gradient",
+            op="backward")
 
     # ---- ending ----------------------------------------------------------------------------
 
