@@ -90,8 +90,8 @@ def test_scatter_nd_product_gradient_matches_finite_differences():
     (f(data, rill.tensor(feeds["indices"]), updates) * rill.tensor(weights)).sum().backward()
 
     def loss(d, u):
-        return float((eager(rill.tensor(d), rill.tensor(feeds["indices"]),
-                        rill.tensor(u)).numpy() * weights).sum())
+        out = eager(rill.tensor(d), rill.tensor(feeds["indices"]), rill.tensor(u))
+        return float((out.numpy() * weights).sum())
     for name, grad in (("data", data.grad), ("updates", updates.grad)):
         numeric = np.zeros_like(feeds[name])
         for i in np.ndindex(numeric.shape):
@@ -233,3 +233,72 @@ def test_conv_transpose_refuses_an_output_shape_it_cannot_give(output_shape, why
         by_rill(model, feeds)
     with pytest.raises(Exception, match="output_shape"):  # onnxruntime refuses it too
         by_onnxruntime(model, feeds)
+
+
+# ---- export(dynamic_batch=True): every shape a * batch + b, or a refusal -----------------
+
+def _rows(n):
+    return rill.tensor(RNG.standard_normal((n, 3)).astype(np.float32))
+
+
+def _quadratic_fill(x):
+    n = x.shape[0]
+    return rill.zeros((n * n, 3)) + x.sum()
+
+
+def _quadratic_broadcast(x):
+    n = x.shape[0]
+    return rill.broadcast_to(x[:1], (n * n, 3))
+
+
+def _quadratic_reshape(x):
+    n = x.shape[0]
+    return rill.reshape(rill.broadcast_to(x.reshape((n, 1, 3)), (n, n, 3)), (n * n, 3))
+
+
+def _halved(x):
+    return rill.zeros((x.shape[0] // 2 + 1, 3)) + x.sum()
+
+
+@pytest.mark.parametrize("f,op", [(_quadratic_fill, "constant"),
+                                  (_quadratic_broadcast, "broadcast_to"),
+                                  (_quadratic_reshape, "reshape"),
+                                  (_halved, "constant")])
+def test_dynamic_batch_refuses_shapes_off_a_line(tmp_path, f, op):
+    with pytest.raises(rill.onnx.ONNXError,
+                       match=rf"{op} at .*test_onnx_silent_fixes.py:\d+ has shape .* at batch 4"
+                             r".*not a \* batch \+ b.*dynamic_batch=False"):
+        rill.onnx.export(f, (_rows(4),), tmp_path / "m.onnx", dynamic_batch=True)
+    rill.onnx.export(f, (_rows(4),), tmp_path / "m.onnx")  # a fixed batch exports
+
+
+def _linear_shapes(x):
+    n = x.shape[0]
+    grown = rill.concat([x, rill.zeros((n + 2, 3))], axis=0)              # 2n + 2 rows
+    flat = rill.reshape(x, (3 * n,))
+    return grown.sum(axis=1)[:, None] * 2 + rill.broadcast_to(flat[:1], (2 * n + 2, 1))
+
+
+@pytest.mark.parametrize("batch", [1, 3, 9])
+def test_dynamic_batch_runs_linear_shapes_at_any_batch(tmp_path, batch):
+    rill.onnx.export(_linear_shapes, (_rows(4),), tmp_path / "m.onnx", dynamic_batch=True)
+    x = _rows(batch)
+    got = by_onnxruntime(onnx.load(tmp_path / "m.onnx"), {"input": x.numpy()})
+    same(got, _linear_shapes(x).numpy())
+
+
+def test_dynamic_batch_refuses_a_value_taken_from_the_batch(tmp_path):
+    def count(x):
+        return x + rill.full((x.shape[0], 3), float(x.shape[0]))
+
+    with pytest.raises(rill.onnx.ONNXError, match="bakes the batch size into its value"):
+        rill.onnx.export(count, (_rows(4),), tmp_path / "m.onnx", dynamic_batch=True)
+
+
+def test_dynamic_batch_names_the_batch_a_function_fails_at(tmp_path):
+    def pairs(x):
+        return x.reshape((x.shape[0] // 2, -1))
+
+    with pytest.raises(rill.onnx.ONNXError, match="fails when traced at batch size 5 "
+                                                  r"\(ShapeError.*dynamic_batch=False"):
+        rill.onnx.export(pairs, (_rows(4),), tmp_path / "m.onnx", dynamic_batch=True)

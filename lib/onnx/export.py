@@ -15,13 +15,16 @@ from ..nn.parameter import Parameter
 BUFFERS_KEY = "rill.buffers"
 CONSTANTS_KEY = "rill.constants"
 
+
 def export(f_or_module, example_args, path, opset: int = 17, dynamic_batch: bool = False,
            input_names=None, output_names=None):
     """Capture `f_or_module` on `example_args` (a tensor or a tuple of them; other arguments
     are baked in) and write it to `path` as an ONNX model of the given opset, checked with
     onnx.checker. Parameters and buffers become initializers. With `dynamic_batch=True`,
-    axis 0 of every input is a symbolic "batch" dimension (the function is traced a second
-    time at batch size B + 1 to see which shapes follow it). Returns the ModelProto.
+    axis 0 of every input is a symbolic "batch" dimension: the function is traced again at
+    batch sizes B + 1 and 2B + 3 to see which shapes follow the batch, and refused (naming
+    the op and its line) where a shape is not a * batch + b or anything else changes with
+    it. Returns the ModelProto.
 
     Raises ONNXError naming the op and the line that recorded it when a step has no ONNX
     mapping.
@@ -35,19 +38,19 @@ def export(f_or_module, example_args, path, opset: int = 17, dynamic_batch: bool
     args = tuple(example_args) if isinstance(example_args, (tuple, list)) else (example_args,)
     fn = f_or_module if isinstance(f_or_module, CapturedFunction) else capture(f_or_module)
     with no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the second trace's "traced again" note
+        warnings.simplefilter("ignore")  # the other traces' "traced again" notes
         graph = fn.graph_for(*args)
-        alternative = fn.graph_for(*_grown(args)) if dynamic_batch else None
+        others = _traces_at_other_batches(fn, args) if dynamic_batch else None
 
     b = Builder(int(opset))
     inputs = graph.inputs
     names_in = _names(input_names, len(inputs), "input", "input_names")
     names_out = _names(output_names, len(graph.outputs), "output", "output_names")
-    if alternative is not None:
+    if others is not None:
         if not inputs:
             raise ONNXError("dynamic_batch needs at least one tensor argument", op="export")
-        _pair(b, graph, alternative)
         batch = inputs[0].shape[0]
+        _pair(b, (graph,) + others, (batch,) + _other_batches(batch))
         b.batch_value = batch
         b.batch_size = _batch_size(b, names_in[0], batch)
     else:
@@ -83,48 +86,108 @@ def export(f_or_module, example_args, path, opset: int = 17, dynamic_batch: bool
     return model
 
 
-def _grown(args):
-    """The arguments with one more row on axis 0 of every tensor (its first row repeated)."""
-    from ..ops.shape import concat
+def _other_batches(batch: int) -> tuple:
+    """The batch sizes traced besides the example's: the next one gives each shape's slope
+    in the batch, and one further off checks that the shape stays on that line (B * B or
+    B // 2 leave it). ONNX computes every shape that follows the batch as a * batch + b."""
+    return batch + 1, 2 * batch + 3
+
+
+def _traces_at_other_batches(fn, args) -> tuple:
+    """fn's graphs at the batch sizes of _other_batches (the example's rows repeated)."""
+    from ..errors import Error
+    from ..tensor import Tensor
+    tensors = [a for a in args if isinstance(a, Tensor)]
+    if not tensors:
+        return ()
+    if any(a.ndim == 0 for a in tensors):
+        raise ONNXError("dynamic_batch: a 0-d tensor argument has no batch axis",
+                        op="export")
+    graphs = []
+    for size in _other_batches(tensors[0].shape[0]):
+        try:
+            graphs.append(fn.graph_for(*_grown(args, size)))
+        except Error as e:
+            raise ONNXError(f"dynamic_batch: the function fails when traced at batch size "
+                            f"{size} ({type(e).__name__}: {e}); a dynamic batch needs a "
+                            "function that runs at any batch size: export with a fixed batch "
+                            "(dynamic_batch=False)", op="export") from e
+    return tuple(graphs)
+
+
+def _grown(args, size):
+    """The arguments with `size` rows on axis 0 of every tensor (its rows repeated)."""
+    import numpy as np
+    from ..ops.indexing import take
     from ..tensor import Tensor
     out = []
     for a in args:
         if isinstance(a, Tensor):
-            if a.ndim == 0:
-                raise ONNXError("dynamic_batch: a 0-d tensor argument has no batch axis",
-                                op="export")
-            a = concat([a, a[:1]], axis=0)
+            a = take(a, np.arange(size) % a.shape[0], axis=0)
         out.append(a)
     return tuple(out)
 
 
-def _pair(b, graph, other):
-    """Record for each node its twin traced at batch size B + 1; refuse a graph whose
-    structure, or whose attrs other than shapes ONNX can compute, change with the batch."""
-    import numpy as np
-    if [n.op for n in graph.nodes] != [n.op for n in other.nodes]:
-        raise ONNXError("dynamic_batch: the captured graph changes with the batch size (a "
-                        "Python branch on a shape?); export with a fixed batch", op="export")
-    for node, twin in zip(graph.nodes, other.nodes):
+def _pair(b, graphs, batches):
+    """Record for each node its twin traced at the next batch size; refuse a graph whose
+    structure, or whose attrs other than shapes ONNX can compute, change with the batch,
+    or whose shapes do not follow the batch on a line (`graphs` traced at `batches`)."""
+    graph, twins, far = graphs
+    ops = [[n.op for n in g.nodes] for g in graphs]
+    if ops[0] != ops[1] or ops[0] != ops[2]:
+        raise ONNXError(f"dynamic_batch: the captured graph changes with the batch size "
+                        f"(traced at {', '.join(map(str, batches))}; a Python branch on a "
+                        "shape?); export with a fixed batch (dynamic_batch=False)",
+                        op="export")
+    for node, twin, third in zip(graph.nodes, twins.nodes, far.nodes):
         b.alternatives[node] = twin
         for key, sub in node.subgraphs.items():
-            _pair(b, sub, twin.subgraphs[key])
-        if node.op in ("reshape", "broadcast_to", "full", "empty"):
+            _pair(b, (sub, twin.subgraphs[key], third.subgraphs[key]), batches)
+        _check_linear(node, (node, twin, third), batches)
+        for other in (twin, third):
+            _check_attrs(node, other)
+
+
+def _check_linear(node, copies, batches):
+    """Every output shape of `node` (its copies traced at `batches`) is a * batch + b on
+    each axis, which is what the exported graph will compute at run time."""
+    for index, value in enumerate(node.outputs):
+        shapes = [tuple(c.outputs[index].shape) for c in copies]
+        ndims = {len(s) for s in shapes}
+        on_line = len(ndims) == 1 and all(
+            s2 - s0 == (s1 - s0) * (batches[2] - batches[0])
+            for s0, s1, s2 in zip(*shapes))
+        if not on_line:
+            where = f" at {node.source}" if node.source else ""
+            seen = ", ".join(f"{s} at batch {n}" for s, n in zip(shapes, batches))
+            raise ONNXError(f"dynamic_batch: {node.op}{where} has shape {seen}: not a * batch "
+                            "+ b on every axis, the only shapes an ONNX graph recomputes from "
+                            "the batch; export with a fixed batch (dynamic_batch=False), or "
+                            "keep every shape linear in the batch (no batch * batch, no "
+                            "batch // k)", op=node.op)
+
+
+def _check_attrs(node, other):
+    """Refuse an attr of `node` that differs in its copy at another batch size `other`,
+    other than the shapes that _check_linear has checked."""
+    import numpy as np
+    shaped = node.op in ("reshape", "broadcast_to", "full", "empty")
+    if node.op == "constant" and uniform(node.attrs["value"]) and \
+            uniform(other.attrs["value"]) and \
+            np.asarray(node.attrs["value"]).reshape(-1)[0] == \
+            np.asarray(other.attrs["value"]).reshape(-1)[0]:
+        return  # a filled tensor of the batch's size
+    subgraphs = {k.split("[")[0] for k in node.subgraphs}
+    for key, value in node.attrs.items():
+        if key in subgraphs or (shaped and key == "shape"):
             continue
-        if node.op == "constant" and uniform(node.attrs["value"]) and \
-                uniform(twin.attrs["value"]) and \
-                np.asarray(node.attrs["value"]).reshape(-1)[0] == \
-                np.asarray(twin.attrs["value"]).reshape(-1)[0]:
-            continue
-        for key, value in node.attrs.items():
-            if key in {k.split("[")[0] for k in node.subgraphs}:
-                continue
-            same = (np.array_equal(value, twin.attrs[key]) and np.shape(value) ==
-                    np.shape(twin.attrs[key])) if key == "value" else value == twin.attrs[key]
-            if not same:
-                where = f" at {node.source}" if node.source else ""
-                raise ONNXError(f"dynamic_batch: {node.op}{where} bakes the batch size into "
-                                f"its {key}; export with a fixed batch", op=node.op)
+        same = (np.array_equal(value, other.attrs[key]) and np.shape(value) ==
+                np.shape(other.attrs[key])) if key == "value" else value == other.attrs[key]
+        if not same:
+            where = f" at {node.source}" if node.source else ""
+            raise ONNXError(f"dynamic_batch: {node.op}{where} bakes the batch size into "
+                            f"its {key}; export with a fixed batch (dynamic_batch=False)",
+                            op=node.op)
 
 
 def _batch_size(b, input_name, batch):
