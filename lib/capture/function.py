@@ -387,8 +387,9 @@ def _object_paths(captured, args, kwargs) -> dict:
     paths: dict = {}
     for prefix, obj in _roots(captured, args, kwargs):
         if isinstance(obj, Module):
+            base = prefix.rstrip(".") or type(obj).__name__  # a captured Module: its class
             for n, m in obj.named_modules():
-                paths.setdefault(id(m), (prefix + n).rstrip(".") or type(m).__name__)
+                paths.setdefault(id(m), f"{base}.{n}" if n else base)
     return paths
 
 

@@ -41,6 +41,7 @@ LIST_LIMIT = 64      # longer lists are not guarded (they hold data, not setting
 _SCALARS = (type(None), bool, int, float, complex, str, bytes, np.generic)
 _ROOTS = {"LOAD_FAST": "local", "LOAD_DEREF": "deref", "LOAD_CLASSDEREF": "deref",
           "LOAD_GLOBAL": "global", "LOAD_FAST_CHECK": "local"}
+_BLIND_BUILTINS = ("getattr", "vars")  # builtins that read attributes in C
 _RILL = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _KERNELS = os.path.join(os.path.dirname(_RILL), "kernels")
 _INSTALLED = tuple(sorted({os.path.abspath(p) + os.sep for k in ("stdlib", "platstdlib",
@@ -173,7 +174,10 @@ def _sites(code) -> dict:
         steps, item_locals, j = [], [], i + 1
         while j < len(ins):
             nxt = ins[j]
-            if nxt.opname == "LOAD_ATTR" and not (sys.version_info >= (3, 12) and
+            if (nxt.opname == "DUP_TOP" or nxt.opname == "COPY" and nxt.arg == 1) and \
+                    j + 1 < len(ins) and ins[j + 1].opname == "LOAD_ATTR":
+                j += 1  # obj.name += ...: the object is copied, then read
+            elif nxt.opname == "LOAD_ATTR" and not (sys.version_info >= (3, 12) and
                                                   nxt.arg is not None and nxt.arg & 1):
                 steps.append(("attr", nxt.argval))
                 j += 1
@@ -302,6 +306,7 @@ class Watcher:
         if code is not None and func.__closure__:
             self.cells[code] = [func]
         self.unseen: list = []       # closure variables whose cell could not be found
+        self.blind: list = []        # calls of getattr()/vars(): reads made in C
 
     # sys.settrace's global function: one call per Python frame entered.
     def on_call(self, frame, event, arg):
@@ -346,8 +351,10 @@ class Watcher:
             steps = tuple(steps)
         if site.root == "global":
             g = frame.f_globals
-            if site.name not in g:
-                return  # a builtin
+            if site.name not in g:  # a builtin
+                if site.name in _BLIND_BUILTINS:
+                    self._unseen(frame, site, self.blind)
+                return
             kind, root, key, value = "dict", g, site.name, g[site.name]
         elif site.root == "free":
             cells = self._cells_of(frame, site.name)
@@ -412,9 +419,9 @@ class Watcher:
                 pass
         return out
 
-    def _unseen(self, frame, site) -> None:
+    def _unseen(self, frame, site, into=None) -> None:
         code = frame.f_code
-        self.unseen.append(f"`{site.name}` in {getattr(code, 'co_qualname', code.co_name)} "
+        (self.unseen if into is None else into).append(f"`{site.name}` in {getattr(code, 'co_qualname', code.co_name)} "
                            f"({os.path.basename(code.co_filename)}:{site.line})")
 
     def finish(self, name: str) -> None:
@@ -439,6 +446,13 @@ class Watcher:
                 f"{'; '.join(changed[:5])}. That Python code runs once, while tracing, not on "
                 "every call; keep such state in tensors (changed in place) or outside the "
                 "captured function", CaptureWarning, stacklevel=4)
+        if self.blind:
+            warnings.warn(
+                f"{name} reads attributes through {', '.join(sorted(set(self.blind))[:5])}: "
+                "values read by getattr()/vars() (reads made in C) are not watched, so a "
+                "number, bool or string read that way is baked into the graph. Write the read "
+                "as obj.name (watched), or pass the value as an argument (numbers as 0-d "
+                "tensors)", CaptureWarning, stacklevel=4)
         if self.unseen:
             warnings.warn(
                 f"{name} reads closure variable(s) capture cannot watch: "

@@ -182,14 +182,14 @@ class Tracer:
                 "outside it: what computed it (a policy's log-probabilities, say) would never "
                 f"get a gradient. Compute {name} inside the captured function from tensors "
                 "without history (pass those, e.g. the observations and actions, as "
-                "arguments); or pass it .detach()ed if no gradient should reach what made it",
+                "arguments), or run this function eagerly, without capture",
                 op="backward")
         return CaptureError(
             f"argument {name} requires grad and backward inside the captured function reaches "
             "it: the graph would set the .grad of a stand-in made for the trace, never of the "
             "tensor you pass on each call. Read the tensor from outside instead (a global, a "
             "closure variable or an attribute, as parameters are): the graph then accumulates "
-            "its .grad as eager code does; or pass it .detach()ed if it needs no gradient",
+            "its .grad as eager code does",
             op="backward")
 
     # ---- ending ----------------------------------------------------------------------------
