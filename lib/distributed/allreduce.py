@@ -4,17 +4,26 @@ and the gradients are averaged over the workers before each optimizer step.
 >>> import rill, rill.distributed as dist
 >>> model = rill.nn.Linear(3, 1)
 >>> ddp = dist.AllReduce(model)            # a world of one: averaging is the identity
->>> loss = model(rill.ones(4, 3)).sum()
->>> ddp.backward(loss)
+>>> loss = ddp(rill.ones(4, 3)).sum()      # ddp(x) is model(x)
+>>> loss.backward()                        # the gradients averaged over the ranks
 >>> model.weight.grad.shape
 (1, 3)
 
 At the start the chief's parameters are broadcast to every worker, after checking that all
-of them have the same parameter names and shapes (naming any that differ). In `backward`,
-the parameters are grouped in buckets (in reverse order of definition, roughly the order
-backward finishes them); a bucket's averaging is launched as soon as backward has produced
-all its gradients, while backward goes on with the rest, and buckets launch in a fixed order
-so that every rank posts the same collectives in the same order.
+of them have the same parameter names and shapes (naming any that differ). From then on,
+as with PyTorch's DistributedDataParallel, every `backward()` that reaches the model's
+parameters averages their gradients: `loss.backward()` and `ddp.backward(loss)` are the
+same. The parameters are hooked into rill's backward (eager/backward.py's GRAD_REDUCERS)
+and grouped in buckets, in reverse order of definition, roughly the order backward
+finishes them; a bucket's averaging is posted as soon as backward has produced all its
+gradients, while backward goes on with the rest, and buckets are posted in a fixed order so
+that every rank posts the same collectives in the same order. Backward waits for them at
+its end, and .grad receives the mean (added to what .grad held, as backward adds).
+
+The averaged gradient is a value: `backward(create_graph=True)` and backward inside a
+captured function are refused (DistributedError, with the fix). `rill.grad` and
+`value_and_grad` return this rank's own gradients, unaveraged: they accumulate nothing.
+The newest AllReduce of a parameter is the one that averages it.
 """
 from __future__ import annotations
 
@@ -22,8 +31,8 @@ import json
 
 import numpy as np
 
-from ..eager.backward import GRAD_READY_HOOKS
-from ..eager.context import no_grad
+from ..eager.backward import GRAD_REDUCERS
+from ..eager.context import current, no_grad
 from ..errors import DistributedError
 from ..ops.creation import tensor, zeros
 from ..sparse import SparseRows
@@ -47,40 +56,77 @@ class AllReduce:
                 from ..ops.methods import assign
                 assign(p, broadcast(p, root=w.worker_ranks[0]))
         self.buckets = _buckets([p for _, p in reversed(self.params)], bucket_mb * 2 ** 20)
+        self._ready: dict = {}     # id(parameter) -> its cotangent in this backward
+        self._launched: list = []  # the handles of the buckets posted in this backward
+        for _, p in self.params:   # a parameter another AllReduce averaged is now ours
+            previous = GRAD_REDUCERS.get(id(p))
+            if previous is not None and previous is not self:
+                previous.remove()
+        for _, p in self.params:
+            GRAD_REDUCERS[id(p)] = self
+
+    def __call__(self, *args, **kwargs):
+        """The model's forward (as DistributedDataParallel's module call)."""
+        return self.model(*args, **kwargs)
 
     def backward(self, loss, grad=None) -> None:
-        """loss.backward(), with each gradient added to .grad averaged over the ranks."""
-        before = {id(p): p.grad for _, p in self.params}
-        ready: dict = {}
-        launched: list = []
+        """loss.backward(grad): each gradient added to .grad averaged over the ranks."""
+        loss.backward(grad)
 
-        def arrived(p, ct):
-            ready[id(p)] = ct.to_dense() if isinstance(ct, SparseRows) else ct
-            while len(launched) < len(self.buckets) and \
-                    all(id(q) in ready for q in self.buckets[len(launched)]):
-                launched.append(self._launch(self.buckets[len(launched)], ready))
-
+    def remove(self) -> None:
+        """Stop averaging: backward leaves this model's gradients local again."""
         for _, p in self.params:
-            GRAD_READY_HOOKS[id(p)] = arrived
-        try:
-            loss.backward(grad)
-        finally:
-            for _, p in self.params:
-                GRAD_READY_HOOKS.pop(id(p), None)
-        while len(launched) < len(self.buckets):  # parameters this loss did not reach
-            launched.append(self._launch(self.buckets[len(launched)], ready))
-        for bucket, handle in zip(self.buckets, launched):
-            flat = handle.wait().numpy()
-            start = 0
-            for p in bucket:
-                part = flat[start:start + p.size].reshape(p.shape)
-                start += p.size
-                mean = tensor(part, dtype=p.dtype, device=p.device)
-                old = before[id(p)]
-                p.grad = mean if old is None else old + mean
+            if GRAD_REDUCERS.get(id(p)) is self:
+                del GRAD_REDUCERS[id(p)]
 
-    def _launch(self, bucket, ready):
-        parts = [(ready[id(p)] if id(p) in ready else zeros(*p.shape, dtype=p.dtype)).numpy()
+    # ---- called by backward (eager/backward.py) ----------------------------------------
+
+    def begin(self) -> None:
+        self._ready, self._launched = {}, []
+
+    def ready(self, p, ct) -> None:
+        """p's final cotangent: post every bucket, in order, whose gradients are all in."""
+        if current().interpreter.capturing:
+            raise DistributedError(
+                "backward inside a captured function reaches parameters that AllReduce "
+                "averages, and a captured step cannot average them across ranks: call "
+                "backward outside the captured function (capture the forward only), or "
+                "capture the step over parameter servers (dist.place_on_ps, dist.replicate)",
+                op="AllReduce")
+        if ct.requires_grad:
+            raise DistributedError(
+                "backward(create_graph=True) on parameters that AllReduce averages: the "
+                "average is a value, not differentiable; take higher-order gradients with "
+                "rill.grad on this rank, or call ddp.remove() first", op="AllReduce")
+        self._ready[id(p)] = ct.to_dense() if isinstance(ct, SparseRows) else ct
+        while len(self._launched) < len(self.buckets) and \
+                all(id(q) in self._ready for q in self.buckets[len(self._launched)]):
+            self._launched.append(self._launch(self.buckets[len(self._launched)]))
+
+    def finish(self, found: dict) -> None:
+        """Wait for every bucket and put the means in `found` (backward adds them to .grad).
+        A parameter this backward did not reach takes part with zeros (another rank's loss
+        may have reached it)."""
+        try:
+            for _, p in self.params:  # a root, or a leaf no node counted down
+                if id(p) not in self._ready and id(p) in found:
+                    ct = found[id(p)][1]
+                    self._ready[id(p)] = ct.to_dense() if isinstance(ct, SparseRows) else ct
+            while len(self._launched) < len(self.buckets):
+                self._launched.append(self._launch(self.buckets[len(self._launched)]))
+            for bucket, handle in zip(self.buckets, self._launched):
+                flat = handle.wait().numpy()
+                start = 0
+                for p in bucket:
+                    part = flat[start:start + p.size].reshape(p.shape)
+                    start += p.size
+                    found[id(p)] = [p, tensor(part, dtype=p.dtype, device=p.device)]
+        finally:
+            self._ready, self._launched = {}, []
+
+    def _launch(self, bucket):
+        parts = [(self._ready[id(p)] if id(p) in self._ready else
+                  zeros(*p.shape, dtype=p.dtype)).numpy()
                  .astype(np.float32 if p.dtype.itemsize < 4 else p.dtype.storage, copy=False)
                  .reshape(-1) for p in bucket]
         flat = tensor(np.concatenate(parts))

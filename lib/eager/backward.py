@@ -117,8 +117,11 @@ def _zeros_for(node, index):
     return zeros(*shape, dtype=dtype, device=device)
 
 
-def gradients(roots, cotangents, targets=None, *, create_graph=False, retain_graph=False):
-    """{id(tensor): (tensor, cotangent)} for the leaves behind roots, or for `targets`."""
+def gradients(roots, cotangents, targets=None, *, create_graph=False, retain_graph=False,
+              reducers=None):
+    """{id(tensor): (tensor, cotangent)} for the leaves behind roots, or for `targets`.
+    `reducers` (backward() passes GRAD_REDUCERS): told of each hooked leaf's final
+    cotangent as soon as the walk has it."""
     target_ids = None if targets is None else {id(t) for t in targets}
     collected: dict[int, list] = {}
 
@@ -157,13 +160,13 @@ def gradients(roots, cotangents, targets=None, *, create_graph=False, retain_gra
     order = _toposort(roots, target_ids)
     # Leaves someone waits on (a distributed strategy reducing gradients during backward):
     # how many uses each has left in the walk; at 0 its cotangent is final.
-    uses = _uses_of_hooked_leaves(order) if GRAD_READY_HOOKS else None
+    uses = _uses_of_hooked_leaves(order, reducers) if reducers else None
     with (context.enable_grad() if create_graph else context.no_grad()):
         for node in reversed(order):
             cts = pending.pop(node, None)
             if cts is None:
                 if uses:
-                    _count_down(node, uses, collected)
+                    _count_down(node, uses, collected, reducers)
                 continue
             for inp, version in zip(node.inputs, node.versions):
                 if inp._version != version:
@@ -188,27 +191,31 @@ def gradients(roots, cotangents, targets=None, *, create_graph=False, retain_gra
                                          f"{ct.shape} for an input of shape {inp.shape}")
                 route(inp, ct)
             if uses:
-                _count_down(node, uses, collected)
+                _count_down(node, uses, collected, reducers)
             if not retain_graph:
                 node.release()
     return collected
 
 
-# id(leaf) -> fn(leaf, cotangent), called as soon as backward has the leaf's final cotangent
-# (before it is added to .grad). Kept by whoever registered it; see distributed/allreduce.py.
-GRAD_READY_HOOKS: dict = {}
+# Strategies that average .grad over the processes of a job (distributed/allreduce.py), as
+# id(leaf) -> reducer. backward() (not rill.grad, which returns gradients rather than
+# accumulating them) calls reducer.begin() before its walk, reducer.ready(leaf, cotangent)
+# as soon as the walk has a hooked leaf's final cotangent (the exchange starts while the walk
+# goes on), and reducer.finish(found) after the walk for each reducer with a leaf in `found`
+# ({id: [leaf, cotangent]}), which may replace the cotangents before they are added to .grad.
+GRAD_REDUCERS: dict = {}
 
 
-def _uses_of_hooked_leaves(order) -> dict:
+def _uses_of_hooked_leaves(order, reducers) -> dict:
     uses: dict = {}
     for node in order:
         for inp in node.inputs:
-            if inp._node is None and id(inp) in GRAD_READY_HOOKS:
+            if inp._node is None and id(inp) in reducers:
                 uses[id(inp)] = uses.get(id(inp), 0) + 1
     return uses
 
 
-def _count_down(node, uses, collected) -> None:
+def _count_down(node, uses, collected, reducers) -> None:
     """node has routed its cotangents: a hooked leaf it was the last user of is final."""
     for inp in node.inputs:
         key = id(inp)
@@ -218,7 +225,12 @@ def _count_down(node, uses, collected) -> None:
                 del uses[key]
                 entry = collected.get(key)
                 if entry is not None:
-                    GRAD_READY_HOOKS[key](inp, entry[1])
+                    reducers[key].ready(inp, entry[1])
+
+
+def _distinct(reducers) -> list:
+    """Each reducer once, in the order they were registered (the same on every rank)."""
+    return list({id(r): r for r in (reducers or {}).values()}.values())
 
 
 def _n_outputs(node) -> int:
@@ -248,8 +260,13 @@ def backward(roots, grads=None, *, retain_graph=False, create_graph=False) -> No
         if not root.requires_grad:
             raise not_differentiable(root, "backward")
     cts = [_root_cotangent(r, g) for r, g in zip(roots, grads)]
+    reducers = dict(GRAD_REDUCERS) if GRAD_REDUCERS else None
+    for reducer in _distinct(reducers):
+        reducer.begin()
     found = gradients(roots, cts, create_graph=create_graph,
-                      retain_graph=retain_graph or create_graph)
+                      retain_graph=retain_graph or create_graph, reducers=reducers)
+    for reducer in _distinct({k: r for k, r in (reducers or {}).items() if k in found}):
+        reducer.finish(found)
     interpreter = context.current().interpreter
     for t, ct in found.values():
         if not create_graph and isinstance(ct, Tensor):
