@@ -42,6 +42,7 @@ the BLAS NumPy uses (kernel family, threads; threadpoolctl) and torch's CPU capa
     python bench/capture.py                 # all cases, about two minutes
     python bench/capture.py --quick         # smoke run, about 15 s
     python bench/capture.py --cases gpt conv --repeats 400 --json capture.json
+    python bench/capture.py --guards        # per call: the cost of checking a trace's guards
 """
 from __future__ import annotations
 
@@ -468,6 +469,28 @@ def per_node(case: str, calls: int, console) -> None:
 
 # ---- report --------------------------------------------------------------------------------
 
+def guard_cost(case: str, calls: int, console) -> None:
+    """The captured step's guards (what its trace baked in from Python: module flags and
+    settings, globals, optimizer options) and what checking them costs before each call."""
+    import time
+    import rill
+    from rill.capture.python_reads import Reads
+    kind, batch = CASES[case]
+    step, args, _ = rill_step(kind, batch)
+    fn = rill.capture(step)
+    fn(*args)
+    variant = next(iter(fn.variants.values()))
+    reads = sum(len(c.reads) for c in variant.checks if isinstance(c, Reads))
+    samples = []
+    for _ in range(7):
+        start = time.perf_counter()
+        for _ in range(calls):
+            variant.guard_failure(fn.name)
+        samples.append((time.perf_counter() - start) / calls * 1e6)
+    console.print(f"{case}: {len(variant.checks) - (reads > 0) + reads} guards ({reads} on "
+                  f"Python values read), checked in {statistics.median(samples):.1f} us a call")
+
+
 def fmt(ms: float) -> str:
     return f"{ms:.3f}" if ms >= 0.1 else f"{ms:.4f}"
 
@@ -563,6 +586,9 @@ def main(argv=None) -> None:
     parser.add_argument("--per-node", action="store_true",
                         help="instead of the benchmark: time each node of the captured steps "
                              "(in this process; with --cases to pick them)")
+    parser.add_argument("--guards", action="store_true",
+                        help="instead of the benchmark: the cost of checking each captured "
+                             "step's guards before a call (in this process)")
     args = parser.parse_args(argv)
     if args.quick:
         args.repeats, args.block, args.chain_calls = 6, 3, 10
@@ -570,6 +596,11 @@ def main(argv=None) -> None:
 
     from rich.console import Console
     console = Console()
+    if args.guards:
+        for case in CASES:
+            if not args.cases or any(word in case for word in args.cases):
+                guard_cost(case, 200 if args.quick else 2000, console)
+        return
     if args.per_node:
         for case in CASES:
             if not args.cases or any(word in case for word in args.cases):

@@ -152,6 +152,11 @@ class Site:
         self.item_locals, self.line = item_locals, line
 
 
+def _loads_method(ins) -> bool:
+    """3.12+: LOAD_ATTR with its low bit set loads a method to call (not a value)."""
+    return sys.version_info >= (3, 12) and ins.arg is not None and bool(ins.arg & 1)
+
+
 _SITES: dict = {}  # code -> {offset: Site} (empty: nothing to watch)
 
 
@@ -177,8 +182,7 @@ def _sites(code) -> dict:
             if (nxt.opname == "DUP_TOP" or nxt.opname == "COPY" and nxt.arg == 1) and \
                     j + 1 < len(ins) and ins[j + 1].opname == "LOAD_ATTR":
                 j += 1  # obj.name += ...: the object is copied, then read
-            elif nxt.opname == "LOAD_ATTR" and not (sys.version_info >= (3, 12) and
-                                                  nxt.arg is not None and nxt.arg & 1):
+            elif nxt.opname == "LOAD_ATTR" and not _loads_method(nxt):
                 steps.append(("attr", nxt.argval))
                 j += 1
             elif (nxt.opname in ("LOAD_CONST", "LOAD_FAST") and j + 1 < len(ins) and
@@ -246,9 +250,15 @@ class Read(Guard):
         elif root_kind == "cell" and not steps:
             self.fast = functools.partial(getattr, root, "cell_contents", MISSING)
         elif root_kind == "object" and len(steps) == 1 and steps[0][0] == "attr":
-            fields = getattr(root, "__dict__", None)
-            if type(fields) is dict and fields.get(steps[0][1], MISSING) is value:
-                self.fast = functools.partial(dict.get, fields, steps[0][1], MISSING)
+            fields, name = getattr(root, "__dict__", None), steps[0][1]
+            if type(fields) is dict and fields.get(name, MISSING) is value:
+                self.fast = functools.partial(dict.get, fields, name, MISSING)
+            elif type(fields) is dict:  # a class attribute: the instance, then each class
+                dicts = tuple(k.__dict__ for k in type(root).__mro__)
+                self.fast = functools.partial(_first, (fields,) + dicts, name)
+        elif root_kind == "object" and len(steps) == 1 and isinstance(root, dict) and \
+                type(root).__getitem__ is dict.__getitem__:
+            self.fast = functools.partial(dict.get, root, steps[0][1], MISSING)
 
     def now(self):
         kind = self.root_kind
@@ -272,6 +282,13 @@ class Read(Guard):
         return (f"{self.label} was {self.value!r} when traced and is {shown} now (a value "
                 "that changes often is better held in a 0-d tensor changed in place, e.g. "
                 "lr.fill_(new): a graph reads tensors on every call without tracing again)")
+
+
+def _first(dicts, name):
+    for d in dicts:
+        if name in d:
+            return d[name]
+    return MISSING
 
 
 class Reads:
@@ -383,6 +400,8 @@ class Watcher:
         value = follow(start, steps) if steps else start
         if not guardable(value):
             return
+        if kind == "object" and type(root) is tuple and all(s == "item" for s, _ in steps):
+            return  # an item of a tuple of numbers never changes
         code = frame.f_code
         where = (f"{getattr(code, 'co_qualname', code.co_name)} at "
                  f"{os.path.basename(code.co_filename)}:{site.line}")
@@ -421,8 +440,9 @@ class Watcher:
 
     def _unseen(self, frame, site, into=None) -> None:
         code = frame.f_code
-        (self.unseen if into is None else into).append(f"`{site.name}` in {getattr(code, 'co_qualname', code.co_name)} "
-                           f"({os.path.basename(code.co_filename)}:{site.line})")
+        qualname = getattr(code, "co_qualname", code.co_name)
+        (self.unseen if into is None else into).append(
+            f"`{site.name}` in {qualname} ({os.path.basename(code.co_filename)}:{site.line})")
 
     def finish(self, name: str) -> None:
         """After the trace: a watched value the trace itself changed (a counter, a lazy
