@@ -17,6 +17,12 @@ the gradients the workers send). Workers:
             ps.backward(loss_fn(model(x), y))   # gradients computed and pushed
         ps.close()
 
+A ps rank that calls the worker's methods (pull, push, backward, close), a worker that calls
+serve(), and a ps rank whose script ends without serving fail with a DistributedError saying
+so (roles.py). On a worker the optimizer is the ps's: its step() and state_dict() refuse.
+`state_dict()` / `load_state_dict()` checkpoint the job's training state, which lives on the
+ps ranks (ps_state.py): `Checkpoint(ps=ps)` resumes a restarted job exactly.
+
 mode="async": each push is applied when it arrives. mode="sync": step s is applied once the
 first n - b pushes for it have arrived (n workers, b backup workers), as their mean; pushes
 that arrive later for a step already applied are dropped and counted; a worker's next pull
@@ -33,12 +39,13 @@ import math
 
 import numpy as np
 
-from . import wire
+from . import ps_state, wire
 from ..eager.context import no_grad
 from ..errors import ArgumentError, DistributedError
 from ..ops.creation import tensor
 from ..sparse import SparseRows
 from .collectives import _name, wait_until
+from .roles import expect_serve, ps_only, served, worker_only
 from .world import world
 
 REQUEST, REPLY = 11, 12  # MPI tags; the messages themselves are wire.py's typed buffers
@@ -63,6 +70,14 @@ class ParameterServer:
         self.place, self.ranges = _placement(model, self.params, w.num_ps)
         self.step = 0
         self.stats = {"applied": 0, "dropped": 0, "pushes": 0}
+        self.restored = None  # the global step of the checkpoint this ps restored
+        if w.role == "ps":
+            expect_serve(w, "dist.ParameterServer(...)", "ps.serve()")
+        else:
+            ps_state.refuse_on_worker(optimizer)
+
+    def _worker_only(self, api: str) -> None:
+        worker_only(self.world, f"ParameterServer.{api}", "ps.serve()")
 
     # ---- worker side -----------------------------------------------------------------------
 
@@ -70,6 +85,7 @@ class ParameterServer:
         """Copy the current values of the variables into the model. Embedding tables are
         fetched only as rows: those named in `rows` ({table name: indices}); a table not
         named there is not fetched."""
+        self._worker_only("pull")
         rows = {k: np.unique(np.asarray(v.numpy() if hasattr(v, "numpy") else v).reshape(-1))
                 for k, v in (rows or {}).items()}
         for name in rows:
@@ -94,6 +110,7 @@ class ParameterServer:
 
     def push(self) -> None:
         """Send each variable's .grad to the ps that owns it (sparse rows to their owners)."""
+        self._worker_only("push")
         for k in self.world.ps_ranks:
             dense, sparse = {}, {}
             for name, p in self.params.items():
@@ -117,6 +134,7 @@ class ParameterServer:
 
     def backward(self, loss) -> None:
         """Gradients of loss into .grad (cleared first), then pushed."""
+        self._worker_only("backward")
         for p in self.params.values():
             p.grad = None
         loss.backward()
@@ -124,8 +142,62 @@ class ParameterServer:
 
     def close(self) -> None:
         """This worker is done; serve() returns on the ps once every worker has closed."""
+        self._worker_only("close")
         for k in self.world.ps_ranks:
             self._send("close", 0, {}, {}, k)
+
+    # ---- checkpoints (ps_state.py) ---------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        """The job's training state: {"step", "ps_steps", "model", "optimizer"}. On a worker,
+        gathered from every ps (in sync mode once the step this worker pushed for is
+        applied); on a ps rank, its own view (its variables current, the others as built)."""
+        w = self.world
+        if w.role == "ps":
+            shares = {k: ps_state.own_share(self) if k == w.rank else
+                      _as_built(self, k) for k in w.ps_ranks}
+            return ps_state.assemble(self, shares, {k: self.step for k in w.ps_ranks})
+        for k in w.ps_ranks:
+            self._post("state", self.step, [], k)
+        shares, steps = {}, {}
+        for k in w.ps_ranks:
+            shares[k], steps[k] = self._recv(k, REPLY, "state")
+        return ps_state.assemble(self, shares, steps)
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resume from `state` (from state_dict()): on a worker, the model's values and the
+        global step here, and each ps's share sent to it; on a ps rank, its own share."""
+        w = self.world
+        shares = {k: ps_state.share_for(self, state, k) for k in w.ps_ranks}
+        steps = list(state["ps_steps"])
+        if len(steps) != len(w.ps_ranks):
+            raise ArgumentError(f"the state is of a job with {len(steps)} parameter servers, "
+                                f"this one has {len(w.ps_ranks)}",
+                                op="ParameterServer.load_state_dict")
+        if w.role == "ps":
+            self._restore({"op": "snapshot", "step": int(steps[w.rank]),
+                           "share": shares[w.rank]}, w.rank)
+            return
+        with no_grad():
+            for name, value in state["model"].items():
+                _set(self.params[name], value.numpy() if hasattr(value, "numpy") else value)
+        self.step = int(state["step"])
+        for k in w.ps_ranks:
+            self._post("snapshot", int(steps[k]), ps_state.to_entries(self, shares[k], k), k)
+
+    def _restore(self, msg, source) -> None:
+        """Apply a restore on this ps: once before its first step; the same checkpoint again
+        is skipped; another after steps were applied is refused."""
+        if msg["step"] == self.restored:
+            return
+        if self.stats["applied"]:
+            raise DistributedError(
+                f"rank {source} ({_name(self.world, source)}) restores a checkpoint of step "
+                f"{msg['step']} on {self.world.name}, which has applied {self.stats['applied']}"
+                " steps since it started: every worker restores before its first pull",
+                op="ParameterServer.load_state_dict")
+        ps_state.apply_share(self, msg["share"], msg["step"])
+        self.restored = msg["step"]
 
     # ---- ps side ---------------------------------------------------------------------------
 
@@ -133,6 +205,8 @@ class ParameterServer:
         """Answer pulls and apply pushes until every worker has closed; returns counts:
         applied (optimizer steps), pushes (received), dropped (stale, in sync mode)."""
         w = self.world
+        ps_only(w, "ParameterServer.serve")
+        served(w)
         n = len(w.worker_ranks)
         open_workers = set(w.worker_ranks)
         waiting: list = []   # pulls asking for a step not applied yet (sync)
@@ -141,7 +215,9 @@ class ParameterServer:
             msg, source = self._recv_any()
             if msg["op"] == "close":
                 open_workers.discard(source)
-            elif msg["op"] == "pull":
+            elif msg["op"] == "snapshot":
+                self._restore(msg, source)
+            elif msg["op"] in ("pull", "state"):
                 if self.mode == "sync" and msg["step"] > self.step:
                     waiting.append((msg, source))
                 else:
@@ -164,6 +240,10 @@ class ParameterServer:
         return dict(self.stats)
 
     def _answer(self, msg, worker) -> None:
+        if msg["op"] == "state":
+            entries = ps_state.to_entries(self, ps_state.own_share(self), self.world.rank)
+            self._post("snapshot", self.step, entries, worker, REPLY)
+            return
         dense = {name: self.params[name].numpy() for name in msg["dense"]}
         rows = {name: (idx, self.params[name].numpy()[idx])
                 for name, (idx, _) in msg["rows"].items()}
@@ -237,25 +317,35 @@ class ParameterServer:
 
     def _send(self, kind: str, step: int, dense: dict, rows: dict, dest: int,
               tag: int = REQUEST) -> None:
-        from mpi4py import MPI
-        w = self.world
-        if w.board is not None:
-            w.board.note("push" if kind == "push" else "send", collective=False)
         entries = [("wanted" if v is None else "value", name, _NOTHING if v is None else v)
                    for name, v in dense.items()]
         for name, (idx, vals) in rows.items():
             entries.append(("indices", name, np.asarray(idx, np.int64)))
             if vals is not None:
                 entries.append(("rows", name, vals))
+        self._post(kind, step, entries, dest, tag)
+
+    def _post(self, kind: str, step: int, entries: list, dest: int, tag: int = REQUEST):
+        from mpi4py import MPI
+        w = self.world
+        if w.board is not None:
+            w.board.note("push" if kind == "push" else "send", collective=False)
         buffer = wire.encode(kind, step, entries)
         request = w.comm.Isend([buffer, MPI.BYTE], dest, tag)
         self._wait(request.Test, f"send to rank {dest}", [dest])
 
-    def _recv(self, source: int, tag: int, what: str) -> dict:
+    def _recv(self, source: int, tag: int, what: str):
+        """A reply from source: the message as a dict, or for a "state" request (its
+        share, the ps's step)."""
         w = self.world
         if w.board is not None:
             w.board.note("pull" if what == "pull" else "recv", collective=False)
         msg, _ = self._receive(source, tag, f"{what} from rank {source}", [source])
+        if what == "state":
+            if msg["op"] != "snapshot":
+                raise DistributedError(f"rank {source} answered a state request with a "
+                                       f"{msg['op']}", op="ParameterServer")
+            return msg["share"], msg["step"]
         return msg
 
     def _recv_any(self):
@@ -276,8 +366,13 @@ class ParameterServer:
         buffer = bytearray(status.Get_count(MPI.BYTE))
         found[-1].Recv([buffer, MPI.BYTE])
         message = wire.decode(buffer, who)
-        expected = ("reply",) if tag == REPLY else ("pull", "push", "close")
-        msg = self._checked(message, expected, w.rank if tag == REQUEST else sender, who)
+        owner = w.rank if tag == REQUEST else sender
+        if message.kind == "snapshot":
+            # a ps's share: its answer to a state request, or a restore sent to a ps
+            return {"op": "snapshot", "step": message.step,
+                    "share": ps_state.checked(self, message, owner, who)}, sender
+        expected = ("reply",) if tag == REPLY else ("pull", "push", "close", "state")
+        msg = self._checked(message, expected, owner, who)
         return msg, sender
 
     def _checked(self, message, expected, owner: int, who: str) -> dict:
@@ -365,3 +460,15 @@ def _placement(model, params: dict, num_ps: int):
         place[name] = k
         load[k] += params[name].size
     return place, ranges
+
+
+def _as_built(ps, k: int) -> dict:
+    """Another ps's share as this ps sees it: the values it was built with, no slots."""
+    share: dict = {"dense": {}, "rows": {}, "slots": {}}
+    for name, p in ps.params.items():
+        if name in ps.ranges:
+            lo, hi = ps.ranges[name][k]
+            share["rows"][name] = p.numpy()[lo:hi]
+        elif ps.place[name] == k:
+            share["dense"][name] = p.numpy()
+    return share

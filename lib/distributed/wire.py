@@ -18,6 +18,10 @@ Kinds and the fields each carries (an entry's name is a variable's name):
     push   worker -> ps   value (a variable's gradient), indices + rows (a table's gradient)
     reply  ps -> worker   value (a variable), indices + rows (rows of a table)
     close  worker -> ps   nothing
+    state     worker -> ps   nothing: asks for the ps's share of the training state
+    snapshot  both ways      a ps's share of the training state (ps_state.py): value,
+                             indices + rows, array (a tensor slot), meta (a number slot);
+                             the step is the ps's global step
 
 and for captured graphs whose partitions run on other tasks (lib/distributed/graphs/):
 
@@ -46,18 +50,21 @@ import numpy as np
 from ..errors import DistributedError
 
 MAGIC = b"RLPS"
-VERSION = 2  # 2: the kinds of captured graphs across tasks
+VERSION = 3  # 2: the kinds of captured graphs across tasks; 3: state and snapshot
 HEADER = struct.Struct("<4sBBHqII")
 ENTRY = struct.Struct("<BBBBI")
 KINDS = ("pull", "push", "reply", "close",          # coded as index + 1
-         "register", "run", "tensor", "fetch", "ack", "error", "save", "restore")
+         "register", "run", "tensor", "fetch", "ack", "error", "save", "restore",
+         "state", "snapshot")
 FIELDS = ("value", "wanted", "indices", "rows", "graph", "array", "meta", "text")
 CARRIES = {"pull": {"wanted", "indices"}, "push": {"value", "indices", "rows"},
            "reply": {"value", "indices", "rows", "meta"}, "close": set(),
            # captured graphs across tasks (lib/distributed/graphs/)
            "register": {"graph", "value", "array", "meta"}, "run": {"meta"},
            "tensor": {"value", "meta"}, "fetch": {"wanted"}, "ack": {"meta"},
-           "error": {"text"}, "save": {"text", "meta"}, "restore": {"text", "meta"}}
+           "error": {"text"}, "save": {"text", "meta"}, "restore": {"text", "meta"},
+           # a parameter-server job's training state (ps_state.py)
+           "state": set(), "snapshot": {"value", "indices", "rows", "array", "meta"}}
 # The NumPy dtypes of rill's host buffers (bfloat16 lives in float32), coded as index + 1.
 DTYPES = tuple(np.dtype(t) for t in ("<?", "<i1", "<i2", "<i4", "<i8", "<u1", "<f2", "<f4",
                                      "<f8"))

@@ -69,3 +69,53 @@ def test_allreduce_in_a_world_of_one_hooks_backward_and_refuses_what_it_cannot_a
     model.weight.grad = None
     ddp(x).sum().backward()  # removed: this rank's own gradient, as without AllReduce
     np.testing.assert_array_equal(model.weight.grad.numpy(), alone.weight.grad.numpy())
+
+
+# ---- ParameterServer: a restarted job resumes exactly --------------------------------------
+
+def test_a_restarted_parameter_server_job_resumes_global_step_and_momentum(tmp_path):
+    rc, out = _timed("-n", 4, "--ps", 2, "--max-restarts", 1, "--timeout", 20,
+                     HERE / "ps_resume.py", tmp_path)
+    assert rc == 0, out
+    assert "worker1) was killed by SIGKILL" in out, out
+    # every rank of the second attempt starts from ckpt-8, global step 8 included
+    assert out.count("attempt 1 starts at step 8, global step 8") == 4, out
+    # each ps applies the 4 steps left, not 12 more, and the job ends at step 12
+    assert out.count("applied 4 steps, ending at global step 12") == 2, out
+    assert "finished at global step 12, equal to an uninterrupted run" in out, out
+
+
+# ---- roles: a ps serves, a worker trains ------------------------------------------------
+
+def _refused(out):
+    return [line.split(" | ", 1)[-1] for line in out.splitlines()
+            if "DistributedError: " in line]
+
+
+@pytest.mark.parametrize("case, says", [
+    ("readme_swap", "ParameterServer.backward: a worker's call, and rank 0 (ps0) is a "
+                    "parameter server"),
+    ("eager_no_serve", "rank 0 (ps0) is a parameter server and its script ended without "
+                       "serving: it set up dist.ParameterServer(...) (ps_roles.py:"),
+    ("graph_step_on_ps", "calling the replicated step step() is a worker's call, and rank 0 "
+                         "(ps0) is a parameter server"),
+    ("worker_serves", "ParameterServer.serve runs on parameter servers, and rank 1 (worker0) "
+                      "is a worker"),
+])
+def test_a_ps_running_worker_code_or_a_worker_serving_fails_with_the_fix(case, says):
+    rc, out = _timed("-n", 2, "--ps", 1, "--timeout", 20, HERE / "ps_roles.py", case)
+    assert rc != 0, out
+    errors = _refused(out)
+    assert any(says in e for e in errors), out
+    assert any("Branch on the role: `if dist.world().role == \"ps\":" in e for e in errors), out
+    rank = "rank 1 (worker0)" if case == "worker_serves" else "rank 0 (ps0)"
+    assert f"rill-launch: {rank} failed with exit code 1" in out, out
+
+
+def test_a_workers_optimizer_refuses_to_step_or_be_checkpointed():
+    rc, out = _timed("-n", 2, "--ps", 1, "--timeout", 20, HERE / "ps_roles.py",
+                     "worker_optimizer")
+    assert rc == 0, out
+    assert "refused: SGD.step(): optimizer.step() on a worker of a parameter-server job" in out
+    assert "refused: SGD.state_dict(): " in out and "Checkpoint(ps=ps)" in out, out
+    assert "served until the worker closed; global step 1" in out, out

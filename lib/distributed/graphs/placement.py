@@ -24,6 +24,8 @@ def place_on_ps(module, ps_tasks: int | None = None, *, by: str = "size") -> dic
     from ...nn.module import assign_
     if by not in ("size", "round_robin"):
         raise ArgumentError(f"by must be 'size' or 'round_robin', got {by!r}", op="place_on_ps")
+    from ..roles import expect_serve
+    expect_serve(world(), "dist.place_on_ps(...)", "dist.serve()")
     n = world().num_ps if ps_tasks is None else ps_tasks
     if n < 1:
         raise DistributedError("place_on_ps needs parameter servers: launch with rill-launch "

@@ -17,6 +17,7 @@ from ...capture.partitioned import PartitionedProgram
 from ...capture.passes.partition import split_results
 from ...capture.transport import Rendezvous, Transport
 from ...errors import DistributedError
+from ..roles import expect_serve, worker_only
 from ..world import world
 from . import registration
 from .postbox import CONTROL, postbox, task_rank
@@ -157,6 +158,7 @@ def fetch(obj):
     from ...nn.module import Module
     from ...tensor import Tensor, new_tensor
     from ...devices import cpu
+    worker_only(world(), "fetch", "dist.serve()")
     if isinstance(obj, Module):
         named = dict(obj.named_parameters())
         named.update(obj.named_buffers())
@@ -224,6 +226,7 @@ def close() -> None:
     w = world()
     if w.comm is None:
         return
+    worker_only(w, "close", "dist.serve()")
     box = postbox(w)
     for rank in sorted(_PEERS or set(w.ps_ranks)):
         box.post(rank, "close", 0, [], CONTROL)
@@ -270,7 +273,17 @@ def replicate(fn=None, *, mode: str = "async", backup_workers: int = 0, **captur
         raise ArgumentError(f"backup_workers={backup_workers} needs mode='sync' and fewer than "
                             f"the job's {n} workers", op="replicate")
 
+    class ReplicatedStep(CapturedFunction):
+        """A worker's step: a ps rank serves it (dist.serve()), never calls it."""
+
+        def __call__(self, *args, **kwargs):
+            worker_only(world(), f"calling the replicated step {self.name}()", "dist.serve()",
+                        op="replicate")
+            return super().__call__(*args, **kwargs)
+
+    expect_serve(world(), "dist.replicate(...)", "dist.serve()")
+
     def wrap(f):
-        return CapturedFunction(f, replicas={"mode": mode, "backup_workers": backup_workers},
-                                **capture_options)
+        return ReplicatedStep(f, replicas={"mode": mode, "backup_workers": backup_workers},
+                              **capture_options)
     return wrap if fn is None else wrap(fn)

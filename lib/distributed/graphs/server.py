@@ -357,6 +357,9 @@ def serve() -> dict:
 
     The workers send the parts of their steps placed here; this process runs no model code.
     """
+    from ..roles import ps_only, served
+    ps_only(world(), "serve")
+    served(world())
     return GraphServer().run()
 
 
