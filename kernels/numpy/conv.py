@@ -23,15 +23,17 @@ import weakref
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from rill.kernels.numpy import conv_direct, conv_per_image, parallel
+from rill.kernels.numpy import conv_direct, conv_per_image, conv_pointwise, parallel
 from rill.ops.primitive import register_kernels
 
 # The compiled modules (kernels/native) these kernels may load: built ahead of a captured
 # step's first call (build.prefetch).
 COMPILED = ('conv',)
 
-# Ungrouped float32 2-d convolutions of stride 1 run conv_direct's compiled kernels where a C
-# compiler is present; the other ungrouped ones conv_per_image's (faster on these machines
+# 1x1 convolutions of stride 1 without padding are matrix products (conv_pointwise) where the
+# batch's layout lets BLAS read it in place. Ungrouped float32 2-d convolutions of stride 1
+# run conv_direct's compiled kernels where a C compiler is present; the other ungrouped ones
+# conv_per_image's (faster on these machines
 # than the whole-batch kernels below; see there). Benchmarks set these False to compare.
 DIRECT = True
 PER_IMAGE = True
@@ -148,6 +150,10 @@ def _channels_first(y, n, out_size):
 
 
 def conv(x, w, *bias, stride, padding, dilation, groups):
+    if conv_pointwise.applies(w.shape, stride, padding, dilation, groups):
+        y = conv_pointwise.conv(x, w, bias[0] if bias else None)
+        if y is not None:
+            return y
     n, o = x.shape[0], w.shape[0]
     kernel = w.shape[2:]
     out = tuple((s + p[0] + p[1] - d * (k - 1) - 1) // st + 1 for s, p, d, k, st in
@@ -167,6 +173,10 @@ def conv(x, w, *bias, stride, padding, dilation, groups):
 
 
 def conv_transpose(g, w, input_size, stride, padding, dilation, groups):
+    if conv_pointwise.applies(w.shape, stride, padding, dilation, groups):
+        gx = conv_pointwise.conv_transpose(g, w)
+        if gx is not None:
+            return gx
     gx = conv_direct.conv_transpose(g, w, input_size, stride, padding, dilation) \
         if groups == 1 and DIRECT and conv_direct.pays(g.shape[1], w.shape[1],
                                                        input_size[-1]) else None
@@ -202,6 +212,10 @@ def conv_transpose(g, w, input_size, stride, padding, dilation, groups):
 
 
 def conv_weight_grad(x, g, kernel_size, stride, padding, dilation, groups):
+    if conv_pointwise.applies((0, 0) + tuple(kernel_size), stride, padding, dilation, groups):
+        gw = conv_pointwise.conv_weight_grad(x, g)
+        if gw is not None:
+            return gw
     gw = conv_direct.conv_weight_grad(x, g, kernel_size, stride, padding, dilation) \
         if groups == 1 and DIRECT and conv_direct.weight_grad_pays(x.shape[1], g.shape[-1]) \
         else None
