@@ -482,7 +482,8 @@ def test_initializer_names_cannot_shadow_module_attributes():
         nodes.append(helper.make_node("Add", [last, name], [f"s{k}"]))
         last = f"s{k}"
     nodes.append(helper.make_node("Identity", [last], ["y"]))
-    f = rill.onnx.load(model(nodes, [vi("x", shape=[2])], inits=inits))
+    # trainable=True: added vectors are no weights by default, and the names matter here
+    f = rill.onnx.load(model(nodes, [vi("x", shape=[2])], inits=inits), trainable=True)
     assert f(rill.zeros(2)).numpy().tolist() == [45.0, 45.0]  # 0 + 1 + ... + 9
     module = f.module
     assert sorted(module.initializer_names.values()) == sorted(names)

@@ -302,3 +302,185 @@ def test_dynamic_batch_names_the_batch_a_function_fails_at(tmp_path):
     with pytest.raises(rill.onnx.ONNXError, match="fails when traced at batch size 5 "
                                                   r"\(ShapeError.*dynamic_batch=False"):
         rill.onnx.export(pairs, (_rows(4),), tmp_path / "m.onnx", dynamic_batch=True)
+
+
+# ---- load(trainable=...): only weights are trained -----------------------------------------
+
+class _TorchBlocks:
+    """Two small transformer blocks written in torch: GPT-2's (LayerNorm, biased Linear,
+    tanh GELU with its exponent 3.0, masked softmax) and Llama's (a hand-written RMSNorm
+    whose weight is a Mul, no biases, SiLU-gated MLP, torch's fused causal attention)."""
+
+    @staticmethod
+    def build(kind):
+        import math
+
+        import torch
+        nn = torch.nn
+
+        class RMSNorm(nn.Module):
+            def __init__(self, d):
+                super().__init__()
+                self.weight = nn.Parameter(torch.rand(d) + 0.5)
+
+            def forward(self, x):
+                return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
+
+        class Block(nn.Module):
+            def __init__(self, d=16, heads=2):
+                super().__init__()
+                self.heads, llama = heads, kind == "llama"
+                self.n1, self.n2 = (RMSNorm(d), RMSNorm(d)) if llama else \
+                    (nn.LayerNorm(d), nn.LayerNorm(d))
+                self.qkv = nn.Linear(d, 3 * d, bias=not llama)
+                self.o = nn.Linear(d, d, bias=not llama)
+                self.up = nn.Linear(d, 32, bias=not llama)
+                self.gate = nn.Linear(d, 32, bias=False) if llama else None
+                self.down = nn.Linear(32, d, bias=not llama)
+                with torch.no_grad():  # no two equal tensors, which exporters would merge
+                    for p in self.parameters():
+                        p.add_(torch.rand(p.shape) * 0.1)
+
+            def forward(self, x):
+                b, t, d = x.shape
+                q, k, v = (z.view(b, t, self.heads, -1).transpose(1, 2)
+                           for z in self.qkv(self.n1(x)).split(d, dim=-1))
+                if self.gate is not None:
+                    y = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+                else:
+                    scores = (q @ k.transpose(-2, -1)) / math.sqrt(d // self.heads)
+                    mask = torch.tril(torch.ones(t, t, dtype=torch.bool))
+                    y = scores.masked_fill(~mask, float("-inf")).softmax(-1) @ v
+                x = x + self.o(y.transpose(1, 2).reshape(b, t, d))
+                h = self.n2(x)
+                if self.gate is not None:
+                    h = nn.functional.silu(self.gate(h)) * self.up(h)
+                else:
+                    h = self.up(h)
+                    h = 0.5 * h * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) *
+                                                    (h + 0.044715 * torch.pow(h, 3.0))))
+                return x + self.down(h)
+
+        return Block()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+@pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "default"])
+def test_fine_tuning_a_torch_export_follows_torch(tmp_path, kind, dynamo):
+    import warnings
+
+    import torch
+    if dynamo:
+        pytest.importorskip("onnxscript")  # torch's default exporter needs it
+    torch.manual_seed(0)
+    block = _TorchBlocks.build(kind).eval()
+    x, target = torch.randn(2, 5, 16), torch.randn(2, 5, 16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation note
+        torch.onnx.export(block, (x,), tmp_path / "block.onnx", dynamo=dynamo)
+    proto = onnx.load(tmp_path / "block.onnx")
+    scalars = {i.name for i in proto.graph.initializer if not i.dims}
+    f = rill.onnx.load(tmp_path / "block.onnx")
+    mine = dict(f.module.named_parameters())
+    names = {f.module.initializer_names[k] for k in mine}
+    # one Parameter per torch Parameter (a Linear's weight transposed), no scalar among them
+    assert sorted(p.size for p in mine.values()) == \
+        sorted(p.numel() for p in block.parameters())
+    assert not names & scalars and all(p.ndim > 0 for p in mine.values())
+    if dynamo:
+        assert scalars  # GELU's constants and the attention scale are 0-d initializers
+    theirs = torch.optim.Adam(block.parameters(), lr=1e-2)
+    ours = rill.optim.Adam(list(mine.values()), lr=1e-2)
+    xr, tr = rill.tensor(x.numpy()), rill.tensor(target.numpy())
+    for step in range(5):
+        theirs.zero_grad()
+        want = ((block(x) - target) ** 2).mean()
+        want.backward()
+        theirs.step()
+        ours.zero_grad()
+        got = ((f(xr) - tr) ** 2).mean()
+        got.backward()
+        ours.step()
+        assert np.isfinite(got.item())
+        np.testing.assert_allclose(got.item(), want.item(), rtol=1e-4)
+
+
+def _weights_model():
+    """MatMul by a transposed W plus a bias b, an added 2-D mask, a vector scale v, a
+    scalar s, a Gather table e, BatchNormalization with running statistics."""
+    f32 = np.float32
+    inits = {"W": RNG.standard_normal((4, 3)).astype(f32), "b": RNG.standard_normal(4)
+             .astype(f32), "mask": np.triu(np.full((2, 4), -1e4, f32), 1),
+             "v": RNG.standard_normal(4).astype(f32), "s": np.asarray(3.0, f32),
+             "e": RNG.standard_normal((5, 4)).astype(f32), "ids": np.array([1, 3], np.int64),
+             "gamma": np.ones(4, f32), "beta": np.zeros(4, f32), "mean": np.zeros(4, f32),
+             "var": np.ones(4, f32)}
+    nodes = [helper.make_node("Transpose", ["W"], ["Wt"]),
+             helper.make_node("MatMul", ["x", "Wt"], ["xw"]),
+             helper.make_node("Add", ["xw", "b"], ["lin"]),
+             helper.make_node("Add", ["lin", "mask"], ["masked"]),
+             helper.make_node("Mul", ["masked", "v"], ["scaled"]),
+             helper.make_node("Pow", ["scaled", "s"], ["cubed"]),
+             helper.make_node("Gather", ["e", "ids"], ["rows"]),
+             helper.make_node("Add", ["cubed", "rows"], ["z"]),
+             helper.make_node("Unsqueeze", ["z", "axes"], ["z4"]),
+             helper.make_node("BatchNormalization", ["z4", "gamma", "beta", "mean", "var"],
+                              ["y"])]
+    inits["axes"] = np.array([2, 3], np.int64)
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=[numpy_helper.from_array(a, n) for n, a in inits.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _kinds(f):
+    m = f.module
+    return ({m.initializer_names[k] for k, _ in m.named_parameters()},
+            {m.initializer_names[k] for k, _ in m.named_buffers()})
+
+
+@pytest.mark.parametrize("trainable,params,buffers", [
+    (None, {"W", "b", "e", "gamma", "beta"}, {"mask", "v", "mean", "var"}),
+    (True, {"W", "b", "mask", "v", "s", "e", "gamma", "beta"}, {"mean", "var"}),
+    (False, set(), {"W", "b", "mask", "v", "e", "gamma", "beta", "mean", "var"}),
+    ({"v", "s"}, {"v", "s"}, {"W", "b", "mask", "e", "gamma", "beta", "mean", "var"}),
+    (lambda name: name in ("W", "e"), {"W", "e"},
+     {"b", "mask", "v", "gamma", "beta", "mean", "var"}),
+])
+def test_trainable_chooses_the_parameters(trainable, params, buffers):
+    model = _weights_model()
+    f = rill.onnx.load(model, trainable=trainable)
+    assert _kinds(f) == (params, buffers)
+    x = RNG.standard_normal((2, 3)).astype(np.float32)
+    same(f(rill.tensor(x)).numpy(), by_onnxruntime(model, {"x": x}), tol=1e-4)
+    loss = f(rill.tensor(x)).sum()
+    if params:
+        loss.backward()
+        assert all(p.grad is not None for p in f.module.parameters())
+
+
+@pytest.mark.parametrize("trainable,why", [
+    ({"W", "nope"}, "trainable names 'nope', which no floating-point initializer"),
+    ({"ids"}, "trainable names 'ids', which no floating-point initializer"),
+    ({"mean"}, "trainable names 'mean': BatchNormalization's running statistics"),
+    ("W", "trainable must be None, True, False, a collection"),
+    (lambda name: 1, "the trainable function returned 1 for"),
+])
+def test_trainable_refuses_what_it_cannot_do(trainable, why):
+    with pytest.raises(rill.onnx.ONNXError, match=why):
+        rill.onnx.load(_weights_model(), trainable=trainable)
+
+
+def test_a_rill_export_trains_its_parameters_only(tmp_path):
+    model = rill.nn.Sequential(rill.nn.Linear(3, 4), rill.nn.BatchNorm1d(4)).eval()
+    path = tmp_path / "m.onnx"
+
+    def scaled(x):
+        return model(x) * 3.0 + rill.ones((4,)) * 0.5
+
+    rill.onnx.export(scaled, (_rows(2),), path)
+    params, buffers = _kinds(rill.onnx.load(path))
+    assert params == {"model.0.weight", "model.0.bias", "model.1.weight", "model.1.bias"}
+    assert buffers == {"model.1.running_mean", "model.1.running_var"}  # 3.0 stays a constant

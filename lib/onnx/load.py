@@ -20,9 +20,10 @@ from ..errors import Error
 from .errors import ONNXError, in_file, in_node, require_onnx, short
 from .limits import Limits, Meter, check_model, metered, subgraphs
 from .tensors import check_text, decode, read_model
+from .trainable import choose
 
 
-def load(path, constants=None, capture=True, limits=None):
+def load(path, constants=None, capture=True, limits=None, trainable=None):
     """Read the ONNX model at `path` (or a ModelProto) as a rill captured function; its
     `module` attribute is the ONNXModule holding the initializers as Parameters. Raises
     ONNXError naming every op type it cannot translate.
@@ -35,13 +36,21 @@ def load(path, constants=None, capture=True, limits=None):
     ops whose output shapes depend on data (NonZero, Unique, Compress, NonMaxSuppression)
     and shape inputs computed from data then work.
 
+    `trainable` says which floating-point initializers become Parameters (the others are
+    buffers, 0-d ones constants): None, the default, those the file marks as weights (rill's
+    export metadata, torch's graph signature, else the inputs of MatMul, Gemm, Conv,
+    normalization, Gather, ... that hold weights, and biases added to their outputs; never
+    a scalar constant); True every one; False none; a collection of ONNX names; or a
+    function taking a name and returning a bool. BatchNormalization's running statistics
+    stay buffers and trace-time values (Resize's scales) constants whatever is asked.
+
     `limits` (a `rill.onnx.Limits`) bounds what the file may ask for: elements of any one
     tensor (`max_elements`, by default a float32 tensor the size of the machine's memory)
     and of all of them (`max_total_elements`, 64 times that), unrolled loop trips
     (`max_loop_trips`, 100_000, nested loops multiplied), nodes run with function bodies
-    inlined (`max_nodes`, 1_000_000) and nesting (`max_depth`, 32). Each is checked before the work or the allocation; past one, an
-    `ONNXBudgetError` names it. Any malformed file raises an ONNXError naming the file and,
-    where there is one, the node.
+    inlined (`max_nodes`, 1_000_000) and nesting (`max_depth`, 32). Each is checked before
+    the work or the allocation; past one, an `ONNXBudgetError` names it. Any malformed
+    file raises an ONNXError naming the file and, where there is one, the node.
 
     >>> import rill.onnx
     >>> try:
@@ -69,12 +78,18 @@ def load(path, constants=None, capture=True, limits=None):
     else:
         raise ONNXError(f"expects the path of an .onnx file or a ModelProto, got "
                         f"{type(path).__name__}", op="load")
-    module = ONNXModule(model, constants, limits=limits, source=source, folder=folder)
+    module = ONNXModule(model, constants, limits=limits, source=source, folder=folder,
+                        trainable=trainable)
     if not capture:
         return module
     # The graph's name is the file's to choose: only its identifier characters are kept.
     name = re.sub(r"\W", "_", model.graph.name)[:64] or "onnx_model"
     return capture_fn(module, name=name)
+
+
+def _is_float(data_type: int) -> bool:
+    from onnx import TensorProto as T
+    return data_type in (T.FLOAT, T.DOUBLE, T.FLOAT16)
 
 
 def _model_opset(model) -> int:
@@ -158,20 +173,21 @@ class ONNXModule(Module):
     never as attributes, so an initializer named `forward` or `training` changes nothing of
     the module but its own entry."""
 
-    def __init__(self, model, constants=None, limits=None, source=None, folder=None):
+    def __init__(self, model, constants=None, limits=None, source=None, folder=None,
+                 trainable=None):
         super().__init__()
         self.limits = limits or Limits()
         self.source = source or f"ModelProto {short(model.graph.name)}"
         self.folder = folder
         try:
-            self._read(model, constants)
+            self._read(model, constants, trainable)
         except ONNXError as e:
             raise in_file(e, self.source) from None
         except Exception as e:  # noqa: BLE001 - a case the checks missed: still the file's
             raise in_file(ONNXError(f"cannot read the model: {type(e).__name__}: {e}",
                                     op="load"), self.source) from e
 
-    def _read(self, model, constants):
+    def _read(self, model, constants, trainable=None):
         import numpy as np
         from .import_function import has_body
         from .import_ops import TABLE
@@ -198,10 +214,13 @@ class ONNXModule(Module):
         from .export import BUFFERS_KEY, CONSTANTS_KEY
         fixed = trace_time_inputs(model.graph) | _named_by(model, CONSTANTS_KEY)
         statistics = running_statistics(model.graph) | _named_by(model, BUFFERS_KEY)
+        floats = {init.name: tuple(init.dims) for init in model.graph.initializer
+                  if _is_float(init.data_type)}
+        weights = choose(trainable, model, floats, fixed, statistics)
         meter = Meter(self.limits)
         arrays = ((init.name, decode(init, "initializer", meter, self.folder))
                   for init in model.graph.initializer)  # one decoded at a time
-        self._register(arrays, fixed, statistics)
+        self._register(arrays, weights, statistics, fixed)
         self._loaded_elements = meter.total  # a run's total starts from the weights'
         names = {i.name for i in model.graph.input}
         for name, value in (constants or {}).items():
@@ -213,18 +232,22 @@ class ONNXModule(Module):
         self.input_names = [i.name for i in model.graph.input if i.name not in fed]
         self.output_names = [o.name for o in model.graph.output]
 
-    def _register(self, arrays, fixed, statistics):
-        """Float initializers become Parameters (buffers for running statistics), the rest
-        constants; each registered under a name no attribute of the module has."""
+    def _register(self, arrays, weights, statistics, fixed):
+        """Float initializers named in `weights` become Parameters, the other float ones
+        buffers (running statistics, tensors the model holds but does not learn) except
+        scalars and trace-time values, which stay constants with the integer ones; each
+        registered under a name no attribute of the module has."""
         import numpy as np
         from .. import ops
         from ..nn.parameter import Parameter
         taken = set(dir(type(self))) | set(self.__dict__)
         for name, array in arrays:
-            if array.dtype.kind == "f" and name not in fixed:
+            held = array.dtype.kind == "f" and name not in weights and \
+                (name in statistics or (array.ndim > 0 and name not in fixed))
+            if name in weights or held:
                 attr = _attr_name(name, taken)
                 value = ops.creation.tensor(np.array(array))
-                if name in statistics:  # state, not weights: fine-tuning leaves it be
+                if held:  # state, not weights: fine-tuning leaves it be
                     self.register_buffer(attr, value)
                 else:
                     self.register_parameter(attr, Parameter(value))
