@@ -22,7 +22,8 @@ to NaN), so by default an initializer is trained only where the file says it is 
    MatMul, Gemm, Conv or Einsum (torch writes Linear as MatMul + Add). With torch's
    signature present, biases keep their names and this last rule is not used.
 
-A 0-d initializer (a scalar) is never a weight under these rules.
+A 0-d initializer (a scalar) is never a weight, unless torch's signature names it a
+PARAMETER.
 """
 from __future__ import annotations
 
