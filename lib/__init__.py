@@ -36,32 +36,38 @@ from .ops.elementwise import (
     logical_xor, bitwise_and, bitwise_or, bitwise_xor, where, clip, cast, scaled_add,
     acos, asin, atan, acosh, asinh, atanh, arcsinh, arccosh, arctanh, log10, logaddexp, hypot,
     copysign, nextafter, signbit, positive, negative, bitwise_invert, bitwise_left_shift,
-    bitwise_right_shift, conj, real, imag)
+    bitwise_right_shift)
 from .ops.reduce import (sum, mean, prod, max, min, argmax, argmin, var, std, logsumexp, all,
                          any, cumsum, cumprod, norm, cumulative_sum, cumulative_prod, cummax,
                          cummin, logcumsumexp)
-from .ops.shape import (reshape, transpose, permute_dims, swapaxes, moveaxis, squeeze,
-                        expand_dims, broadcast_to, concat, stack, split, flatten, pad, flip,
-                        roll, tile, repeat, tril, triu)
+from .ops.shape import concat, stack, pad, flip, roll, tile, repeat, tril, triu
 from .ops.indexing import (take, take_along_axis, scatter_add, index_add, index_set, one_hot,
                            gather, scatter, scatter_reduce, index_select, masked_fill,
                            masked_select)
 from .ops.sorting import sort, argsort, topk
 from .ops.linalg import matmul, dot, outer, tensordot, einsum
-from .linalg import matrix_transpose, vecdot
+from .linalg import vecdot
 from .ops.data_types import astype, can_cast, isdtype, result_type, iinfo, finfo
 from .ops.conversion import asarray, from_dlpack
 from .ops.searching import nonzero, count_nonzero, searchsorted
 from .ops.sets import unique_all, unique_counts, unique_inverse, unique_values, isin
-from .ops.shape import broadcast_shapes, broadcast_arrays, meshgrid, unstack, diff
+from .ops.shape import broadcast_shapes, diff
+# Every function that returns a view of its input, under one rule (docs/DESIGN.md):
+from .ops.view_spellings import (
+    reshape, squeeze, expand_dims, unsqueeze, flatten, ravel, unflatten, transpose, permute_dims,
+    permute_dims as permute, swapaxes, swapdims, moveaxis, movedim, matrix_transpose, t,
+    adjoint, conj, real, imag, narrow, select, split, chunk, unbind, unstack, diagonal,
+    broadcast_to, broadcast_arrays, meshgrid)
 from .namespace_info import __array_namespace_info__
 
 from .ops.torch_functions import (  # noqa: A004 - PyTorch's meanings; see the module
-    max, min, sort, std, var, cat, concatenate, clamp, unsqueeze, chunk, unbind, narrow, numel,
-    t, mm, bmm, mv, from_numpy, rand_like, randn_like, randint_like, allclose, isclose, unique)
+    max, min, sort, std, var, cat, concatenate, clamp, numel, mm, bmm, mv, from_numpy,
+    rand_like, randn_like, randint_like, allclose, isclose, unique)
 from .ops.activation import softmax, log_softmax
+from .ops.torch_constructors import (  # PyTorch's legacy constructors, with its meanings
+    FloatTensor, DoubleTensor, HalfTensor, BFloat16Tensor, LongTensor, IntTensor, ShortTensor,
+    CharTensor, ByteTensor, BoolTensor)
 from .ops.shape import repeat as repeat_interleave
-from .ops.shape import permute_dims as permute
 from .ops.elementwise import arctan2 as atan2, power as pow  # noqa: A004
 from .errors import DifferenceWarning
 from .dtypes import float32 as float, float64 as double, float16 as half  # noqa: A004

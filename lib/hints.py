@@ -10,9 +10,7 @@ from .errors import Error
 
 # PyTorch name -> what to write in rill.
 NAMESPACE = {
-    "FloatTensor": "rill.tensor(data, dtype=rill.float32)",
-    "LongTensor": "rill.tensor(data, dtype=rill.int64)",
-    "Tensor": "rill.tensor(data) to make one (rill.Tensor is the class)",
+    "cuda.FloatTensor": "rill.tensor(data, dtype=rill.float32, device='gpu')",
     "set_default_tensor_type": "pass dtype= where tensors are made",
     "set_default_dtype": "pass dtype= where tensors are made",
     "set_grad_enabled": "rill.enable_grad() / rill.no_grad()",

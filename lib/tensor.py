@@ -9,7 +9,7 @@ Tensors have value semantics: buffers are never written after a kernel returns t
 in-place forms (`x += 1`, `x[0] = 2`) give the tensor a new buffer. So `b = a[0]; a += 1`
 leaves `b` unchanged, exactly as a captured graph would compute it. The other direction
 follows NumPy and PyTorch: an in-place change of a view (`b = a[0]; b += 1`, `a[:, 0].zero_()`)
-also changes its base (ops/torch_methods.py says how).
+also changes its base (ops/views.py says how, for every spelling of a view).
 """
 from __future__ import annotations
 
@@ -39,11 +39,17 @@ class Tensor:
     # NumPy must hand mixed expressions (ndarray + Tensor) to Tensor's reflected operators.
     __array_ufunc__ = None
 
-    def __init__(self, data, dtype=None, device=None, requires_grad: bool = False):
-        from .ops.creation import tensor as _tensor
-        other = _tensor(data, dtype=dtype, device=device)
+    def __init__(self, *args, dtype=None, device=None, requires_grad: bool = False):
+        """PyTorch's legacy constructor, with its meanings (ops/torch_constructors.py):
+        `Tensor(2, 3)` is an uninitialized float32 tensor of shape (2, 3), `Tensor(data)`
+        holds data as float32, `Tensor(t)` is a view of t. `dtype=` (rill's addition) makes
+        `Tensor(data, dtype=d)` rill.tensor(data, dtype=d). rill.tensor is the usual way."""
+        from .ops.methods import _repoint_outputs
+        from .ops.torch_constructors import construct
+        other = construct(args, dtype, device)
         for slot in Tensor.__slots__[:-1]:
             setattr(self, slot, getattr(other, slot))
+        _repoint_outputs(other._node, other, self)  # the tape's output is this object now
         if requires_grad:
             self.requires_grad_()
 
@@ -65,24 +71,6 @@ class Tensor:
     @property
     def nbytes(self) -> int:
         return self.size * self.dtype.itemsize
-
-    @property
-    def T(self) -> "Tensor":
-        """The transpose of a matrix (a tensor of at most 2 dimensions). For more dimensions
-        the standard asks for an error and PyTorch has deprecated reversing them: say which
-        axes (`x.mT`, `x.permute(...)`, `rill.permute_dims`)."""
-        if self.ndim > 2:
-            raise ShapeError(f"x.T is for tensors of at most 2 dimensions, got shape "
-                             f"{self.shape}; use x.mT (the last two axes) or "
-                             f"rill.permute_dims(x, axes)", op="T")
-        from .ops.shape import transpose
-        return transpose(self)
-
-    @property
-    def mT(self) -> "Tensor":
-        """The last two axes swapped (a batch of matrices transposed)."""
-        from .ops.shape import swapaxes
-        return swapaxes(self, -1, -2)
 
     @property
     def is_leaf(self) -> bool:
@@ -134,21 +122,13 @@ class Tensor:
         return to_device(self, device)
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
-        """Export through DLPack: the CPU buffer through NumPy, the gpu buffer through CuPy.
-        Consumers get a read-only view (rill never writes a buffer) unless they copy."""
-        if self.dtype is _dt.bfloat16:
-            raise DTypeError("bfloat16 tensors are held as float32 on the CPU and cannot be "
-                             "exported as bfloat16; convert with .to(rill.float32)",
-                             op="__dlpack__")
-        buffer = self._data
-        if self.device.kind == "cpu":
-            buffer = self._host("__dlpack__()")
-            if max_version is None or tuple(max_version)[0] < 1:
-                # DLPack before 1.0 cannot say "read-only": a consumer gets its own copy.
-                if copy is False:
-                    raise BufferError("this consumer's DLPack cannot mark the buffer "
-                                      "read-only, and copy=False forbids the copy it needs")
-                buffer, copy = buffer.copy(), None
+        """Export through DLPack, never as a writable alias (ops/conversion.py:
+        dlpack_export): NumPy gets the buffer flagged read-only; PyTorch, which ignores the
+        flag, and consumers of DLPack before 1.0 get a copy."""
+        import sys
+        from .ops.conversion import dlpack_export
+        caller = sys._getframe(1).f_globals.get("__name__", "")
+        buffer, copy = dlpack_export(self, max_version, copy, caller)
         kwargs = {} if max_version is None else {"max_version": max_version}
         if dl_device is not None:
             kwargs["dl_device"] = dl_device

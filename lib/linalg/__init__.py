@@ -17,8 +17,9 @@ from .decompositions import (EighResult, QRResult, SVDResult, cholesky, eigh, ei
                              svd, svdvals)
 from .inverses import SlogdetResult, det, inv, matrix_power, matrix_rank, pinv, slogdet, solve
 from .norms import matrix_norm, vector_norm
-from .products import (cross, diagonal, matmul, matrix_transpose, outer, tensordot, trace,
-                       vecdot)
+from .products import cross, matmul, outer, tensordot, trace, vecdot
+# Views of their input, under the one view rule (ops/views.py):
+from ..ops.view_spellings import matrix_transpose, linalg_diagonal as diagonal
 
 __all__ = ["cholesky", "cross", "det", "diagonal", "eigh", "eigvalsh", "inv", "matmul",
            "matrix_norm", "matrix_power", "matrix_rank", "matrix_transpose", "outer", "pinv",

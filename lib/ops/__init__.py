@@ -15,3 +15,6 @@ from . import methods, torch_methods  # noqa: E402 - they bind the wrapped funct
 
 methods.install()
 torch_methods.install()  # PyTorch's meanings where a method means something else there
+from . import view_spellings  # noqa: E402 - every function and method that returns a view
+keywords.install(view_spellings)
+view_spellings.install()

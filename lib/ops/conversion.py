@@ -179,6 +179,38 @@ def from_dlpack(x, /, *, device=None, copy=None) -> Tensor:
     return _place(made, None, None, target, False if copy is False else None, op)
 
 
+# Packages whose from_dlpack imports a buffer writable whatever its read-only flag says
+# (PyTorch 2.x takes DLPack 1.0 capsules and ignores the flag): they get a copy.
+FLAG_IGNORED_BY = ("torch",)
+
+
+def dlpack_export(t: Tensor, max_version, copy, caller: str):
+    """(buffer, copy) for t.__dlpack__: never a writable alias of t's buffer, which rill
+    treats as immutable (a tape may hold it for backward). DLPack 1.0 capsules carry a
+    read-only flag, which NumPy honours: a consumer that asks for 1.0 gets t's buffer itself,
+    flagged read-only. A consumer that cannot be told (DLPack before 1.0), one known to
+    ignore the flag (FLAG_IGNORED_BY, by the package of `caller`, the module that called
+    __dlpack__), and every gpu export (CuPy sets no flag) get a copy; copy=False is then a
+    BufferError, as the standard asks when a copy is needed and forbidden."""
+    op = "__dlpack__"
+    if t.dtype is dt.bfloat16:
+        raise DTypeError("bfloat16 tensors are held as float32 on the CPU and cannot be "
+                         "exported as bfloat16; convert with .to(rill.float32)", op=op)
+    on_cpu = t.device.kind == "cpu"
+    buffer = t._host(op + "()") if on_cpu else t._data
+    versioned = max_version is not None and tuple(max_version)[0] >= 1
+    ignores = caller.split(".")[0] in FLAG_IGNORED_BY
+    if on_cpu and versioned and not ignores and copy is not True:
+        return buffer, copy  # rill's buffer, flagged read-only
+    if copy is False:
+        why = ("DLPack before 1.0 cannot mark the buffer read-only" if not versioned else
+               f"{caller.split('.')[0]} ignores DLPack's read-only flag" if ignores else
+               "a gpu buffer cannot be marked read-only")
+        raise BufferError(f"{why}, so rill exports a copy (its buffers are never written), "
+                          "and copy=False forbids it; pass copy=None")
+    return buffer.copy(), None
+
+
 def _storable(array: np.ndarray, copy, op: str) -> np.ndarray:
     """rill's kernels take aligned arrays in native byte order: anything else is copied."""
     if array.dtype.isnative and array.flags.aligned:

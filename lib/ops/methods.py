@@ -105,12 +105,14 @@ def _repoint_outputs(node, old, new) -> None:
 def write(t: Tensor, fn, *args) -> Tensor:
     """t takes the value fn(t, *args), in place; a view's base takes the change too."""
     alias = t._alias
-    if alias is not None and alias[1] is None:
-        raise ShapeError("an in-place change of an expanded tensor would write one element "
-                         "many times; clone() it first", op="in-place")
+    if alias is not None:
+        from .views import refusal  # the view rule (ops/views.py) says what a view writes
+        refused = refusal(t)
+        if refused:
+            raise ShapeError(refused, op="in-place")
     update_in_place(t, fn, *args)
     if alias is not None:
-        base, write_back, detached = alias
+        base, write_back, detached = alias[:3]
         # A second handle on the new value: later in-place changes of t must not move the
         # version of what the base's update recorded as its input.
         new = t.detach() if detached else snapshot(t)
@@ -148,14 +150,6 @@ def _setitem(self, key, value):
     write(self, lambda old, v: indexing.index_set(old, key, v), value)
 
 
-def _expand_dims_method(self, axis):
-    return shape.expand_dims(self, axis)
-
-
-def _reshape_method(self, *new_shape):
-    return shape.reshape(self, *new_shape)
-
-
 OPERATORS = {
     "__add__": E.add, "__radd__": _reflected(E.add), "__iadd__": _inplace(E.add),
     "__sub__": E.subtract, "__rsub__": _reflected(E.subtract), "__isub__": _inplace(E.subtract),
@@ -180,7 +174,7 @@ OPERATORS = {
     "__eq__": _comparison(E.equal), "__ne__": _comparison(E.not_equal), "__lt__": E.less, "__le__": E.less_equal,
     "__gt__": E.greater, "__ge__": E.greater_equal,
     "__neg__": E.neg, "__pos__": lambda self: self, "__abs__": E.abs, "__invert__": _invert,
-    "__getitem__": indexing.getitem, "__setitem__": _setitem,
+    "__setitem__": _setitem,  # __getitem__ makes views: ops/view_spellings.py
 }
 
 METHODS = {
@@ -195,11 +189,8 @@ METHODS = {
     # reductions
     **{name: getattr(reduce, name) for name in (
         "argmax", "argmin", "logsumexp", "all", "any", "cumsum", "cumprod", "norm")},
-    # shape
-    **{name: getattr(shape, name) for name in (
-        "permute_dims", "swapaxes", "moveaxis", "flatten", "broadcast_to", "flip", "roll",
-        "tile", "tril", "triu", "pad")},
-    "reshape": _reshape_method, "expand_dims": _expand_dims_method,
+    # shape (those that return views are in ops/view_spellings.py)
+    **{name: getattr(shape, name) for name in ("flip", "roll", "tile", "tril", "triu", "pad")},
     "take": indexing.take, "take_along_axis": indexing.take_along_axis,
     "argsort": sorting.argsort, "dot": linalg.dot,
     # sum, max, std, sort, transpose, repeat, split, ... follow PyTorch: ops/torch_methods.py

@@ -104,19 +104,32 @@ def transpose(x, axes=None, dim1=None):
     1))`, as NumPy), or reverse them (`transpose(x)`). The forms cannot be confused: PyTorch's
     takes two ints, NumPy's one sequence."""
     x = _tensor(x, "transpose")
+    return permuted_value(x, transpose_order(x, axes, dim1))
+
+
+def permuted_value(x, order: tuple):
+    """x with its axes in `order` (a permutation checked by transpose_order and its kin)."""
+    if order == tuple(range(x.ndim)):
+        return x
+    return bind(transpose_p, x, axes=order)
+
+
+def transpose_order(x, axes=None, dim1=None) -> tuple:
+    """The axis order `transpose(x, axes, dim1)` gives (the view rule uses it too)."""
     if dim1 is not None:
-        return swapaxes(x, axes, dim1)
+        return swapaxes_order(x, axes, dim1)
     if isinstance(axes, int) and not isinstance(axes, bool):
         raise ArgumentError(f"transpose(x, {axes}) names one axis: pass two to swap them "
                             "(PyTorch's transpose(x, dim0, dim1)) or a full permutation",
                             op="transpose")
     if axes is None:
-        axes = tuple(range(x.ndim))[::-1]
+        return tuple(range(x.ndim))[::-1]
     axes = tuple(a % x.ndim if x.ndim and -x.ndim <= a < x.ndim else a
                  for a in as_ints(axes, "axes", "transpose"))
-    if axes == tuple(range(x.ndim)):
-        return x
-    return bind(transpose_p, x, axes=axes)
+    if sorted(axes) != list(range(x.ndim)):
+        raise ShapeError(f"axes {axes} are not a permutation of the {x.ndim} axes of {x.shape}",
+                         op="transpose")
+    return axes
 
 
 def permute_dims(x, axes):
@@ -127,27 +140,40 @@ def permute_dims(x, axes):
 @reports_as("swapaxes")
 def swapaxes(x, axis1: int, axis2: int):
     x = _tensor(x, "swapaxes")
+    return permuted_value(x, swapaxes_order(x, axis1, axis2))
+
+
+@reports_as("swapaxes")
+def swapaxes_order(x, axis1: int, axis2: int) -> tuple:
     a = normalize_axis(as_axis(axis1, "swapaxes", "axis1"), x.ndim)
     b = normalize_axis(as_axis(axis2, "swapaxes", "axis2"), x.ndim)
     axes = list(range(x.ndim))
     axes[a], axes[b] = axes[b], axes[a]
-    return transpose(x, axes)
+    return tuple(axes)
 
 
 @reports_as("moveaxis")
 def moveaxis(x, source, destination):
     """Move axes to new positions; the others keep their order."""
     x = _tensor(x, "moveaxis")
+    return permuted_value(x, moveaxis_order(x, source, destination))
+
+
+@reports_as("moveaxis")
+def moveaxis_order(x, source, destination) -> tuple:
     src = list(as_ints(source, "source", "moveaxis"))
     dst = list(as_ints(destination, "destination", "moveaxis"))
     if len(src) != len(dst):
         raise ShapeError(f"moveaxis: {len(src)} sources but {len(dst)} destinations", op="moveaxis")
     src = [normalize_axis(a, x.ndim) for a in src]
     dst = [normalize_axis(a, x.ndim) for a in dst]
+    if len(set(src)) != len(src) or len(set(dst)) != len(dst):
+        raise ShapeError(f"moveaxis: repeated axes in source {source} or destination "
+                         f"{destination}", op="moveaxis")
     order = [a for a in range(x.ndim) if a not in src]
     for d, s in sorted(zip(dst, src)):
         order.insert(d, s)
-    return transpose(x, order)
+    return tuple(order)
 
 
 def moveaxis_many(x, axes):

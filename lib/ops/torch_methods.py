@@ -5,79 +5,30 @@ Tensor methods follow PyTorch (docs/DESIGN.md, "Names and meanings"): `x.max(dim
 `x.size()` is the shape. The Array API standard defines no such methods, so nothing of it is
 given up here.
 
-Views. rill tensors are values: an op never writes its inputs' buffers. PyTorch's view ops
-(`x[0]`, `view`, `narrow`, `transpose`, `unsqueeze`, `.data`, ...) share memory instead, and
-programs write through them: `w.data.normal_()`, `x[:, 0].zero_()`. The result of each such
-op here remembers its base and how to put a changed value back (`_alias`), and the in-place
-methods (`add_`, `fill_`, `copy_`, ...) write the base too, recursively, so those lines mean
-what they mean in PyTorch. The other direction, a later write to the base showing in a view
-taken before, is not reproduced (docs/COMING_FROM_PYTORCH.md lists it).
+Views (`x[0]`, `view`, `transpose`, `.data`, ...) are not here: every spelling that returns
+a view, method or function, is in ops/view_spellings.py, under the one rule of ops/views.py.
+The in-place methods below (`add_`, `fill_`, `copy_`, ...) write a view's base too
+(methods.write).
 """
 from __future__ import annotations
 
 from .. import dtypes as dt
-from ..errors import ArgumentError, DeviceError, ShapeError
-from ..eager.context import is_grad_enabled, no_grad
+from ..errors import ArgumentError, DeviceError
+from ..eager.context import no_grad
 from ..tensor import Tensor
 from . import creation
 from . import elementwise as E
 from . import indexing, linalg, random, reduce, searching, shape, sorting
 from . import torch_functions as T
 from .activation import log_softmax, softmax
-from .arguments import as_int
 from .keywords import accept_torch_keywords
-from .methods import snapshot, update_in_place, write
-from .rules import normalize_axis
+from .methods import update_in_place, write
 
-# ---- views and writing through them ---------------------------------------------------------
-
-
-def _alias(out: Tensor, base: Tensor, write_back, detached: bool = False) -> Tensor:
-    """Mark `out` as a PyTorch view of `base`: write_back(base, new_out) -> new base value."""
-    if out is base:  # a view that is the tensor itself (x.view(x.shape)): out is base already
-        return out
-    out._alias = (base, write_back, detached)
-    return out
-
-
-def _source(base: Tensor) -> Tensor:
-    """What a view op reads: a second handle on base's value when the tape records it, so
-    that writing base through the view later does not look, to backward, like a change of
-    the view op's input after its use."""
-    if base._node is not None and is_grad_enabled():  # (a leaf's gradient goes to the leaf)
-        return snapshot(base)
-    return base
+# ---- .data's setter (its getter, and every view, are in ops/view_spellings.py) ---------------
 
 
 def _take_new(old, new):
     return new
-
-
-def _basic_key(key) -> bool:
-    """Ints, slices, None and Ellipsis only: the keys that make a view in PyTorch."""
-    parts = key if isinstance(key, tuple) else (key,)
-    for k in parts:
-        if not (k is None or k is Ellipsis or isinstance(k, slice) or
-                (isinstance(k, int) and not isinstance(k, bool))):
-            return False
-    return True
-
-
-def _getitem(self, key):
-    if not _basic_key(key):
-        return indexing.getitem(self, key)  # a copy in PyTorch too
-    return _alias(indexing.getitem(_source(self), key), self,
-                  lambda b, new: indexing.index_set(b, key, new))
-
-
-def _reshaped_back(b, new):
-    return shape.reshape(new, b.shape)
-
-
-def _data(self) -> Tensor:
-    """The values without autodiff history; in-place methods on it change this tensor, as
-    PyTorch's `.data` (under no_grad)."""
-    return _alias(self.detach(), self, _take_new, detached=True)
 
 
 def _set_data(self, value) -> None:
@@ -91,97 +42,8 @@ def _as_tensor_like(value, like: Tensor) -> Tensor:
     return creation.tensor(value, dtype=like.dtype, device=like.device)
 
 
-def view(self, *shape_or_dtype):
-    """The same elements in a new shape (-1 inferred); in-place methods on the result change
-    this tensor too, as a PyTorch view's do."""
-    if len(shape_or_dtype) == 1 and not isinstance(shape_or_dtype[0], (int, tuple, list)):
-        raise ArgumentError("view(dtype) reinterprets bits, which rill does not do; use "
-                            ".to(dtype) to convert values", op="view")
-    return _alias(shape.reshape(_source(self), *shape_or_dtype), self, _reshaped_back)
-
-
-def view_as(self, other):
-    return view(self, other.shape)
-
-
-def unsqueeze(self, dim: int):
-    return _alias(shape.expand_dims(_source(self), dim), self, _reshaped_back)
-
-
-def squeeze(self, dim=None):
-    return _alias(shape.squeeze(_source(self), dim), self, _reshaped_back)
-
-
-def _permuted(self, order):
-    inverse = [0] * len(order)
-    for i, a in enumerate(order):
-        inverse[a] = i
-    return _alias(shape.transpose(_source(self), order), self,
-                  lambda b, new: shape.transpose(new, inverse))
-
-
-def transpose(self, *axes):
-    """`x.transpose(dim0, dim1)` swaps two axes (PyTorch); `x.transpose((2, 0, 1))` permutes."""
-    if len(axes) == 2:
-        order = list(range(self.ndim))
-        a, b = (normalize_axis(as_int(d, "dim", "transpose"), self.ndim) for d in axes)
-        order[a], order[b] = order[b], order[a]
-    elif len(axes) == 1 and isinstance(axes[0], (tuple, list)):
-        order = [normalize_axis(as_int(d, "dims", "transpose"), self.ndim) for d in axes[0]]
-    elif not axes:
-        order = list(range(self.ndim))[::-1]
-    else:
-        raise ArgumentError(f"transpose takes two axes to swap or one permutation, got {axes}",
-                            op="transpose")
-    return _permuted(self, order)
-
-
-def permute(self, *dims):
-    """The axes in the given order (`x.permute(2, 0, 1)` or `x.permute((2, 0, 1))`)."""
-    if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
-        dims = tuple(dims[0])
-    if sorted(normalize_axis(as_int(d, "dims", "permute"), self.ndim) for d in dims) != \
-            list(range(self.ndim)):
-        raise ShapeError(f"permute needs each of the {self.ndim} axes once, got {dims}",
-                         op="permute")
-    return _permuted(self, [normalize_axis(d, self.ndim) for d in dims])
-
-
-def t(self):
-    return _alias(T.t(_source(self)), self, lambda b, new: T.t(new))
-
-
-def narrow(self, dim: int, start: int, length: int):
-    out = T.narrow(_source(self), dim, start, length)
-    a = normalize_axis(dim, self.ndim)
-    begin = start + self.shape[a] if start < 0 else start
-    key = (slice(None),) * a + (slice(begin, begin + length),)
-    return _alias(out, self, lambda b, new: indexing.index_set(b, key, new))
-
-
 def _sizes(args) -> tuple:
     return tuple(args[0]) if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
-
-
-def expand(self, *sizes):
-    """Broadcast to `sizes` (-1 keeps an axis); in-place changes of the result are refused,
-    as they would write one element many times."""
-    sizes = _sizes(sizes)
-    lead = len(sizes) - self.ndim
-    if lead < 0:
-        raise ShapeError(f"expand to {len(sizes)} axes cannot drop axes of shape {self.shape}",
-                         op="expand")
-    target = tuple(self.shape[i - lead] if s == -1 and i >= lead else s
-                   for i, s in enumerate(sizes))
-    return _alias(shape.broadcast_to(self, target), self, None)
-
-
-def expand_as(self, other):
-    return expand(self, other.shape)
-
-
-def reshape_as(self, other):
-    return shape.reshape(self, other.shape)
 
 
 # ---- in-place methods -----------------------------------------------------------------------
@@ -355,7 +217,8 @@ def _type(self, dtype=None):
     """With no argument, the dtype's name ('float32'); with one, the tensor cast to it."""
     if dtype is None:
         return self.dtype.name
-    return E.cast(self, dtype)
+    dtype = dt.as_dtype(dtype, "type")
+    return self if self.dtype is dtype else E.cast(self, dtype)  # the tensor itself, as torch
 
 
 def _to(self, *args, **kwargs):
@@ -392,20 +255,46 @@ def _cuda(self, device=None, non_blocking: bool = False):
     return creation.to_device(self, f"gpu:{index}" if index is not None else device)
 
 
+def _layout(layout, pin_memory, op: str) -> None:
+    """PyTorch's layout= and pin_memory=: rill has the strided layout only, and pins nothing."""
+    if layout not in (None, "strided") and getattr(layout, "__name__", str(layout)) not in (
+            "strided", "torch.strided"):
+        raise ArgumentError(f"rill tensors have the strided layout only, got layout={layout}",
+                            op=op)
+    if pin_memory:
+        raise ArgumentError("pin_memory=True: rill hands host buffers to the gpu directly; "
+                            "leave it out", op=op)
+
+
 def _new(maker):
-    def method(self, *size, dtype=None, device=None, requires_grad=False, **kwargs):
-        out = maker(_sizes(size), dtype=dtype or self.dtype, device=device or self.device,
-                    **kwargs)
+    def method(self, *size, dtype=None, device=None, requires_grad=False, layout=None,
+               pin_memory=False):
+        _layout(layout, pin_memory, maker.__name__)
+        out = maker(_sizes(size), dtype=dtype or self.dtype, device=device or self.device)
         return out.requires_grad_() if requires_grad else out
+    method.__name__ = f"new_{maker.__name__}"
+    method.__doc__ = (f"rill.{maker.__name__} of this size, in this tensor's dtype and on its "
+                      "device unless told otherwise (PyTorch's).")
     return method
 
 
-def _new_full(self, size, fill_value, *, dtype=None, device=None, requires_grad=False):
+def _new_full(self, size, fill_value, *, dtype=None, device=None, requires_grad=False,
+              layout=None, pin_memory=False):
+    """A tensor of `size` (a sequence) filled with fill_value, in this tensor's dtype and on
+    its device unless told otherwise (PyTorch's)."""
+    _layout(layout, pin_memory, "new_full")
+    if not isinstance(size, (tuple, list)):
+        raise ArgumentError(f"new_full takes the size as a sequence (PyTorch's too), got "
+                            f"{size!r}: write new_full(({size!r},), ...)", op="new_full")
     return creation.full(tuple(size), fill_value, dtype=dtype or self.dtype,
                          device=device or self.device, requires_grad=requires_grad)
 
 
-def _new_tensor(self, data, *, dtype=None, device=None, requires_grad=False):
+def _new_tensor(self, data, *, dtype=None, device=None, requires_grad=False, layout=None,
+                pin_memory=False):
+    """A new tensor holding a copy of data, in this tensor's dtype and on its device unless
+    told otherwise (PyTorch's)."""
+    _layout(layout, pin_memory, "new_tensor")
     return creation.tensor(data, dtype=dtype or self.dtype, device=device or self.device,
                            requires_grad=requires_grad)
 
@@ -433,14 +322,8 @@ def _get_device(self) -> int:
 
 
 METHODS = {
-    "__getitem__": _getitem, "view": view, "view_as": view_as, "unsqueeze": unsqueeze,
-    "squeeze": squeeze, "transpose": transpose, "permute": permute, "t": t, "narrow": narrow,
-    "expand": expand, "expand_as": expand_as, "reshape_as": reshape_as,
-    "contiguous": lambda self, memory_format=None: self,
-    "is_contiguous": lambda self, memory_format=None: True,
     "clone": lambda self, memory_format=None: E.add(self, 0) if self.requires_grad else
     self.detach(),
-    "chunk": T.chunk, "unbind": T.unbind, "split": shape.split,
     "repeat": _repeat, "repeat_interleave": _repeat_interleave,
     "numel": T.numel, "nelement": T.numel, "dim": lambda self: self.ndim,
     "ndimension": lambda self: self.ndim, "element_size": lambda self: self.dtype.itemsize,
@@ -456,7 +339,7 @@ METHODS = {
     **{name: _cast_method(name, d) for name, d in _CASTS.items()},
     "type": _type, "type_as": lambda self, other: _to(self, other.dtype), "to": _to,
     "cpu": lambda self: creation.to_device(self, "cpu"), "cuda": _cuda,
-    "get_device": _get_device, "conj": E.conj,
+    "get_device": _get_device,
     "angle": lambda self: E.arctan2(E.imag(self), E.real(self)),
     "multinomial": random.multinomial, "bernoulli": random.bernoulli,
     "nonzero": searching.torch_nonzero, "unique": T.unique,
@@ -472,9 +355,6 @@ METHODS = {
 }
 
 PROPERTIES = {
-    "data": property(_data, _set_data),
-    "real": property(E.real, doc="The real part (the tensor itself for real dtypes)."),
-    "imag": property(E.imag, doc="The imaginary part (zeros for real dtypes)."),
     "is_cuda": property(lambda self: self.device.kind == "gpu",
                         doc="True on the gpu device (PyTorch's name)."),
     "is_gpu": property(lambda self: self.device.kind == "gpu", doc="True on the gpu device."),
