@@ -4,6 +4,7 @@ thread count in force, or the environment; and never over a timeout the user set
 from __future__ import annotations
 
 import json
+import time
 import os
 import subprocess
 import sys
@@ -58,3 +59,42 @@ def test_a_timeout_the_user_set_is_left_alone():
     report = _probe(OPENBLAS_THREAD_TIMEOUT="25")
     assert report["timeouts"] == [25] * len(report["timeouts"])
     assert report["env"] == "25"
+
+
+def test_a_hold_released_on_another_thread_gives_the_threads_back():
+    """A captured step's parallel schedule holds BLAS at one thread on pool threads. OpenBLAS
+    ignores a pool thread's request to raise the count again after the main thread lowered
+    it, which left every later GEMM of the process on one thread; the main thread now makes
+    the restore at its next split (or after the parallel run)."""
+    import threading
+
+    import numpy as np
+
+    from rill.kernels.numpy import parallel
+    controllers = parallel._blas_controllers()
+    if not controllers:
+        pytest.skip("no BLAS threadpoolctl can drive")
+    before = [c.get_num_threads() for c in controllers]
+    if max(before) < 2:
+        pytest.skip("BLAS runs one thread here")
+    main_in, main_out, other_done = threading.Event(), threading.Event(), threading.Event()
+
+    def other():
+        main_in.wait()
+        with parallel.blas_at_one_thread():  # entered second, left last: restores
+            main_out.wait()
+        other_done.set()
+
+    worker = threading.Thread(target=other)
+    worker.start()
+    with parallel.blas_at_one_thread():    # the main thread lowers the count first
+        main_in.set()
+        time.sleep(0.05)
+    main_out.set()
+    other_done.wait(10)
+    worker.join()
+    parallel.split(lambda lo, hi: None, 4, 1 << 20)  # back on the main thread
+    assert [c.get_num_threads() for c in controllers] == before
+    assert parallel._blas_pending is None
+    a = np.ones((64, 64))
+    assert (a @ a == 64).all()

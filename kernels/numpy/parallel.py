@@ -48,6 +48,8 @@ def split(fn, n: int, elements: int, serial_blas: bool = False) -> None:
     they run; with fewer items than threads the pass is not split, and fn(0, n) keeps BLAS's
     threads (one image on many cores: BLAS splits its GEMMs over all of them)."""
     global _pool
+    if _blas_pending is not None:
+        settle_blas_threads()
     parts = min(THREADS, n)
     if parts < 2 or elements < MIN_ELEMENTS or getattr(_inside, "active", False) or \
             (serial_blas and n < THREADS):
@@ -69,6 +71,7 @@ _blas = None  # threadpoolctl's controllers of the loaded BLAS libraries, found 
 _blas_lock = threading.Lock()
 _blas_holders = 0  # passes now holding BLAS at one thread (passes on several threads nest)
 _blas_threads: list = []  # the thread counts to restore when the last one ends
+_blas_pending: list | None = None  # counts a restore could not set (see _restore)
 
 
 def _blas_controllers():
@@ -96,10 +99,14 @@ def blas_at_one_thread():
     """BLAS held at one thread inside (process-wide: BLAS has one setting; nests and may be
     entered from several threads at once; the last to leave restores the thread counts).
     Without threadpoolctl it does nothing."""
-    global _blas_holders
+    global _blas_holders, _blas_pending
     with _blas_lock:
         if _blas_holders == 0:
-            _blas_threads[:] = [c.get_num_threads() for c in _blas_controllers()]
+            # counts a restore could not set are still the ones to go back to (else a count
+            # stuck at 1 would be saved, and restored, ever after)
+            _blas_threads[:] = _blas_pending or [c.get_num_threads()
+                                                 for c in _blas_controllers()]
+            _blas_pending = None
             for c, t in zip(_blas_controllers(), _blas_threads):
                 if t != 1:
                     c.set_num_threads(1)
@@ -110,9 +117,39 @@ def blas_at_one_thread():
         with _blas_lock:
             _blas_holders -= 1
             if _blas_holders == 0:
-                for c, t in zip(_blas_controllers(), _blas_threads):
-                    if t != 1:
-                        c.set_num_threads(t)
+                _restore(_blas_threads)
+
+
+# OpenBLAS (0.3.31 measured) ignores a request from a thread other than the main one to raise
+# the thread count after the main thread lowered it: a captured step's parallel schedule,
+# whose kernels hold BLAS at one thread on pool threads, left every later GEMM of the process
+# on one thread (Overfeat's captured step 620 -> 950 ms; its GEMMs 1.7x slower). A restore
+# that does not take is kept in _blas_pending, and the main thread makes it
+# (settle_blas_threads).
+
+
+def _restore(counts) -> None:
+    """Set BLAS's thread counts back (with _blas_lock held); what does not take is pending."""
+    global _blas_pending
+    controllers = _blas_controllers()
+    for c, t in zip(controllers, counts):
+        if t != 1:
+            c.set_num_threads(t)
+    if any(c.get_num_threads() != t for c, t in zip(controllers, counts)):
+        _blas_pending = list(counts)
+
+
+def settle_blas_threads() -> None:
+    """On the main thread, with no hold in force: make a restore another thread could not.
+    Cheap when there is none (one global read); called where work returns to the main thread
+    (a split, a captured step's parallel run)."""
+    global _blas_pending
+    if _blas_pending is None or threading.current_thread() is not threading.main_thread():
+        return
+    with _blas_lock:
+        if _blas_pending is not None and _blas_holders == 0:
+            counts, _blas_pending = _blas_pending, None
+            _restore(counts)
 
 
 # ---- how long BLAS's idle workers spin ------------------------------------------------------

@@ -23,6 +23,7 @@ from ..dtypes import bfloat16
 from ..eager.interpreter import CHECK_KERNELS, check_kernel_result, kernel_error
 from ..errors import CaptureError
 from ..profiler import state as _profiling
+from rill.kernels.numpy.parallel import settle_blas_threads
 from ..tensor import new_tensor
 from . import graph_ops
 from .donation import ONE_LOCAL, donor, exclusive
@@ -68,7 +69,10 @@ class Program:
         if self._trials is not None:
             return self._trial(args)
         if self.parallel:
-            return self._run_parallel(args)
+            try:
+                return self._run_parallel(args)
+            finally:  # BLAS's thread count, if a kernel on a pool thread could not restore it
+                settle_blas_threads()
         try:
             return self._run(args)
         except Exception as e:
