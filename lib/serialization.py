@@ -83,6 +83,10 @@ def load(path, device=None, *, map_location=None, weights_only=None, max_bytes=N
     followed); its tensors may take at most `max_bytes` (default: RILL_LOAD_MAX_BYTES, else
     the machine's memory; see rill.files), checked before any is allocated.
 
+    Weights other frameworks wrote load too, known by their first bytes: a `torch.save`
+    checkpoint (read without torch and without unpickling: rill.torch_format) and a
+    `.safetensors` file (rill.utils.safetensors, which needs the safetensors package).
+
     >>> import os, tempfile
     >>> from rill.serialization import save, load
     >>> path = os.path.join(tempfile.mkdtemp(), "x.rill")
@@ -111,7 +115,28 @@ def load(path, device=None, *, map_location=None, weights_only=None, max_bytes=N
     budget = load_budget(max_bytes, op="load")
     f, _ = open_regular(path, op="load")  # a link is followed: `latest.rill` may be one
     with f:
+        other = _other_format(f, path, device, budget)
+        if other is not None:
+            return other()
         return load_from(f, path, device, max_bytes=budget)
+
+
+def _other_format(f, path, device, budget):
+    """A loader for a file another framework wrote (by its first bytes), or None for a
+    rill file (and anything else, which the rill loader refuses)."""
+    from . import torch_format
+    head = f.read(16)
+    f.seek(0)
+    if head.startswith(MAGIC):
+        return None
+    if torch_format.is_torch_zip(head):
+        return lambda: torch_format.load_from(f, path, device, max_bytes=budget)
+    if torch_format.is_legacy_torch(head):
+        return lambda: torch_format.refuse_legacy(path)
+    from .utils import safetensors
+    if safetensors.looks_like(head):
+        return lambda: safetensors.load_from(f, path, device, max_bytes=budget)
+    return None
 
 
 def load_from(f, path, device=None, *, max_bytes=None):
