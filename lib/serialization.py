@@ -131,11 +131,11 @@ def _other_format(f, path, device, budget):
         return None
     if torch_format.is_torch_zip(head):
         return lambda: torch_format.load_from(f, path, device, max_bytes=budget)
-    if torch_format.is_legacy_torch(head):
-        return lambda: torch_format.refuse_legacy(path)
     from .utils import safetensors
-    if safetensors.looks_like(head):
+    if safetensors.looks_like(head):  # before the pickle test: a length may start with 0x80
         return lambda: safetensors.load_from(f, path, device, max_bytes=budget)
+    if torch_format.is_pickle(head):
+        return lambda: torch_format.refuse_pickle(path, head)
     return None
 
 

@@ -57,17 +57,26 @@ def is_torch_zip(head: bytes) -> bool:
     return head.startswith(ZIP_MAGIC)
 
 
-def is_legacy_torch(head: bytes) -> bool:
-    """Whether a file's first bytes are a pickle: PyTorch's format before 1.6 (or any)."""
-    return head[:1] == b"\x80"
+def is_pickle(head: bytes) -> bool:
+    """Whether a file's first bytes are a pickle's (protocol 2 to 5)."""
+    return head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05")
 
 
-def refuse_legacy(path) -> None:
+# A legacy torch.save file starts with this number, pickled (protocol 2, LONG1).
+_LEGACY_MAGIC = b"\x80\x02\x8a\x0a" + (0x1950a86a20f9469cfc6c).to_bytes(10, "little")
+
+
+def refuse_pickle(path, head: bytes) -> None:
+    """A bare pickle: PyTorch's legacy format or any other; rill reads neither."""
+    if head.startswith(_LEGACY_MAGIC):
+        raise CheckpointError(
+            f"{path}: PyTorch's legacy format (written before torch 1.6, or with "
+            "_use_new_zipfile_serialization=False), which rill does not read; load it with "
+            "PyTorch and save it again with torch.save(obj, path) (the zip format rill reads) "
+            "or as safetensors", op="load")
     raise CheckpointError(
-        f"{path}: a pickle file (PyTorch's legacy format, written before torch 1.6 or with "
-        "_use_new_zipfile_serialization=False), which rill does not read; load it with "
-        "PyTorch and save it again with torch.save(obj, path) (the zip format rill reads) or "
-        "as safetensors", op="load")
+        f"{path}: a pickle file, which rill does not read (unpickling can run any code); "
+        "save the tensors with rill.save, torch.save or safetensors", op="load")
 
 
 def load_from(f, path, device=None, *, max_bytes=None):
@@ -79,7 +88,8 @@ def load_from(f, path, device=None, *, max_bytes=None):
     try:
         archive = zipfile.ZipFile(f)
     except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError) as e:
-        fault(f"not a readable zip archive ({e}): the file is truncated or corrupted")
+        fault(f"not a rill file, and not a readable zip archive as torch.save writes ({e}): "
+              "if it is one, it is truncated or corrupted")
     with archive:
         prefix = _checkpoint_prefix(archive, fault)
         order = _byte_order(archive, prefix, fault)
@@ -109,12 +119,12 @@ def _checkpoint_prefix(archive, fault) -> str:
     names = archive.namelist()
     found = [n for n in names if n.endswith("data.pkl") and n.count("/") == 1
              and n.split("/")[1] == "data.pkl"]
-    if len(found) == 1:
-        return found[0][:-len("data.pkl")]
     if any(n.endswith("/constants.pkl") or "/code/" in n for n in names):
         fault("a TorchScript archive (torch.jit.save), which holds code; rill reads the "
               "weights of a torch.save checkpoint: save the scripted model's state_dict() "
               "with torch.save")
+    if len(found) == 1:
+        return found[0][:-len("data.pkl")]
     fault(f"a zip archive with {len(found)} '<name>/data.pkl' entries, not 1: not a "
           "torch.save checkpoint")
 
@@ -376,4 +386,3 @@ def _is_contiguous(size, stride) -> bool:
             return False
         expected *= n
     return True
-
