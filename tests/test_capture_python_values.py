@@ -262,12 +262,38 @@ def test_the_function_changing_a_value_it_reads_is_said():
     assert len(said) == 1 and "`counter.calls`" in said[0] and "runs once" in said[0], said
 
 
-def test_getattr_reads_are_not_watched_and_said():
+def test_getattr_reads_are_guarded_as_attribute_reads():
+    """getattr(o, name) reads in C: a recording getattr stands in for the builtin at that
+    instruction, so a number read that way is guarded as o.name would be, and a function or
+    module read that way (getattr(F, act_name)) is neither guarded nor said."""
+    import builtins
     cfg = type("Cfg", (), {})()
     cfg.scale = 2.0
-    fast = rill.capture(lambda t: t * getattr(cfg, "scale"))
-    said = _said(lambda: fast(rill.ones(1)))
+    act = "relu"
+    fast = rill.capture(lambda t: getattr(nn.functional, act)(t) * getattr(cfg, "scale"))
+    x = rill.tensor([1.0, -2.0])
+    assert _said(lambda: fast(x)) == []
+    assert builtins.getattr is getattr  # the builtin is back
+    cfg.scale = 3.0
+    said = _said(lambda: np.testing.assert_array_equal(fast(x).numpy(), [3.0, 0.0]))
+    assert len(said) == 1 and "getattr(Cfg, 'scale')" in said[0] and "3.0" in said[0], said
+    assert _said(lambda: fast(x)) == []  # guarded at the new value: no retrace
+
+
+def test_reads_that_cannot_be_guarded_are_said():
+    """A getattr the guard could not repeat without running code (a property), and vars(),
+    are said: their values are baked into the graph."""
+    class Cfg:
+        @property
+        def scale(self):
+            return 2.0
+    cfg = Cfg()
+    said = _said(lambda: rill.capture(lambda t: t * getattr(cfg, "scale"))(rill.ones(1)))
     assert len(said) == 1 and "getattr" in said[0] and "not watched" in said[0], said
+    box = type("Box", (), {})()
+    box.k = 4.0
+    said = _said(lambda: rill.capture(lambda t: t * vars(box)["k"])(rill.ones(1)))
+    assert len(said) == 1 and "vars" in said[0] and "not watched" in said[0], said
 
 
 # ---- tensor arguments that backward reaches --------------------------------------------------

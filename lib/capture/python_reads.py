@@ -17,7 +17,9 @@ A value that is None, a bool, number, string, NumPy scalar, or a tuple or short 
 them becomes a guard: before each call the same chain is followed from the same root (the
 globals dict, the cell, the object) and compared, type included; a change traces again and
 says what changed. Chains through tensors stop (shapes and flags are keyed or guarded
-already). Reads C code makes (`getattr(o, name)`, `vars(o)`) are not seen.
+already). `getattr(o, name)` in user code is guarded as `o.name` would be (a recording
+getattr stands in for the builtin at that one instruction; see Watcher._arm_getattr); other
+reads C code makes (`vars(o)`, a getattr a property cannot repeat) are said, not guarded.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ import gc
 import os
 import sys
 import sysconfig
+import threading
 import types
 import warnings
 
@@ -42,6 +45,7 @@ _SCALARS = (type(None), bool, int, float, complex, str, bytes, np.generic)
 _ROOTS = {"LOAD_FAST": "local", "LOAD_DEREF": "deref", "LOAD_CLASSDEREF": "deref",
           "LOAD_GLOBAL": "global", "LOAD_FAST_CHECK": "local"}
 _BLIND_BUILTINS = ("getattr", "vars")  # builtins that read attributes in C
+_REAL_GETATTR = getattr
 _RILL = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _KERNELS = os.path.join(os.path.dirname(_RILL), "kernels")
 _INSTALLED = tuple(sorted({os.path.abspath(p) + os.sep for k in ("stdlib", "platstdlib",
@@ -323,7 +327,8 @@ class Watcher:
         if code is not None and func.__closure__:
             self.cells[code] = [func]
         self.unseen: list = []       # closure variables whose cell could not be found
-        self.blind: list = []        # calls of getattr()/vars(): reads made in C
+        self.blind: list = []        # calls of vars(), getattr() reads not guarded
+        self.armed = None            # (builtins dict, the real getattr) while swapped
 
     # sys.settrace's global function: one call per Python frame entered.
     def on_call(self, frame, event, arg):
@@ -338,6 +343,8 @@ class Watcher:
         return None
 
     def on_opcode(self, frame, event, arg):
+        if self.armed is not None:  # the LOAD_GLOBAL that found the recording getattr ran
+            self.disarm()
         if event == "opcode":
             site = _sites(frame.f_code).get(frame.f_lasti)
             if site is not None:
@@ -369,7 +376,9 @@ class Watcher:
         if site.root == "global":
             g = frame.f_globals
             if site.name not in g:  # a builtin
-                if site.name in _BLIND_BUILTINS:
+                if site.name == "getattr":
+                    self._arm_getattr(frame, site)
+                elif site.name in _BLIND_BUILTINS:
                     self._unseen(frame, site, self.blind)
                 return
             kind, root, key, value = "dict", g, site.name, g[site.name]
@@ -407,6 +416,43 @@ class Watcher:
                  f"{os.path.basename(code.co_filename)}:{site.line}")
         path = site.name + "".join(f".{k}" if s == "attr" else f"[{k!r}]" for s, k in steps)
         self._add(kind, root, key, steps, value, path, where)
+
+    # getattr(obj, name) reads in C, where the opcode tracer cannot see the value. At the
+    # LOAD_GLOBAL of `getattr` in user code (the opcode event comes before the instruction
+    # runs), the frame's builtins hold a recording getattr for that one instruction: the
+    # name loads it, and it is put back at the frame's next event. Called from that frame,
+    # on this thread, it guards a number, bool or string read as obj.name would be; a read
+    # the guard could not repeat without running code (a property, __getattr__, a default
+    # for a missing attribute) is said instead, as vars() is.
+    def _arm_getattr(self, frame, site) -> None:
+        builtins_ = frame.f_builtins
+        real = builtins_.get("getattr")
+        if self.armed is not None or real is not _REAL_GETATTR:
+            self._unseen(frame, site, self.blind)
+            return
+        thread, watcher = threading.get_ident(), self
+
+        def getattr_recorded(obj, name, *default):
+            value = real(obj, name, *default)
+            if threading.get_ident() == thread and sys._getframe(1) is frame and \
+                    type(name) is str and guardable(value):
+                if same(attribute(obj, name), value):
+                    code = frame.f_code
+                    where = (f"{getattr(code, 'co_qualname', code.co_name)} at "
+                             f"{os.path.basename(code.co_filename)}:{frame.f_lineno}")
+                    watcher._add("object", obj, None, (("attr", name),), value,
+                                 f"getattr({type(obj).__name__}, {name!r})", where)
+                else:
+                    watcher._unseen(frame, site, watcher.blind)
+            return value
+        builtins_["getattr"] = getattr_recorded
+        self.armed = (builtins_, real)
+
+    def disarm(self) -> None:
+        if self.armed is not None:
+            builtins_, real = self.armed
+            builtins_["getattr"] = real
+            self.armed = None
 
     def _add(self, kind, root, key, steps, value, path, where) -> None:
         ident = (kind, id(root), key, steps)
@@ -515,6 +561,7 @@ class watching:
 
     def __exit__(self, kind, exc, tb):
         sys.settrace(self._before)
+        self.watcher.disarm()
         if kind is None:
             self.watcher.finish(self.name)
 
