@@ -40,12 +40,11 @@ def row(*names):
 def known(node, value, what: str) -> np.ndarray:
     """The value of an input that gives a shape, axes or count, as NumPy."""
     from ..errors import Error
+    from .specialize import needs_values
     try:
         return np.asarray(value.numpy())
     except Error:
-        raise ONNXError(f"its {what} must be known when the graph is traced "
-                        "(an initializer, a Constant, or computed from shapes): rill graphs "
-                        "have static shapes", op=node.op_type) from None
+        raise needs_values(node, value, what) from None
 
 
 def ints(node, value, what: str) -> list:

@@ -8,7 +8,9 @@ flow to the parameters (`f.module.parameters()`) and an optimizer fine-tunes the
 rill graphs have static shapes, so the inputs that give shapes (Reshape's shape, Slice's
 starts, ...) must be known when the graph is traced: initializers, Constant nodes, Shape
 of a tensor, or arithmetic on those. Those nodes run eagerly during the trace
-(`outside_capture`) and their results enter the graph as constants.
+(`outside_capture`) and their results enter the graph as constants. When such a value
+comes from the model's inputs, the returned function reads them at each call and
+specializes its trace on them, or runs the model eagerly (specialize.py).
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import re
 from ..errors import Error
 from .errors import ONNXError, in_file, in_node, require_onnx, short
 from .limits import Limits, Meter, check_model, metered, subgraphs
+from .specialize import InputValues, tracing_sources, values_now
 from .tensors import check_text, decode, read_model
 from .trainable import choose
 
@@ -28,13 +31,16 @@ def load(path, constants=None, capture=True, limits=None, trainable=None):
     `module` attribute is the ONNXModule holding the initializers as Parameters. Raises
     ONNXError naming every op type it cannot translate.
 
-    `constants` ({input name: array}) fixes graph inputs to values, as initializers would:
-    for models that take a shape, axes or a count as an input, which a rill graph (static
-    shapes) must know when it is traced. The function then takes the other inputs.
+    Inputs that give a shape, axes, a count, pads or scales need no option: the function
+    reads their values at each call, its trace specialized on them and guarded (other
+    values trace again; `f.specialized` names them), or, for ops whose output shapes
+    depend on data (NonZero, Unique, Compress, NonMaxSuppression) and for values computed
+    from weights or large inputs, runs the model eagerly (`f.runs_eagerly` says why).
 
-    `capture=False` returns the ONNXModule itself, run eagerly node by node: slower, but
-    ops whose output shapes depend on data (NonZero, Unique, Compress, NonMaxSuppression)
-    and shape inputs computed from data then work.
+    `constants` ({input name: array}) fixes graph inputs to values, as initializers would;
+    the function then takes the other inputs (and a saved graph needs no guard).
+
+    `capture=False` returns the ONNXModule itself, run eagerly node by node.
 
     `trainable` says which floating-point initializers become Parameters (the others are
     buffers, 0-d ones constants): None, the default, those the file marks as weights (rill's
@@ -60,7 +66,7 @@ def load(path, constants=None, capture=True, limits=None, trainable=None):
     missing.onnx
     """
     onnx = require_onnx()
-    from ..capture.function import capture as capture_fn
+    from .specialize import ONNXFunction
     if limits is None:
         limits = Limits()
     elif not isinstance(limits, Limits):
@@ -84,7 +90,7 @@ def load(path, constants=None, capture=True, limits=None, trainable=None):
         return module
     # The graph's name is the file's to choose: only its identifier characters are kept.
     name = re.sub(r"\W", "_", model.graph.name)[:64] or "onnx_model"
-    return capture_fn(module, name=name)
+    return ONNXFunction(module, name=name)
 
 
 def _is_float(data_type: int) -> bool:
@@ -280,9 +286,16 @@ class ONNXModule(Module):
                 run.set(name, as_tensor(array), static=True)
         for attr, name in self.initializer_names.items():
             run.set(name, self.weight(attr))
+        fixed = self._specialized_values()
         for name, x in zip(self.input_names, inputs):
-            run.set(name, as_tensor(x))
-        run.graph(self._graph)
+            x = as_tensor(x)
+            if fixed is not None and name in fixed.arrays:  # known: its trace is guarded on it
+                with metered(run.meter, eager=True):
+                    run.set(name, as_tensor(fixed.arrays[name]).astype(x.dtype), static=True)
+            else:
+                run.set(name, x)
+        with tracing_sources((n, run.get(n)) for n in self.input_names):
+            run.graph(self._graph)
         outs = []
         for name in self.output_names:
             if not run.has(name):
@@ -290,6 +303,18 @@ class ONNXModule(Module):
                                 "node, initializer or input", op="load")
             outs.append(run.get(name))
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _specialized_values(self):
+        """The values of the inputs the call in progress is specialized on (ONNXFunction),
+        guarded when a capture traces: a later call with other values traces again."""
+        from ..capture import guards
+        fixed = values_now(self)
+        if fixed is not None and fixed.arrays:
+            names = tuple(fixed.arrays)
+            guards.guard(f"what the ONNX model's input{'s' if len(names) > 1 else ''} "
+                         f"{', '.join(names)} held",
+                         lambda: (values_now(self) or InputValues({})).only(names))
+        return fixed
 
 
 def _attr_name(name: str, taken: set) -> str:
