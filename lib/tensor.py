@@ -187,6 +187,23 @@ class Tensor:
 
     __hash__ = object.__hash__
 
+    def __deepcopy__(self, memo):
+        """Python's copy of every slot, except that a view whose base is not part of the
+        copy becomes a tensor of its own: `copy.deepcopy(model.state_dict())` copies the
+        values, not each parameter (and its .grad) behind them, as PyTorch copies storage."""
+        import copy
+        cls = type(self)
+        out = cls.__new__(cls)
+        memo[id(self)] = out
+        for slot in Tensor.__slots__[:-1]:
+            value = getattr(self, slot)
+            if slot == "_alias" and value is not None and id(value[0]) not in memo:
+                value = None
+            setattr(out, slot, copy.deepcopy(value, memo))
+        if hasattr(self, "__dict__"):
+            out.__dict__.update(copy.deepcopy(self.__dict__, memo))
+        return out
+
     def __repr__(self) -> str:
         if type(self._data) is Value:
             from .dtypes import short_name
@@ -223,9 +240,8 @@ class Tensor:
         self.requires_grad = requires_grad
         return self
 
-    def detach(self) -> "Tensor":
-        """The same values, cut from the tape (shares the buffer; buffers are immutable)."""
-        return new_tensor(self._data, self.dtype, self.device)
+    # detach() is a view, as PyTorch's (ops/view_spellings.py installs it); rill's own code
+    # takes a value cut from the tape with detached_value below.
 
     def retain_grad(self) -> "Tensor":
         """Keep `.grad` on this non-leaf tensor after backward()."""
@@ -288,6 +304,13 @@ class ElementCount(int):
 
     def __reduce__(self):
         return (int, (int(self),))
+
+
+def detached_value(t: Tensor) -> Tensor:
+    """t's values cut from the tape, as a value of its own: an in-place change of it leaves
+    t alone (what rill hands out or keeps: gradients, copies, optimizer slots). The public
+    `t.detach()` is a view of t, as PyTorch's, and writes reach t."""
+    return new_tensor(t._data, t.dtype, t.device)
 
 
 def new_tensor(data, dtype: _dt.DType, device: Device) -> Tensor:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ..eager.bind import bind
 from ..eager.context import no_grad, set_grad
-from ..tensor import new_tensor
+from ..tensor import detached_value, new_tensor
 from .tracer import KNOWN_CONSTANTS
 
 
@@ -38,9 +38,9 @@ def evaluate(graph, inputs):
                 # buffer updated beside differentiable results (batch norm's running stats
                 # out of a branch) must not become a non-leaf that requires grad.
                 with no_grad():
-                    assign(var.owner, value.detach())
+                    assign(var.owner, detached_value(value))
             else:
-                set_grad(var.owner, value.detach())
+                set_grad(var.owner, detached_value(value))
         else:
             outs = bind(node.primitive, *[env[v] for v in node.inputs], **node.attrs)
             if not node.primitive.multiple_results:

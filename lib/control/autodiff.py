@@ -26,6 +26,7 @@ from ..capture.passes.rewrite import is_random
 from ..eager.context import enable_grad, is_grad_enabled
 from ..errors import GradientError
 from ..sparse import SparseRows
+from ..tensor import detached_value
 
 
 # ---- the joint trace ------------------------------------------------------------------------
@@ -400,7 +401,7 @@ def graph_vjp(graph: Graph, primals, cts: dict, wrt: list):
     """Gradients of graph's outputs (cotangents by output position) with respect to
     primals[wrt], recomputing the graph's forward; zeros where there is no dependence."""
     with enable_grad():
-        proxies = [p.detach().requires_grad_() if i in wrt else p.detach()
+        proxies = [detached_value(p).requires_grad_() if i in wrt else detached_value(p)
                    for i, p in enumerate(primals)]
         outs = _evaluate(graph, proxies)
         roots = [(outs[i], c) for i, c in cts.items() if outs[i].requires_grad]

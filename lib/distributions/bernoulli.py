@@ -6,6 +6,7 @@ from functools import cached_property
 from ..ops import elementwise as E
 from ..ops.random import bernoulli as _bernoulli
 from ..ops.shape import broadcast_to
+from ..tensor import detached_value
 from . import constraints
 from .distribution import Distribution
 from .parameters import probs_or_logits
@@ -55,7 +56,7 @@ class Bernoulli(Distribution):
 
     def sample(self, sample_shape=()):
         shape = self._extended_shape(sample_shape)
-        return _bernoulli(broadcast_to(self.probs.detach(), shape))
+        return _bernoulli(broadcast_to(detached_value(self.probs), shape))
 
     def log_prob(self, value):
         self._validate_sample(value)

@@ -11,6 +11,7 @@ from ..ops import elementwise as E, reduce as R
 from ..ops.indexing import take_along_axis
 from ..ops.random import uniform
 from ..ops.shape import broadcast_to
+from ..tensor import detached_value
 from . import constraints
 from .distribution import Distribution
 from .parameters import probs_or_logits
@@ -80,7 +81,7 @@ class Categorical(Distribution):
         # of ops where inverting the cumulative sums took twenty: RL loops sample at every
         # step (REINFORCE spent most of its time here).
         shape = self._extended_shape(sample_shape)
-        logits = self.logits.detach()
+        logits = detached_value(self.logits)
         u = uniform(0.0, 1.0, shape + (self._num_events,), dtype=logits.dtype,
                     device=logits.device)
         return R.argmax(logits - E.log(-E.log(u)), axis=-1)

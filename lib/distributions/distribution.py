@@ -6,7 +6,7 @@ import numpy as np
 from ..errors import ArgumentError, ShapeError
 from ..eager.context import no_grad
 from ..ops.random import _concrete
-from ..tensor import Tensor
+from ..tensor import Tensor, detached_value
 from . import constraints
 
 
@@ -106,7 +106,7 @@ class Distribution:
     def sample(self, sample_shape=()):
         """Draws of shape sample_shape + batch_shape + event_shape, without gradients."""
         with no_grad():
-            return self.rsample(sample_shape).detach()
+            return detached_value(self.rsample(sample_shape))
 
     # ---- checks --------------------------------------------------------------------------
 

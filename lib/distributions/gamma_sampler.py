@@ -12,13 +12,14 @@ from __future__ import annotations
 from .. import dtypes as dt
 from ..ops import elementwise as E
 from ..ops.random import normal, uniform
+from ..tensor import detached_value
 
 _ROUNDS = 10
 
 
 def standard_gamma(concentration, shape):
     """Gamma(concentration, 1) draws of `shape` (concentration broadcast to it), no gradient."""
-    a = concentration.detach()
+    a = detached_value(concentration)
     dtype, device = a.dtype, a.device
     boosted = E.where(a < 1, a + 1, a)
     d = boosted - 1.0 / 3

@@ -16,6 +16,7 @@ from ..eager.bind import bind
 from ..eager.custom_vjp import custom_vjp
 from ..errors import DeviceError, DTypeError, GradientError, ShapeError
 from ..ops.primitive import primitive
+from ..tensor import detached_value
 from .gamma_sampler import standard_gamma
 
 _OP = "standard_gamma_grad"
@@ -70,7 +71,7 @@ reparameterize.defvjp(_fwd, _bwd)
 def rsample_standard_gamma(concentration, shape):
     """Gamma(concentration, 1) draws of `shape` (concentration broadcast to it already),
     differentiable in `concentration` by implicit reparameterization."""
-    draws = standard_gamma(concentration.detach(), shape)
+    draws = standard_gamma(detached_value(concentration), shape)
     if not (context.is_grad_enabled() and concentration.requires_grad):
         return draws
     if concentration.device.kind != "cpu":

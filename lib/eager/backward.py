@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..errors import GradientError, ShapeError
 from ..sparse import SparseRows
-from ..tensor import Tensor
+from ..tensor import Tensor, detached_value
 from . import context
 from .interpreter import CHECK_KERNELS
 
@@ -178,7 +178,17 @@ def gradients(roots, cotangents, targets=None, *, create_graph=False, retain_gra
                 g = tuple(c if c is not None else _zeros_for(node, i) for i, c in enumerate(cts))
             else:
                 g = cts[0]
-            in_cts = call_vjp(node.prim, g, node.saved_outputs(), node.inputs, node.attrs)
+            saved = node.saved_outputs()
+            if saved is None and node.outputs is not None and not node.prim.multiple_results:
+                # Its one output is gone: a write without recording (no_grad, .data,
+                # detach()) replaced it, and only the node's weak reference held the old
+                # value (a recorded write keeps it as its own input). (An output of a
+                # multi-result op may also be gone because nobody kept it.)
+                raise GradientError(f"an output of {node.prim.name}, which its gradient reads, "
+                                    "was changed in place after it was used (under no_grad, "
+                                    "or through .data or detach()); its gradient would be "
+                                    "wrong. Change a clone() instead", op="backward")
+            in_cts = call_vjp(node.prim, g, saved, node.inputs, node.attrs)
             held.pop(node, None)
             for inp, ct in zip(node.inputs, in_cts):
                 if ct is None or not inp.requires_grad:
@@ -270,7 +280,7 @@ def backward(roots, grads=None, *, retain_graph=False, create_graph=False) -> No
     interpreter = context.current().interpreter
     for t, ct in found.values():
         if not create_graph and isinstance(ct, Tensor):
-            ct = ct.detach()
+            ct = detached_value(ct)
         if interpreter.capturing:  # the graph reads and writes .grad as a variable
             if isinstance(ct, SparseRows) and t.device.task is None:
                 # A graph's shapes are fixed, and how many distinct rows a batch touches is

@@ -5,7 +5,7 @@ import functools
 
 from ..errors import GradientError
 from ..ops.primitive import Primitive
-from ..tensor import Tensor
+from ..tensor import Tensor, detached_value
 from . import context
 from .tape import record
 
@@ -57,7 +57,7 @@ class custom_vjp:
             out, residuals = self.fwd(*args)
         multi = isinstance(out, (tuple, list))
         # Fresh handles: fwd may return an input itself, which must stay what it was.
-        out = tuple(o.detach() for o in out) if multi else out.detach()
+        out = tuple(detached_value(o) for o in out) if multi else detached_value(out)
         record(self._prims[multi], tuple(tensors),
                dict(residuals=residuals, positions=positions, n_args=len(args)), out)
         return out

@@ -4,7 +4,7 @@ from __future__ import annotations
 import functools
 
 from ..errors import ArgumentError, DTypeError, GradientError
-from ..tensor import Tensor
+from ..tensor import Tensor, detached_value
 from ..tree import flatten
 from . import context
 from .backward import not_differentiable, gradients
@@ -68,7 +68,7 @@ def value_and_grad(f, argnums=0, has_aux: bool = False):
             results.append(rebuild(grads[start:start + count]))
             start += count
         result = results[0] if single else tuple(results)
-        value = value if create_graph else value.detach()
+        value = value if create_graph else detached_value(value)
         return ((value, aux), result) if has_aux else (value, result)
 
     return run
@@ -101,7 +101,7 @@ def _differentiable(x, outer_recording: bool) -> Tensor:
                          op="grad")
     if outer_recording and x.requires_grad:
         return x  # an enclosing grad is differentiating through this argument
-    return x.detach().requires_grad_()
+    return detached_value(x).requires_grad_()
 
 
 def _grad_or_zeros(found, x):

@@ -17,7 +17,7 @@ from .. import dtypes as _dt
 from ..eager.context import set_grad
 from ..errors import ArgumentError, Error
 from ..sparse import SparseRows
-from ..tensor import Tensor
+from ..tensor import Tensor, detached_value
 from .parameter import Parameter
 
 LoadResult = namedtuple("LoadResult", ["missing_keys", "unexpected_keys"])
@@ -279,8 +279,9 @@ class Module:
     def state_dict(self, prefix: str = "", keep_vars: bool = False) -> OrderedDict:
         """Name -> tensor for every parameter and persistent buffer, in registration order.
 
-        Values are detached (they share buffers, which are never written in place);
-        `keep_vars=True` returns the Parameter and buffer objects themselves.
+        Values are detached views, as PyTorch's: an in-place change of one (`sd["w"].zero_()`)
+        changes the parameter too; `keep_vars=True` returns the Parameter and buffer objects
+        themselves.
         """
         state = OrderedDict()
         for module_name, module in self.named_modules(prefix, remove_duplicate=False):
@@ -342,7 +343,7 @@ class Module:
                 if value.device != target.device:
                     value = to_device(value, target.device)
                 # detach: a loaded value must not bring its own tape or requires_grad along.
-                assign(target, value.detach())
+                assign(target, detached_value(value))
         return LoadResult(missing, unexpected)
 
     # ---- modes and conversions -------------------------------------------------------------
@@ -402,7 +403,7 @@ class Module:
             for t in itertools.chain(self.parameters(), self.buffers()):
                 if not wanted(t):
                     continue
-                assign_(t, t.detach().to(target))
+                assign_(t, detached_value(t).to(target))
                 if isinstance(t.grad, Tensor):
                     t.grad = t.grad.to(target)
                 elif isinstance(t.grad, SparseRows):  # an embedding's gradient

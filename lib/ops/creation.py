@@ -9,7 +9,7 @@ from ..errors import ArgumentError, DTypeError, Error
 from ..eager.bind import bind
 from ..eager.context import current
 from ..capture.ir import Value
-from ..tensor import Tensor, new_tensor
+from ..tensor import Tensor, detached_value, new_tensor
 from . import attrs as A
 from .attrs import INT64_MAX
 from .arguments import (as_bool, as_dtype, as_float, as_int, as_number, as_shape, check_fits,
@@ -123,7 +123,7 @@ def tensor(data, dtype=None, device=None, requires_grad: bool = False) -> Tensor
     if isinstance(data, Tensor) and type(data._data) is Value:
         # A value being traced has no data yet: its copy is the same graph value, detached
         # (buffers are never written, so sharing it is a copy), as eagerly.
-        out = data.detach()
+        out = detached_value(data)
         if dtype is not None:
             out = out.astype(as_dtype(dtype, "tensor"))
         out = out if device is None else out.to(_device(device, "tensor"))

@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..errors import ArgumentError, DTypeError, Error, reports_as
-from ..tensor import Tensor
+from ..tensor import Tensor, detached_value
 from .arguments import as_bool, describe
 
 # The standard's kind names, as sets of rill's one-letter kinds.
@@ -150,7 +150,7 @@ def fresh(x: Tensor) -> Tensor:
     if x.requires_grad:
         from .elementwise import cast
         return cast(x, x.dtype)
-    return x.detach()
+    return detached_value(x)
 
 
 @reports_as("astype")

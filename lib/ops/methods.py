@@ -10,7 +10,7 @@ from __future__ import annotations
 from .. import cpu_memory, dtypes as dt
 from ..eager.context import current, no_grad
 from ..errors import DTypeError, GradientError, ShapeError
-from ..tensor import Tensor
+from ..tensor import Tensor, detached_value
 from . import elementwise as E
 from . import indexing, linalg, reduce, shape, sorting
 
@@ -115,7 +115,7 @@ def write(t: Tensor, fn, *args) -> Tensor:
         base, write_back, detached = alias[:3]
         # A second handle on the new value: later in-place changes of t must not move the
         # version of what the base's update recorded as its input.
-        new = t.detach() if detached else snapshot(t)
+        new = detached_value(t) if detached else snapshot(t)
         if detached:
             with no_grad():
                 write(base, write_back, new)

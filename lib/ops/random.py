@@ -7,6 +7,7 @@ from .. import dtypes as dt
 from ..errors import ArgumentError, DTypeError
 from ..eager.bind import bind
 from ..random import Generator, default_generator
+from ..tensor import detached_value
 from . import attrs as A
 from .arguments import as_bool, as_dtype, as_float, as_int, check_fits, describe
 from .creation import _device, _finish, _shape
@@ -189,7 +190,7 @@ def multinomial(input, num_samples: int, replacement: bool = False, generator=No
                             op=op)
     if _concrete(input):
         _check_weights(input.numpy(), num_samples, replacement, op)
-    p = input.detach()
+    p = detached_value(input)
     if p.dtype.itemsize < 4:  # half precision cumulates badly
         p = E.cast(p, dt.float32)
     rows = S.reshape(p, (-1, categories))
@@ -227,7 +228,7 @@ def bernoulli(input, p=None, generator=None):
     op = "bernoulli"
     input = _float_tensor(input, op)
     if p is None:
-        probs = input.detach()
+        probs = detached_value(input)
         if _concrete(probs):
             values = probs.numpy()
             if not np.all((values >= 0) & (values <= 1)):

@@ -13,6 +13,7 @@ from .. import dtypes as dt
 from ..errors import ArgumentError, ShapeError
 from ..errors import reports_as
 from ..eager.bind import bind
+from ..tensor import detached_value
 from . import attrs as A
 from . import promotion
 from .arguments import as_axes, as_axis, as_bool, as_float, as_number
@@ -440,7 +441,7 @@ def _running_extreme_index(x, axis, largest):
     from .elementwise import greater, isnan, less, logical_and, logical_not, logical_or, where
     from .shape import broadcast_to, reshape
     n = x.shape[axis]
-    v = x.detach()
+    v = detached_value(x)
     if v.dtype is dt.bool_:
         v = v.astype(dt.int8)
     if v.dtype.is_floating:
@@ -492,7 +493,7 @@ def cummin(input, dim: int):
 def _logaddexp(a, b):
     """log(exp(a) + exp(b)), shifted by the larger (held constant: it cancels in the result)."""
     from .elementwise import exp, isfinite, log, maximum, where
-    m = maximum(a.detach(), b.detach())
+    m = maximum(detached_value(a), detached_value(b))
     m = where(isfinite(m), m, 0.0)
     return m + log(exp(a - m) + exp(b - m))
 

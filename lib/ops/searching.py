@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from .. import dtypes as dt
 from ..errors import CaptureError, ShapeError, reports_as
-from ..tensor import Tensor
+from ..tensor import Tensor, detached_value
 from .arguments import as_axes, as_bool, as_choice, as_tensor
 from .rules import require
 
@@ -117,7 +117,7 @@ def searchsorted(x1, x2, /, *, side: str = "left", sorter=None):
             raise ShapeError(f"sorter must be integer indices of x1's shape {x1.shape}, got a "
                              f"{sorter.dtype}{list(sorter.shape)} tensor", op="searchsorted")
         x1 = take(x1, sorter)
-    x1, x2 = x1.detach(), x2.detach()
+    x1, x2 = detached_value(x1), detached_value(x2)
     n = x1.shape[0]
     lo = zeros(x2.shape, dtype=dt.int64, device=x2.device)
     hi = full(x2.shape, n, dtype=dt.int64, device=x2.device)

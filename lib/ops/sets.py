@@ -17,6 +17,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..errors import reports_as
+from ..tensor import detached_value
 from .arguments import as_bool, as_tensor
 from .searching import host_values, refuse_in_capture
 
@@ -36,7 +37,7 @@ def _unique(x, op: str, inverse: bool = False, counts: bool = False):
     found = np.unique(host_values(flat), return_index=True, return_inverse=inverse,
                       return_counts=counts, equal_nan=False)
     first = tensor(found[1].astype(np.int64), device=x.device)
-    out = [take(flat.detach(), first), first]
+    out = [take(detached_value(flat), first), first]
     if inverse:
         out.append(tensor(found[2].astype(np.int64).reshape(x.shape), device=x.device))
     if counts:
@@ -102,14 +103,14 @@ def isin(x1, x2, /, *, invert: bool = False):
     if x2.size == 0:
         from .creation import full
         return full(x1.shape, invert, dtype=dt.bool_, device=x1.device)
-    pool = reshape(x2.detach(), (-1,))
+    pool = reshape(detached_value(x2), (-1,))
     if x1.dtype.kind == "c" or x2.dtype.kind == "c":
         # Complex numbers have no order to search in: compare each entry with every one.
         from .reduce import any as _any
         from .shape import expand_dims
-        found = _any(equal(expand_dims(x1.detach(), -1), pool), axis=-1)
+        found = _any(equal(expand_dims(detached_value(x1), -1), pool), axis=-1)
     else:
         pool = sort(pool)
-        at = searchsorted(pool, x1.detach())
-        found = equal(take(pool, clip(at, 0, pool.shape[0] - 1)), x1.detach())
+        at = searchsorted(pool, detached_value(x1))
+        found = equal(take(pool, clip(at, 0, pool.shape[0] - 1)), detached_value(x1))
     return logical_not(found) if invert else found

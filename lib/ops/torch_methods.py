@@ -15,7 +15,7 @@ from __future__ import annotations
 from .. import dtypes as dt
 from ..errors import ArgumentError, DeviceError
 from ..eager.context import no_grad
-from ..tensor import Tensor
+from ..tensor import Tensor, detached_value
 from . import creation
 from . import elementwise as E
 from . import indexing, linalg, random, reduce, searching, shape, sorting
@@ -323,7 +323,7 @@ def _get_device(self) -> int:
 
 METHODS = {
     "clone": lambda self, memory_format=None: E.add(self, 0) if self.requires_grad else
-    self.detach(),
+    detached_value(self),
     "repeat": _repeat, "repeat_interleave": _repeat_interleave,
     "numel": T.numel, "nelement": T.numel, "dim": lambda self: self.ndim,
     "ndimension": lambda self: self.ndim, "element_size": lambda self: self.dtype.itemsize,

@@ -405,6 +405,19 @@ def _data(self) -> Tensor:
     return V.same_values(self, detached=True)
 
 
+def detach(self) -> Tensor:
+    """The same values cut from the tape, a view (PyTorch's detach): an in-place change of
+    it changes this tensor too, unrecorded, and a backward through an op that took this
+    tensor before the change refuses, as PyTorch's does.
+
+    >>> x = rill.zeros(2)
+    >>> _ = x.detach().add_(1.0)
+    >>> x.tolist()
+    [1.0, 1.0]
+    """
+    return V.same_values(self, detached=True)
+
+
 def _set_data(self, value) -> None:
     from .torch_methods import _set_data as set_data
     set_data(self, value)
@@ -451,7 +464,7 @@ METHODS = {  # x.<name>(...)
     "moveaxis": moveaxis, "movedim": movedim, "t": t, "adjoint": adjoint, "conj": conj,
     "narrow": narrow, "select": select, "diagonal": diagonal, "split": _split_method,
     "chunk": chunk, "unbind": unbind, "expand": expand, "expand_as": expand_as,
-    "broadcast_to": broadcast_to, "contiguous": contiguous,
+    "broadcast_to": broadcast_to, "contiguous": contiguous, "detach": detach,
 }
 
 PROPERTIES = {  # x.<name>

@@ -27,7 +27,7 @@ from __future__ import annotations
 import functools
 
 from ..eager.context import is_grad_enabled
-from ..tensor import Tensor
+from ..tensor import Tensor, detached_value
 from . import indexing, shape
 from .methods import snapshot
 
@@ -296,10 +296,11 @@ def _take_new(base, new):
 
 
 def same_values(x: Tensor, detached: bool) -> Tensor:
-    """x's values in a new tensor that is a view of x (`.data`, `detach()` when detached;
-    `rill.Tensor(x)` keeps the tape)."""
+    """x's values in a new tensor that is a view of x (`.data` and `detach()` when detached:
+    cut from the tape, and writes through them are not recorded; `rill.Tensor(x)` keeps
+    the tape)."""
     if detached:
-        out = x.detach()
+        out = detached_value(x)
     else:
         from .data_types import fresh
         out = fresh(source(x))

@@ -10,7 +10,7 @@ from ..ops.elementwise import cast, scaled_add
 from ..ops.methods import assign
 from ..ops.shape import concat
 from ..sparse import SparseRows
-from ..tensor import Tensor
+from ..tensor import Tensor, detached_value
 from .line_search import dot, strong_wolfe
 from .optimizer import Optimizer
 
@@ -108,7 +108,7 @@ class LBFGS(Optimizer):
             offset += n
 
     def _snapshot(self) -> list:
-        return [p.detach() for p in self._params]  # values: later assigns leave them be
+        return [detached_value(p) for p in self._params]  # values: later assigns leave them be
 
     def _restore(self, values) -> None:
         for p, x in zip(self._params, values):
@@ -218,7 +218,7 @@ class LBFGS(Optimizer):
         for slots in saved["state"].values():
             for key in _VECTOR_LISTS + ("ro",):
                 if isinstance(slots.get(key), list):
-                    slots[key] = [v.detach() if isinstance(v, Tensor) else v
+                    slots[key] = [detached_value(v) if isinstance(v, Tensor) else v
                                   for v in slots[key]]
         return saved
 
@@ -245,7 +245,7 @@ class LBFGS(Optimizer):
             value = value.to(p.device)
         if value.dtype is not p.dtype:
             value = cast(value, p.dtype)
-        return value.detach()
+        return detached_value(value)
 
 
 def _direction(flat_grad, y, s, old_dirs, old_stps, ro, H_diag, history_size):

@@ -33,7 +33,7 @@ from ..errors import ArgumentError, CaptureError
 from ..ops.creation import zeros_like
 from ..ops.elementwise import cast, scaled_add
 from ..sparse import SparseRows
-from ..tensor import Tensor
+from ..tensor import Tensor, detached_value
 
 
 def scale(x: Tensor, factor) -> Tensor:
@@ -545,7 +545,7 @@ class Optimizer:
         state = {}
         for p, slots in self.state.items():
             if id(p) in index:
-                state[index[id(p)]] = {k: v.detach() if isinstance(v, Tensor) else v
+                state[index[id(p)]] = {k: detached_value(v) if isinstance(v, Tensor) else v
                                        for k, v in slots.items()}
         return {"state": state, "param_groups": groups}
 
@@ -632,7 +632,7 @@ class Optimizer:
             value = value.to(p.device)
         if value.dtype is not p.dtype and value.dtype.is_floating:
             value = cast(value, p.dtype)
-        return value.detach()  # our own handle: updating it must not touch the caller's dict
+        return detached_value(value)  # our own handle: updating it must not touch the caller's dict
 
     def __repr__(self) -> str:
         lines = [f"{self._name} ("]

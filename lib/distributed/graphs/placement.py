@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ...devices import device as as_device
 from ...errors import ArgumentError, DistributedError
+from ...tensor import detached_value
 from ..world import world
 
 
@@ -43,5 +44,5 @@ def place_on_ps(module, ps_tasks: int | None = None, *, by: str = "size") -> dic
     with no_grad():
         for name, t in named:
             if t.device is not chosen[name]:
-                assign_(t, t.detach().to(chosen[name]))
+                assign_(t, detached_value(t).to(chosen[name]))
     return chosen
