@@ -151,3 +151,46 @@ def test_specialized_graph_is_not_saved_without_its_values(tmp_path):
     fixed(rill.ones((2, 6)))
     fixed.save(tmp_path / "g")
     assert rill.load_graph(tmp_path / "g")(rill.ones((2, 6))).shape == (3, 4)
+
+
+def _reference(model, *arrays):
+    from onnx.reference import ReferenceEvaluator
+    names = [i.name for i in model.graph.input]
+    return ReferenceEvaluator(model).run(None, dict(zip(names, arrays)))
+
+
+@pytest.mark.parametrize("case", ["maxpool_indices", "maxpool_indices_column_major",
+                                  "batchnorm_training", "pad_wrap"])
+def test_gaps_closed_against_the_specification(case):
+    """MaxPool's Indices, BatchNormalization in training mode and Pad's wrap mode, checked
+    against onnx's reference implementation (and onnxruntime where it runs them)."""
+    rng = np.random.default_rng(2)
+    if case.startswith("maxpool"):
+        x = rng.normal(size=(2, 3, 5, 6)).astype(np.float32)
+        x[0, 0, :2, :2] = 1.0  # ties: the first largest entry is the one reported
+        model = _model([helper.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[3, 2],
+                                         strides=[2, 2], pads=[1, 0, 1, 1],
+                                         storage_order=int(case.endswith("major")))],
+                       [("x", T.FLOAT, list(x.shape))], [("y", T.FLOAT), ("i", T.INT64)])
+        arrays, oracles = (x,), (_reference, _onnxruntime)
+    elif case == "batchnorm_training":
+        x = rng.normal(size=(4, 3, 2, 2)).astype(np.float32)
+        params = [rng.uniform(0.5, 1.5, 3).astype(np.float32) for _ in range(4)]
+        model = _model([helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"],
+                                         ["y", "rm", "rv"], training_mode=1, momentum=0.8)],
+                       [(n, T.FLOAT, list(a.shape)) for n, a in
+                        zip("xsbmv", [x] + params)],
+                       [("y", T.FLOAT), ("rm", T.FLOAT), ("rv", T.FLOAT)], opset=15)
+        arrays, oracles = (x, *params), (_reference,)
+    else:
+        x = rng.normal(size=(2, 3)).astype(np.float32)
+        pads = numpy_helper.from_array(np.array([1, 4, 2, 5], np.int64), "pads")
+        model = _model([helper.make_node("Pad", ["x", "pads"], ["y"], mode="wrap")],
+                       [("x", T.FLOAT, [2, 3])], [("y", T.FLOAT)], [pads], opset=19)
+        arrays, oracles = (x,), (_reference, _onnxruntime)
+    got = rill_onnx.load(model)(*[rill.tensor(a) for a in arrays])
+    got = got if isinstance(got, tuple) else (got,)
+    for oracle in oracles:
+        for mine, theirs in zip(got, oracle(model, *arrays)):
+            assert mine.shape == theirs.shape
+            np.testing.assert_allclose(mine.numpy(), theirs, rtol=1e-5, atol=1e-6)

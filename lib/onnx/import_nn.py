@@ -147,11 +147,13 @@ def _max_pool(run, node, ins, a):
     import rill.nn.functional as F
     x = ins[0]
     kernel = list(a["kernel_shape"])
-    if len(node.output) > 1 and node.output[1]:
-        raise ONNXError("MaxPool's Indices output is not supported", op="MaxPool")
     before, after, strides, dilations = _window(node, a, x, kernel)
     low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype.storage).min
     ceil = bool(a.get("ceil_mode", 0))
+    if len(node.output) > 1 and node.output[1]:
+        from .import_pool import max_pool_with_indices
+        return list(max_pool_with_indices(x, kernel, before, after, strides, dilations, ceil,
+                                          low, a.get("storage_order", 0)))
     if x.dtype.kind != "f" or any(2 * p > k for p, k in zip(before + after, kernel * 2)):
         from .import_pool import max_pool  # integers, or pads wider than half the window
         return max_pool(x, kernel, before, after, strides, dilations, ceil, low)
@@ -207,10 +209,20 @@ def _channel(v, ndim):
 @row("BatchNormalization")
 def _batch_norm(run, node, ins, a):
     x, scale, bias, mean, var = ins[:5]
-    if a.get("training_mode", 0):
-        raise ONNXError("BatchNormalization in training mode is not supported", op=node.op_type)
     eps = a.get("epsilon", 1e-5)
     d = x.ndim
+    if a.get("training_mode", 0):  # the batch's statistics (biased variance), and the
+        # running ones moved toward them by 1 - momentum, as the specification says
+        r = rill()
+        axes = (0,) + tuple(range(2, d))
+        batch_mean = r.mean(x, axis=axes)
+        centered = x - _channel(batch_mean, d)
+        batch_var = r.mean(centered * centered, axis=axes)
+        m = a.get("momentum", 0.9)
+        y = centered * r.rsqrt(_channel(batch_var, d) + eps) * _channel(scale, d) + \
+            _channel(bias, d)
+        return [y, mean * m + batch_mean.astype(mean.dtype) * (1 - m),
+                var * m + batch_var.astype(var.dtype) * (1 - m)][:len(node.output)]
     return (x - _channel(mean, d)) * rill().rsqrt(_channel(var, d) + eps) * \
         _channel(scale, d) + _channel(bias, d)
 

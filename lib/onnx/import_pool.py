@@ -69,6 +69,45 @@ def max_pool(x, kernel, before, after, strides, dilations, ceil, low):
                       combine=rill().maximum)
 
 
+def max_pool_with_indices(x, kernel, before, after, strides, dilations, ceil, low,
+                          storage_order):
+    """MaxPool and its Indices output: for each window, the first largest entry's index in
+    the input flattened over (N, C, *spatial), the spatial part in row-major order (or
+    column-major with storage_order 1). The indices are fixed per offset, so they come
+    from NumPy grids sliced as the values are."""
+    import numpy as np
+    from .import_ops import const
+    r = rill()
+    spatial = tuple(x.shape[2:])
+    out = output_sizes(spatial, kernel, before, after, strides, dilations, ceil)
+    size = math.prod(spatial)
+    position = np.arange(size, dtype=np.int64).reshape(
+        spatial, order="F" if storage_order else "C")
+    channels = np.arange(x.shape[0] * x.shape[1], dtype=np.int64).reshape(
+        x.shape[:2] + (1,) * len(spatial)) * size
+    grid = channels + position
+    geometry = zip(out, strides, kernel, dilations, spatial, before, after)
+    extra = [max((o - 1) * s + (k - 1) * d + 1 - (n + lo + hi), 0)
+             for o, s, k, d, n, lo, hi in geometry]
+    widths = ((0, 0), (0, 0)) + tuple((lo, hi + e) for lo, hi, e in zip(before, after, extra))
+    x = r.pad(x, widths, mode="constant", value=low)
+    grid = np.pad(grid, widths, constant_values=-1)
+    from .limits import meter
+    meter().unroll("the pooling window", math.prod(kernel))
+    best = where = None
+    for offset in itertools.product(*[range(k) for k in kernel]):
+        key = (slice(None), slice(None)) + tuple(
+            slice(o * d, o * d + (m - 1) * s + 1, s)
+            for o, d, m, s in zip(offset, dilations, out, strides))
+        part, index = x[key], const(grid[key])
+        if best is None:
+            best, where = part, index
+        else:
+            better = r.logical_or(r.greater(part, best), where < 0)  # strictly: first wins
+            best, where = r.where(better, part, best), r.where(better, index, where)
+    return best, where
+
+
 @row("LpPool")
 def _lp_pool(run, node, ins, a):
     from .import_nn import _window

@@ -275,6 +275,12 @@ def _pad(run, node, ins, a):
         x = x[key]
         widths = [(max(lo, 0), max(hi, 0)) for lo, hi in widths]
     mode = {"edge": "edge", "reflect": "reflect", "wrap": "wrap"}.get(mode, "constant")
+    if mode == "wrap":  # periodic: each axis gathered at its positions modulo its size
+        for axis, (lo, hi) in enumerate(widths):
+            if lo or hi:
+                n = x.shape[axis]
+                x = rill().take(x, const(np.arange(-lo, n + hi) % n), axis=axis)
+        return x
     if mode == "constant" and not isinstance(value, (int, float, bool)):
         # a fill value computed in the graph: pad with zeros, then fill where nothing was
         r = rill()
