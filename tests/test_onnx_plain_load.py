@@ -160,7 +160,8 @@ def _reference(model, *arrays):
 
 
 @pytest.mark.parametrize("case", ["maxpool_indices", "maxpool_indices_column_major",
-                                  "batchnorm_training", "pad_wrap"])
+                                  "batchnorm_training", "pad_wrap", "gathernd_batch",
+                                  "reverse_sequence"])
 def test_gaps_closed_against_the_specification(case):
     """MaxPool's Indices, BatchNormalization in training mode and Pad's wrap mode, checked
     against onnx's reference implementation (and onnxruntime where it runs them)."""
@@ -182,6 +183,19 @@ def test_gaps_closed_against_the_specification(case):
                         zip("xsbmv", [x] + params)],
                        [("y", T.FLOAT), ("rm", T.FLOAT), ("rv", T.FLOAT)], opset=15)
         arrays, oracles = (x, *params), (_reference,)
+    elif case == "gathernd_batch":
+        x = rng.normal(size=(2, 3, 4)).astype(np.float32)
+        idx = np.array([[[2, 1], [0, 3]], [[1, 0], [-1, -2]]], np.int64)
+        model = _model([helper.make_node("GatherND", ["x", "i"], ["y"], batch_dims=1)],
+                       [("x", T.FLOAT, [2, 3, 4]), ("i", T.INT64, [2, 2, 2])],
+                       [("y", T.FLOAT)])
+        arrays, oracles = (x, idx), (_reference, _onnxruntime)
+    elif case == "reverse_sequence":  # its lengths an input: specialized on
+        x = rng.normal(size=(3, 4, 2)).astype(np.float32)
+        model = _model([helper.make_node("ReverseSequence", ["x", "n"], ["y"], time_axis=1,
+                                         batch_axis=0)],
+                       [("x", T.FLOAT, [3, 4, 2]), ("n", T.INT64, [3])], [("y", T.FLOAT)])
+        arrays, oracles = (x, np.array([4, 1, 3])), (_reference, _onnxruntime)
     else:
         x = rng.normal(size=(2, 3)).astype(np.float32)
         pads = numpy_helper.from_array(np.array([1, 4, 2, 5], np.int64), "pads")

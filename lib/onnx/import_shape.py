@@ -171,9 +171,17 @@ def _gather_nd(run, node, ins, a):
     r = rill()
     x, idx = ins
     b = a.get("batch_dims", 0)
-    if b:
-        raise ONNXError("GatherND with batch_dims is not supported", op="GatherND")
     k = idx.shape[-1]
+    if b and k:  # the leading b axes as one, its position an extra index in front
+        lead = int(np.prod(x.shape[:b], dtype=np.int64))
+        xs = x.reshape((lead,) + tuple(x.shape[b:]))
+        ids = idx.reshape((lead,) + tuple(idx.shape[b:]))
+        batch = const(np.arange(lead).reshape((lead,) + (1,) * (ids.ndim - 2)))
+        out = xs[(batch,) + tuple(ids[..., i] for i in range(k))]
+        return out.reshape(tuple(idx.shape[:-1]) + tuple(x.shape[b + k:]))
+    if b:
+        raise ONNXError("GatherND with batch_dims and empty index tuples is not supported",
+                        op="GatherND")
     key = tuple(idx[..., i] for i in range(k))
     return x[key] if k else r.broadcast_to(x, idx.shape[:-1] + x.shape)
 
@@ -401,3 +409,19 @@ def _nonzero(run, node, ins, a):
     from .import_dynamic import WHY
     found = known(node, ins[0], WHY)
     return const(np.stack(np.nonzero(found)).astype(np.int64).reshape(found.ndim, -1))
+
+
+@row("ReverseSequence")
+def _reverse_sequence(run, node, ins, a):
+    """The first sequence_lens[b] steps of each batch entry reversed, the rest kept."""
+    x = ins[0]
+    lens = ints(node, ins[1], "sequence_lens")
+    t_axis, b_axis = a.get("time_axis", 0), a.get("batch_axis", 1)
+    steps = np.arange(x.shape[t_axis])[:, None]
+    n = np.asarray(lens)[None, :]
+    order = np.where(steps < n, n - 1 - steps, steps)  # (time, batch)
+    if t_axis > b_axis:
+        order = order.T
+    order = order.reshape(order.shape + (1,) * (x.ndim - 2))
+    order = np.ascontiguousarray(np.broadcast_to(order, x.shape))
+    return rill().take_along_axis(x, const(order), axis=t_axis)
