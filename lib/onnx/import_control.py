@@ -48,6 +48,12 @@ class _DataDependent(Exception):
     pass
 
 
+def _known_now(value) -> bool:
+    """Whether a value's data exists now (eagerly run), though not static."""
+    from ..capture.ir import Value
+    return type(value._data) is not Value
+
+
 @row("Loop")
 def _loop(run, node, ins, a):
     try:
@@ -63,7 +69,7 @@ def _unrolled_loop(run, node, ins, a):
     carried = list(ins[2:])
     carried_static = [run.is_static(n) for n in node.input[2:]]
     limit = None if trips is None else _scalar(node, trips, "trip count", int)
-    if cond is not None and not run.is_static(node.input[1]):
+    if cond is not None and not run.is_static(node.input[1]) and not _known_now(cond):
         raise _DataDependent
     going = True if cond is None else _scalar(node, cond, "condition", bool)
     names = _body_inputs(body, 2 + len(carried), "Loop")
@@ -81,7 +87,7 @@ def _unrolled_loop(run, node, ins, a):
             if len(outs) < 1 + len(carried):
                 raise ONNXError(f"the Loop body has {len(outs)} outputs; it needs the "
                                 f"condition and {len(carried)} carried values", op="Loop")
-            if not static[0]:
+            if not static[0] and not _known_now(outs[0]):
                 raise _DataDependent
             going = _scalar(node, outs[0], "condition", bool)
             n = len(carried)
@@ -107,10 +113,10 @@ def _while_loop(run, node, ins, a):
     r = rill()
     body = a["body"]
     carried = list(ins[2:])
-    if len(node.output) > len(carried):
-        raise ONNXError("Loop with a data-dependent condition and scan outputs is not "
-                        "supported (the stacked outputs' length would depend on data)",
-                        op="Loop")
+    if len(node.output) > len(carried):  # the trip count decides the outputs' shapes
+        from .specialize import needs_values
+        raise needs_values(node, ins[1], "condition (with scan outputs, the stacked "
+                           "outputs' length depends on it)")
     limit = None if not ins or ins[0] is None else _scalar(node, ins[0], "trip count", int)
     cond = const(True) if len(ins) < 2 or ins[1] is None else ins[1].reshape(()).astype(r.bool)
     names = _body_inputs(body, 2 + len(carried), "Loop")
