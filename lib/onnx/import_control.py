@@ -51,7 +51,7 @@ class _DataDependent(Exception):
 def _known_now(value) -> bool:
     """Whether a value's data exists now (eagerly run), though not static."""
     from ..capture.ir import Value
-    return type(value._data) is not Value
+    return value is not None and type(value._data) is not Value
 
 
 @row("Loop")
@@ -69,7 +69,9 @@ def _unrolled_loop(run, node, ins, a):
     carried = list(ins[2:])
     carried_static = [run.is_static(n) for n in node.input[2:]]
     limit = None if trips is None else _scalar(node, trips, "trip count", int)
-    if cond is not None and not run.is_static(node.input[1]) and not _known_now(cond):
+    # Scan outputs need the trips unrolled: possible eagerly, where the values exist.
+    unroll = len(node.output) > len(carried) and _known_now(cond)
+    if cond is not None and not run.is_static(node.input[1]) and not unroll:
         raise _DataDependent
     going = True if cond is None else _scalar(node, cond, "condition", bool)
     names = _body_inputs(body, 2 + len(carried), "Loop")
@@ -87,7 +89,7 @@ def _unrolled_loop(run, node, ins, a):
             if len(outs) < 1 + len(carried):
                 raise ONNXError(f"the Loop body has {len(outs)} outputs; it needs the "
                                 f"condition and {len(carried)} carried values", op="Loop")
-            if not static[0] and not _known_now(outs[0]):
+            if not static[0] and not (unroll and _known_now(outs[0])):
                 raise _DataDependent
             going = _scalar(node, outs[0], "condition", bool)
             n = len(carried)
