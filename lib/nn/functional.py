@@ -29,7 +29,7 @@ from ..ops.reduce import mean, sum
 from ..ops.rules import broadcast_shapes as _broadcast_shapes
 from ..ops.shape import (broadcast_to, expand_dims, moveaxis, reshape, squeeze, swapaxes,
                          tril)
-from ..tensor import Tensor, detached_value
+from ..tensor import Tensor, detached_value as _detached_value
 
 # The fused primitives and the activations, under the names layers and users reach for.
 from ..ops.activation import log_softmax, softmax, softmax_cross_entropy  # noqa: F401
@@ -74,7 +74,7 @@ def embedding(indices, weight, padding_idx: int | None = None):
             raise ArgumentError(f"padding_idx {padding_idx} is outside the {weight.shape[0]} "
                                 "rows of the table", op="embedding")
         keep = expand_dims(indices != (padding_idx % weight.shape[0]), -1)
-        out = where(keep, out, detached_value(out))
+        out = where(keep, out, _detached_value(out))
     return out
 
 
@@ -898,7 +898,7 @@ def gaussian_nll_loss(input, target, var, full: bool = False, eps: float = 1e-6,
             raise ShapeError(f"var {v.shape} must have the input's shape {x.shape}, or that "
                              "shape with a last axis of 1, or without its last axis", op=op)
     v = check((v >= 0).all(), v, "var has negative entries", op=op)
-    clamped = v + detached_value(_E.maximum(v, eps) - v)  # value clamped, gradient straight through
+    clamped = v + _detached_value(_E.maximum(v, eps) - v)  # value clamped, gradient straight through
     loss = 0.5 * (_E.log(clamped) + square(x - y) / clamped)
     if full:
         loss = loss + 0.5 * math.log(2 * math.pi)

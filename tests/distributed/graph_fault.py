@@ -24,6 +24,7 @@ import rill  # noqa: E402
 from rill import nn  # noqa: E402
 from rill.distributed.status import StatusBoard  # noqa: E402
 from rill.train import Checkpoint, CheckpointManager  # noqa: E402
+from sync_reference import two_worker_sgd  # noqa: E402 - beside this script
 
 STEPS, KILL_BEFORE = 12, 10
 directory = sys.argv[1]
@@ -67,19 +68,7 @@ for i in range(start, STEPS):
 
 params = dist.fetch(model)
 if w.chief:
-    # The same math eagerly: each worker's gradient on its half, their float32 mean (what the
-    # ps applies for a sync step of two workers), then SGD with momentum.
-    ref_opt = rill.optim.SGD(initial.parameters(), lr=0.1, momentum=0.9)
-    for i in range(STEPS):
-        x, y = batch(i)
-        grads = []
-        for half in halves:
-            ref_opt.zero_grad()
-            nn.functional.cross_entropy(initial(x[half]), y[half]).backward()
-            grads.append([p.grad.numpy().copy() for p in initial.parameters()])
-        for p, g0, g1 in zip(initial.parameters(), *grads):
-            p.grad = rill.tensor(np.mean([g0, g1], axis=0, dtype=np.float32))
-        ref_opt.step()
+    two_worker_sgd(initial, batch, halves, STEPS)  # the same math in one process
     for name, p in initial.named_parameters():
         np.testing.assert_array_equal(params[name].numpy(), p.numpy(), err_msg=name)
     print(f"finished at step {STEPS}: the parameters equal an uninterrupted run's bit for bit; "

@@ -14,6 +14,7 @@ import rill
 import rill.distributed as dist
 from rill import nn
 from rill.train import Checkpoint, CheckpointManager
+from sync_reference import two_worker_sgd  # beside this script
 
 STEPS, KILL_AT = 12, 10
 directory = sys.argv[1]
@@ -67,20 +68,7 @@ final = {name: p.numpy().copy() for name, p in model.named_parameters()}
 ps.close()
 
 if w.chief:
-    # The same math in one process: each worker's gradient on its half, their mean (what a
-    # sync step of two workers applies), then SGD with momentum; the table's rows as dense.
-    ref_opt = rill.optim.SGD(initial.parameters(), lr=0.1, momentum=0.9)
-    for i in range(STEPS):
-        x, y = batch(i)
-        grads = []
-        for half in halves:
-            ref_opt.zero_grad()
-            nn.functional.cross_entropy(initial(x[half]), y[half]).backward()
-            grads.append([p.grad.to_dense().numpy() if hasattr(p.grad, "to_dense") else
-                          p.grad.numpy().copy() for p in initial.parameters()])
-        for p, g0, g1 in zip(initial.parameters(), *grads):
-            p.grad = rill.tensor(np.mean([g0, g1], axis=0, dtype=np.float32))
-        ref_opt.step()
+    two_worker_sgd(initial, batch, halves, STEPS)  # the same math in one process
     for name, p in initial.named_parameters():
         np.testing.assert_allclose(final[name], p.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
     print(f"finished at global step {STEPS}, equal to an uninterrupted run; files "
