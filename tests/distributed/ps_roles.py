@@ -1,7 +1,8 @@
 """Run under rill-launch -n 2 --ps 1: a ps rank running worker code, or a worker serving,
 must fail the job with a DistributedError naming the rank and the fix (argv[1]):
-readme_swap       the README's snippet with `dist.ParameterServer(...)` for AllReduce, as is:
-                  the ps calls ps.backward() and optimizer.step() like the worker
+readme_swap       the README's snippet with `dist.ParameterServer(...)` for AllReduce: the
+                  ps calls ps.backward() and optimizer.step() like the worker (which waits
+                  before its own, refused, optimizer.step(), so the ps fails first)
 eager_no_serve    the ps builds a ParameterServer and ends its script without serving
 graph_step_on_ps  a captured, replicated step called on the ps (no dist.serve())
 worker_serves     a worker calls ps.serve()
@@ -26,6 +27,12 @@ if case == "readme_swap":
     ddp = dist.ParameterServer(model, opt, mode="sync")
     opt.zero_grad()
     ddp.backward(rill.nn.functional.cross_entropy(model(x), y))
+    if world.role == "worker":
+        # The worker's opt.step() is refused too (the ps holds the slots); run as is, either
+        # refusal may end the job first. The worker waits, so that the ps's, which comes at
+        # once, is the one this case checks.
+        import time
+        time.sleep(5)
     opt.step()
 elif case == "eager_no_serve":
     opt = rill.optim.SGD(model.parameters(), lr=0.1)
