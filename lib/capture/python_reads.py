@@ -383,6 +383,12 @@ class Watcher:
                 return
             kind, root, key, value = "dict", g, site.name, g[site.name]
         elif site.root == "free":
+            # A read that would not be guarded needs no cell: finding one walks the heap
+            # (gc.get_referrers, ~50 ms a call in a large process), so it is done only for
+            # a value that is guarded (a number, not the function or module most closures
+            # read). _guard would follow the same steps from the cell's contents.
+            if not guardable(follow(frame.f_locals.get(site.name, MISSING), steps)):
+                return
             cells = self._cells_of(frame, site.name)
             if not cells:
                 value = frame.f_locals.get(site.name, MISSING)
