@@ -402,3 +402,27 @@ def test_a_taped_tensor_read_from_outside_is_refused_and_passing_it_works():
     (policy(states) * 2.0).sum().backward()
     for c, p in zip(captured, policy.parameters()):
         np.testing.assert_allclose(c, p.grad.numpy(), rtol=1e-5, atol=1e-7)
+
+
+def test_a_closure_made_after_an_earlier_trace_is_guarded_through_its_own_cell():
+    """The closures running a code object are remembered across traces (finding them walks
+    the heap) only while that provably still holds: a closure of the same code made later,
+    holding the same value object, is found, and a change to its cell retraces."""
+    def scaler(factor):
+        def scale(t):
+            return t * factor
+        return scale
+
+    first = scaler(2.0)
+    f1 = rill.capture(lambda t: first(t))
+    np.testing.assert_array_equal(f1(rill.ones(2)).numpy(), [2.0, 2.0])
+    same_value = first.__closure__[0].cell_contents
+    second = scaler(same_value)  # the very same float object, in a new cell
+
+    def rebind(value):
+        second.__closure__[0].cell_contents = value
+    f2 = rill.capture(lambda t: second(t))
+    np.testing.assert_array_equal(f2(rill.ones(2)).numpy(), [2.0, 2.0])
+    rebind(5.0)
+    said = _said(lambda: np.testing.assert_array_equal(f2(rill.ones(2)).numpy(), [5.0, 5.0]))
+    assert len(said) == 1 and "5.0" in said[0], said

@@ -32,6 +32,7 @@ import sysconfig
 import threading
 import types
 import warnings
+import weakref
 
 import numpy as np
 
@@ -315,6 +316,29 @@ class Reads:
         return None
 
 
+# code object -> (its reference count then, weak references to the closures running it): what
+# gc.get_referrers found in an earlier trace. It walks every object of the process (~50 ms a
+# call in a test session; it made test_ops' captured cases 8x slower), so a later trace
+# reuses its answer while that answer provably still holds: none of those closures has died
+# and the code's reference count is the same, so no function with this code was made since
+# (each holds a reference to its code). Anything else (a new closure, a recursion, a death)
+# walks the heap again.
+_CLOSURES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _closures_running(code) -> list:
+    """The live functions with closures whose code is `code`."""
+    known = _CLOSURES.get(code)
+    if known is not None and known[0] == sys.getrefcount(code):
+        funcs = [ref() for ref in known[1]]
+        if all(f is not None for f in funcs):
+            return funcs
+    funcs = [f for f in gc.get_referrers(code)
+             if isinstance(f, types.FunctionType) and f.__code__ is code and f.__closure__]
+    _CLOSURES[code] = (sys.getrefcount(code), [weakref.ref(f) for f in funcs])
+    return funcs
+
+
 class Watcher:
     """Collects Read guards while a trace runs; see `watching`."""
 
@@ -475,9 +499,7 @@ class Watcher:
         code = frame.f_code
         funcs = self.cells.get(code)
         if funcs is None:
-            funcs = self.cells[code] = [f for f in gc.get_referrers(code)
-                                        if isinstance(f, types.FunctionType) and
-                                        f.__code__ is code and f.__closure__]
+            funcs = self.cells[code] = _closures_running(code)
         index = code.co_freevars.index(name)
         value = frame.f_locals.get(name, MISSING)
         out = []
