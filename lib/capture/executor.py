@@ -23,7 +23,6 @@ from ..dtypes import bfloat16
 from ..eager.interpreter import CHECK_KERNELS, check_kernel_result, kernel_error
 from ..errors import CaptureError
 from ..profiler import state as _profiling
-from rill.kernels.numpy.parallel import settle_blas_threads
 from ..tensor import new_tensor
 from . import graph_ops
 from .donation import ONE_LOCAL, donor, exclusive
@@ -72,6 +71,7 @@ class Program:
             try:
                 return self._run_parallel(args)
             finally:  # BLAS's thread count, if a kernel on a pool thread could not restore it
+                from rill.kernels.numpy.parallel import settle_blas_threads
                 settle_blas_threads()
         try:
             return self._run(args)
