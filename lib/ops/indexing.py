@@ -285,31 +285,62 @@ def getitem(x, key):
     return bind(getitem_p, x, *arrays, key=static)
 
 
-def _zero_d_masks(x, key):
+def _is_zero_d_mask(k) -> bool:
+    return isinstance(k, Tensor) and k.dtype is dt.bool_ and k.ndim == 0
+
+
+def _zero_d_masks(x, key, kept=None):
     """A 0-d boolean index adds an axis of length 1 (True) or 0 (False), as NumPy and the
-    standard say: x gets a new axis there, indexed by the integer array [0] or []."""
+    standard say: x gets a new axis there, indexed by the integer array [0] or []. With
+    `kept` set, every such axis is indexed by [0], as if the mask were True (the caller
+    applies the masks' values itself)."""
     parts = key if isinstance(key, tuple) else (key,)
-    if not any(isinstance(k, Tensor) and k.dtype is dt.bool_ and k.ndim == 0 for k in parts):
+    if not any(_is_zero_d_mask(k) for k in parts):
         return x, key
     from .creation import tensor
     from .shape import expand_dims
     starts = _mask_starts(x, parts)
     out = []
     for position, k in enumerate(parts):
-        if isinstance(k, Tensor) and k.dtype is dt.bool_ and k.ndim == 0:
-            axis = starts[position] + sum(1 for j, other in enumerate(parts[:position])
-                                          if isinstance(other, Tensor) and other.ndim == 0
-                                          and other.dtype is dt.bool_)
+        if _is_zero_d_mask(k):
+            axis = starts[position] + sum(1 for other in parts[:position]
+                                          if _is_zero_d_mask(other))
             x = expand_dims(x, axis)
-            k = tensor([0] if bool(k) else [], dtype=dt.int64, device=x.device)
+            k = tensor([0] if kept or bool(k) else [], dtype=dt.int64, device=x.device)
         out.append(k)
     return x, tuple(out)
+
+
+def _update_zero_d_masks(x, key, values, op: str):
+    """x[key] updated by index_add/index_set (`op`) where the key holds 0-d boolean masks,
+    as getitem reads them: a new axis indexed by [0] (True) or [] (False), removed after.
+    A captured graph cannot read a mask on the host: there every mask is taken as True and
+    the update kept where all of them are (a False mask with an index that broadcasts only
+    with length 1 is then accepted, where NumPy and PyTorch refuse it)."""
+    from ..eager.context import current
+    from .shape import reshape
+    parts = key if isinstance(key, tuple) else (key,)
+    capturing = current().interpreter.capturing
+    grown, grown_key = _zero_d_masks(x, parts, kept=capturing)
+    static, arrays = parse_key(grown, grown_key, op)
+    primitive_p = index_add_p if op == "index_add" else index_set_p
+    updated = reshape(bind(primitive_p, grown, values, *arrays, key=static), x.shape)
+    if not capturing:
+        return updated
+    from .elementwise import logical_and, where
+    masks = [k for k in parts if _is_zero_d_mask(k)]
+    keep = masks[0]
+    for m in masks[1:]:
+        keep = logical_and(keep, m)
+    return where(keep, updated, x)
 
 
 @reports_as("index_add")
 def index_add(x, key, values):
     """A copy of x with `values` added at x[key]; repeated indices add up."""
     x = as_tensor(x, "x", "index_add")
+    if any(_is_zero_d_mask(k) for k in (key if isinstance(key, tuple) else (key,))):
+        return _update_zero_d_masks(x, key, values, "index_add")
     static, arrays = parse_key(x, key, "index_add")
     return bind(index_add_p, x, values, *arrays, key=static)
 
@@ -318,6 +349,8 @@ def index_add(x, key, values):
 def index_set(x, key, values):
     """A copy of x with x[key] replaced by `values` (the functional form of x[key] = values)."""
     x = as_tensor(x, "x", "index_set")
+    if any(_is_zero_d_mask(k) for k in (key if isinstance(key, tuple) else (key,))):
+        return _update_zero_d_masks(x, key, values, "index_set")
     static, arrays = parse_key(x, key, "index_set")
     return bind(index_set_p, x, values, *arrays, key=static)
 

@@ -50,6 +50,19 @@ def snapshot(t: Tensor) -> Tensor:
     return old
 
 
+def casts_back(result: dt.DType, target: dt.DType) -> bool:
+    """Whether an in-place op may store a `result` in a `target` tensor, cast back: the
+    Array API standard leaves this to the library; rill takes PyTorch's rule (canCast). The
+    cast is refused only where it would lose the result's kind: float -> integer or bool,
+    complex -> real, number -> bool. So float32 += float64 and int8 += int64 cast back, and
+    int32 += 0.5 raises. NumPy's same_kind agrees but also refuses uint8 += int8."""
+    if result.is_complex and not target.is_complex:
+        return False
+    if result.is_floating and (target.is_integer or target.is_bool):
+        return False
+    return result.is_bool or not target.is_bool
+
+
 def update_in_place(t: Tensor, fn, *args) -> Tensor:
     """t takes the value fn(t, *args); the tape sees an out-of-place op on t's old value."""
     ctx = current()
@@ -77,9 +90,11 @@ def update_in_place(t: Tensor, fn, *args) -> Tensor:
         raise ShapeError(f"an in-place result of shape {result.shape} does not fit the tensor's "
                          f"shape {t.shape}", op="in-place")
     if result.dtype is not t.dtype:
-        if dt.promote_types(result.dtype, t.dtype) is not t.dtype:
+        if not casts_back(result.dtype, t.dtype):
             raise DTypeError(f"an in-place result of dtype {result.dtype} cannot be stored in a "
-                             f"{t.dtype} tensor", op="in-place")
+                             f"{t.dtype} tensor: it would lose its kind (PyTorch refuses it "
+                             f"too); write `x = x op y` for a new {result.dtype} tensor, or "
+                             f"cast the operand to {t.dtype} first", op="in-place")
         result = E.cast(result, t.dtype)
     replaced, t._data = t._data, result._data
     t._version += 1
