@@ -29,6 +29,7 @@ _SAVED_SLOTS = ("_data", "_version", "requires_grad", "_node", "_index")
 
 class Tracer:
     capturing = True
+    reruns_python = False
 
     def __init__(self, name: str = "graph", names: dict | None = None):
         self.graph = Graph(name=name)

@@ -41,10 +41,26 @@ def cond(pred, true_fn, false_fn, *operands):
             p = reshape(pred, ()) if pred.shape != () else pred
             index = cast(p if p.dtype.kind == "b" else not_equal(p, 0), int64)
             return _captured(index, (false_fn, true_fn), operands, "cond")
+        if getattr(pred._data, "host_refusal", None) is not None:
+            return _each_member_chooses(pred, true_fn, false_fn, operands)
     elif not isinstance(pred, (bool, int, float)):
         raise ArgumentError(f"the predicate must be a tensor or a bool, got "
                             f"{type(pred).__name__}", op="cond")
     return (true_fn if bool(pred) else false_fn)(*operands)
+
+
+def _each_member_chooses(pred, true_fn, false_fn, operands):
+    """A predicate that differs between the members of a vmap batch: both branches run on
+    the whole batch and each member takes its own branch's results (as jax.vmap does)."""
+    from ..ops.elementwise import not_equal, where
+    from ..ops.shape import reshape
+    from ..tree import flatten
+    p = reshape(pred, ())
+    p = p if p.dtype.kind == "b" else not_equal(p, 0)
+    if_true, if_false = true_fn(*operands), false_fn(*operands)
+    check_same(if_true, if_false, "cond", "true_fn's result", "false_fn's result")
+    taken, rebuild = flatten(if_true)
+    return rebuild([where(p, t, o) for t, o in zip(taken, flatten(if_false)[0])])
 
 
 def switch(index, branches, *operands):

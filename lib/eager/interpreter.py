@@ -17,6 +17,7 @@ CHECK_KERNELS = os.environ.get("RILL_CHECK_KERNELS", "") not in ("", "0")
 
 class EagerInterpreter:
     capturing = False
+    reruns_python = False  # vmap's interpreter sets it: captured functions run as Python
 
     def apply(self, prim, args, attrs, avals, device):
         kernel = prim.kernels.get(device.kind)

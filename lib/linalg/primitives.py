@@ -21,6 +21,7 @@ from ..eager.backward import COMPLEX_RULES
 from ..eager.bind import bind
 from ..errors import DeviceError, DTypeError, GradientError, ShapeError
 from ..ops import attrs as A
+from ..ops import batching
 from ..ops import promotion
 from ..ops.primitive import primitive
 from ..ops.rules import broadcast_shapes
@@ -133,7 +134,7 @@ def _cholesky_vjp(g, lower, x):
 _LAPACK = "a LAPACK factorization; rill runs it on the CPU"
 
 cholesky_p = primitive("cholesky", _cholesky_infer, _cholesky_vjp, save_output=True,
-                       cpu_only=_LAPACK, attrs={})
+                       cpu_only=_LAPACK, attrs={}, batch=batching.leading)
 
 # ---- eigh ----------------------------------------------------------------------------------
 
@@ -158,7 +159,7 @@ def _eigh_vjp(gs, outs, x):
 
 
 eigh_p = primitive("eigh", _eigh_infer, _eigh_vjp, multiple_results=True, save_output=True,
-                   cpu_only=_LAPACK, attrs={})
+                   cpu_only=_LAPACK, attrs={}, batch=batching.leading)
 
 # ---- qr ------------------------------------------------------------------------------------
 
@@ -199,7 +200,7 @@ def _qr_vjp(gs, outs, x, mode):
 
 
 qr_p = primitive("qr", _qr_infer, _qr_vjp, multiple_results=True, save_output=True,
-                 cpu_only=_LAPACK, attrs=dict(mode=A.Choice("reduced", "complete")))
+                 cpu_only=_LAPACK, attrs=dict(mode=A.Choice("reduced", "complete")), batch=batching.leading)
 
 # ---- svd -----------------------------------------------------------------------------------
 
@@ -254,7 +255,7 @@ def _svd_vjp(gs, outs, x, full_matrices):
 
 
 svd_p = primitive("svd", _svd_infer, _svd_vjp, multiple_results=True, save_output=True,
-                  cpu_only=_LAPACK, attrs=dict(full_matrices=A.BOOL))
+                  cpu_only=_LAPACK, attrs=dict(full_matrices=A.BOOL), batch=batching.leading)
 
 # ---- inv, solve (LU) -----------------------------------------------------------------------
 
@@ -270,7 +271,7 @@ def _inv_vjp(g, out, x):
     return (-(adjoint(out) @ g @ adjoint(out)),)
 
 
-inv_p = primitive("inv", _inv_infer, _inv_vjp, save_output=True, cpu_only=_LAPACK, attrs={})
+inv_p = primitive("inv", _inv_infer, _inv_vjp, save_output=True, cpu_only=_LAPACK, attrs={}, batch=batching.leading)
 
 
 def _solve_infer(a, b):
@@ -330,7 +331,7 @@ def _det_vjp(g, out, x):
     return ((g * conj(sign))[..., None, None] * adj_h,)
 
 
-det_p = primitive("det", _det_infer, _det_vjp, cpu_only=_LAPACK, attrs={})
+det_p = primitive("det", _det_infer, _det_vjp, cpu_only=_LAPACK, attrs={}, batch=batching.leading)
 
 
 def _slogdet_infer(x):
@@ -353,7 +354,7 @@ def _slogdet_vjp(gs, outs, x):
 
 
 slogdet_p = primitive("slogdet", _slogdet_infer, _slogdet_vjp, multiple_results=True,
-                      save_output=True, cpu_only=_LAPACK, attrs={})
+                      save_output=True, cpu_only=_LAPACK, attrs={}, batch=batching.leading)
 
 # Every rule above writes its conjugates itself (see the module docstring).
 COMPLEX_RULES.update({"cholesky", "eigh", "qr", "svd", "inv", "solve", "det", "slogdet"})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..eager.bind import bind
 from . import attrs as A
+from . import batching
 from . import promotion
 from .arguments import as_axis, as_choice, as_float, as_int
 from .primitive import primitive
@@ -32,9 +33,9 @@ def _log_softmax_vjp(g, y, x, axis):
 
 
 softmax_p = primitive("softmax", _infer, _softmax_vjp, normalize=promotion.floating,
-                      save_output=True, attrs={"axis": A.AXIS})
+                      save_output=True, attrs={"axis": A.AXIS}, batch=batching.along("axis"))
 log_softmax_p = primitive("log_softmax", _infer, _log_softmax_vjp,
-                          normalize=promotion.floating, save_output=True, attrs={"axis": A.AXIS})
+                          normalize=promotion.floating, save_output=True, attrs={"axis": A.AXIS}, batch=batching.along("axis"))
 
 
 def softmax(x, axis: int = -1):

@@ -22,6 +22,7 @@ from ..eager.bind import bind
 from ..eager.context import current
 from ..errors import DTypeError, ShapeError
 from . import attrs as A
+from . import batching
 from . import promotion
 from .primitive import primitive
 
@@ -111,7 +112,7 @@ def scores(q, k, mask, scale, is_causal):
 
 attention_p = primitive("attention", _infer, _vjp, normalize=promotion.common_float,
                         multiple_results=True, save_output=True, residuals=lambda **_: 1,
-                        attrs=ATTRS)
+                        attrs=ATTRS, batch=batching.leading)
 attention_grad_p = primitive("attention_grad", _grad_infer, None, multiple_results=True,
                              attrs=ATTRS)
 

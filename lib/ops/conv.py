@@ -16,6 +16,7 @@ from __future__ import annotations
 from ..eager.bind import bind
 from ..errors import ArgumentError, ShapeError, reports_as
 from . import attrs as A
+from . import batching
 from . import promotion
 from .arguments import as_int, as_ints, as_tensor, describe, optional_tensor
 from .primitive import primitive
@@ -172,10 +173,10 @@ class _Family:
                      groups=A.INT)
         sizes = A.TupleOf(A.NonNegInt, length=rank)
         self.forward = primitive(f"conv{rank}d", _conv_infer, _conv_vjp,
-                                 normalize=_floating_inputs, attrs=attrs)
+                                 normalize=_floating_inputs, attrs=attrs, batch=batching.fold_into_n)
         self.transpose = primitive(f"conv_transpose{rank}d", _transpose_infer, _transpose_vjp,
                                    normalize=_floating_inputs,
-                                   attrs=dict(attrs, input_size=sizes))
+                                   attrs=dict(attrs, input_size=sizes), batch=batching.fold_into_n)
         self.weight_grad = primitive(f"conv{rank}d_weight_grad", _weight_grad_infer,
                                      _weight_grad_vjp, normalize=_floating_inputs,
                                      attrs=dict(attrs, kernel_size=sizes))

@@ -10,6 +10,7 @@ from ..errors import ArgumentError, ShapeError
 from ..errors import reports_as
 from ..eager.bind import bind
 from . import attrs as A
+from . import batching
 from . import promotion
 from .arguments import as_int, as_ints, as_tensor, describe
 from .primitive import primitive
@@ -62,7 +63,7 @@ def _matmul_vjp(g, out, x, y):
 
 
 matmul_p = primitive("matmul", _matmul_infer, _matmul_vjp, normalize=promotion.common,
-                     attrs={})
+                     attrs={}, batch=batching.matmul_rule)
 
 
 def matmul(x, y):
@@ -229,7 +230,7 @@ def _einsum_vjp(g, out, *xs, inputs, output):
 
 
 einsum_p = primitive("einsum", _einsum_infer, _einsum_vjp, normalize=promotion.common,
-                     attrs=dict(inputs=A.TupleOf(A.Letters()), output=A.Letters()))
+                     attrs=dict(inputs=A.TupleOf(A.Letters()), output=A.Letters()), batch=batching.einsum_rule)
 
 
 @reports_as("einsum")
@@ -289,11 +290,11 @@ def _weight_grad_vjp(h, out, g, x):
 
 # x @ w.T (+ bias): one primitive, so the bias costs no op, buffer or tape node of its own.
 linear_p = primitive("linear", _linear_infer, _linear_vjp, normalize=promotion.common_float,
-                     attrs={})
+                     attrs={}, batch=batching.first_leading)
 # g^T x: the weight's gradient, in the weight's own (out, in) layout (so the optimizer's
 # update reads it contiguously), with no transpose op on the tape.
 linear_weight_grad_p = primitive("linear_weight_grad", _weight_grad_infer, _weight_grad_vjp,
-                                 normalize=promotion.common_float, attrs={})
+                                 normalize=promotion.common_float, attrs={}, batch=batching.linear_weight_grad_rule)
 
 
 @reports_as("linear")

@@ -14,6 +14,7 @@ from __future__ import annotations
 from ..eager.bind import bind
 from ..errors import ShapeError
 from . import attrs as A
+from . import batching
 from . import promotion
 from .arguments import as_float, as_int
 from .primitive import primitive
@@ -87,7 +88,7 @@ def _grad_vjp(cot, out, g, x, w, eps, axes):
 
 
 layer_norm_p = primitive("layer_norm", _infer, _vjp, normalize=promotion.common_float,
-                         attrs=dict(eps=A.FLOAT, axes=A.INT))
+                         attrs=dict(eps=A.FLOAT, axes=A.INT), batch=batching.layer_norm_rule)
 layer_norm_grad_p = primitive("layer_norm_grad", _grad_infer, _grad_vjp,
                               normalize=promotion.common_float, multiple_results=True,
                               attrs=dict(eps=A.FLOAT, axes=A.INT))

@@ -23,6 +23,7 @@ from .. import dtypes as dt
 from ..eager.bind import bind
 from ..errors import ArgumentError, ShapeError, reports_as
 from . import attrs as A
+from . import batching
 from . import promotion
 from .arguments import as_bool, as_int, as_tensor, describe
 from .conv import _FAMILIES, _ntuple, conv2d
@@ -134,7 +135,7 @@ def _max_pool_family(rank: int):
     window = dict(kernel_size=one, stride=one, padding=one, dilation=one)
     return (primitive(f"max_pool{rank}d", _max_pool_infer, _max_pool_vjp,
                       normalize=promotion.floating, multiple_results=True, save_output=True,
-                      attrs=window),
+                      attrs=window, batch=batching.fold_into_n),
             primitive(f"max_pool{rank}d_grad", _max_pool_grad_infer, _max_pool_grad_vjp,
                       attrs=dict(window, input_shape=A.SHAPE)))
 

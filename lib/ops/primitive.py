@@ -30,18 +30,23 @@ class Primitive:
     cpu_only: why the op has no gpu kernel, for a primitive that is CPU-only by design (the
         LAPACK decompositions, fft); None for every op that must have one.
     required_attrs: the names in `attrs` whose infer parameter has no default.
+    batch(prim, size, args, dims, attrs) -> (outs, out_dims): the batching rule `vmap` uses
+        (ops/batching.py has the families): args are the inputs with their batch axis where
+        dims says (None: not batched), size the batch's length. None: vmap loops over the
+        batch (correct for every op, and said once).
     """
 
     __slots__ = ("name", "infer", "vjp", "normalize", "multiple_results", "save_output",
                  "device_attr", "effect", "residuals", "kernels", "attrs", "required_attrs",
-                 "attr_checks", "cpu_only", "__weakref__")
+                 "attr_checks", "cpu_only", "batch", "__weakref__")
 
     def __init__(self, name: str, infer: Callable, vjp: Callable | None = None, *,
                  normalize: Callable | None = None, multiple_results: bool = False,
                  save_output: bool = False, device_attr: bool = False, effect: str | None = None,
                  residuals: Callable | None = None, attrs: dict | None = None,
-                 cpu_only: str | None = None):
+                 cpu_only: str | None = None, batch: Callable | None = None):
         self.name = name
+        self.batch = batch
         self.infer = infer
         self.vjp = vjp
         self.normalize = normalize

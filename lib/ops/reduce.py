@@ -15,6 +15,7 @@ from ..errors import reports_as
 from ..eager.bind import bind
 from ..tensor import detached_value
 from . import attrs as A
+from . import batching
 from . import promotion
 from .arguments import as_axes, as_axis, as_bool, as_float, as_number
 from .primitive import primitive
@@ -222,23 +223,25 @@ def _norm_vjp(g, out, x, ord, axis, keepdims):
 F = promotion.floating
 R = dict(axis=A.AXES, keepdims=A.BOOL)  # the attrs of every reduction
 ONE = dict(axis=A.Optional(A.AXIS))      # argmax/argmin and the scans: one axis or all
+_B = batching.along("axis")  # vmap: the batch axis first, reduced axes shifted past it
+_FLAT = batching.along("axis", flatten_none=True)  # axis None: over the flattened member
 
-sum_p = primitive("sum", _sum_like, _sum_vjp, attrs=R)
-mean_p = primitive("mean", _float_reduce, _mean_vjp, normalize=F, attrs=R)
-prod_p = primitive("prod", _sum_like, _prod_vjp, attrs=R)
-max_p = primitive("max", _extremum, _extremum_vjp, save_output=True, attrs=R)
-min_p = primitive("min", _extremum, _extremum_vjp, save_output=True, attrs=R)
-argmax_p = primitive("argmax", _arg_reduce, attrs=dict(ONE, keepdims=A.BOOL))
-argmin_p = primitive("argmin", _arg_reduce, attrs=dict(ONE, keepdims=A.BOOL))
-var_p = primitive("var", _var_infer, _var_vjp, normalize=F, attrs=dict(R, correction=A.FLOAT))
+sum_p = primitive("sum", _sum_like, _sum_vjp, attrs=R, batch=_B)
+mean_p = primitive("mean", _float_reduce, _mean_vjp, normalize=F, attrs=R, batch=_B)
+prod_p = primitive("prod", _sum_like, _prod_vjp, attrs=R, batch=_B)
+max_p = primitive("max", _extremum, _extremum_vjp, save_output=True, attrs=R, batch=_B)
+min_p = primitive("min", _extremum, _extremum_vjp, save_output=True, attrs=R, batch=_B)
+argmax_p = primitive("argmax", _arg_reduce, attrs=dict(ONE, keepdims=A.BOOL), batch=_FLAT)
+argmin_p = primitive("argmin", _arg_reduce, attrs=dict(ONE, keepdims=A.BOOL), batch=_FLAT)
+var_p = primitive("var", _var_infer, _var_vjp, normalize=F, attrs=dict(R, correction=A.FLOAT), batch=_B)
 logsumexp_p = primitive("logsumexp", _real_reduce, _logsumexp_vjp, normalize=F,
-                        save_output=True, attrs=R)
-all_p = primitive("all", _bool_reduce, attrs=R)
-any_p = primitive("any", _bool_reduce, attrs=R)
-cumsum_p = primitive("cumsum", _scan_infer, _cumsum_vjp, attrs=ONE)
-cumprod_p = primitive("cumprod", _scan_infer, _cumprod_vjp, save_output=True, attrs=ONE)
+                        save_output=True, attrs=R, batch=_B)
+all_p = primitive("all", _bool_reduce, attrs=R, batch=_B)
+any_p = primitive("any", _bool_reduce, attrs=R, batch=_B)
+cumsum_p = primitive("cumsum", _scan_infer, _cumsum_vjp, attrs=ONE, batch=_FLAT)
+cumprod_p = primitive("cumprod", _scan_infer, _cumprod_vjp, save_output=True, attrs=ONE, batch=_FLAT)
 norm_p = primitive("norm", _norm_infer, _norm_vjp, normalize=F, save_output=True,
-                   attrs=dict(R, ord=A.FLOAT))
+                   attrs=dict(R, ord=A.FLOAT), batch=_B)
 
 
 def _one_axis(axis, op):

@@ -12,6 +12,7 @@ from ..errors import ArgumentError, IndexingError, ShapeError
 from ..errors import reports_as
 from ..eager.bind import bind
 from . import attrs as A
+from . import batching
 from .arguments import as_axes, as_axis, as_choice, as_int, as_ints, as_shape, as_tensor, \
     as_tensors, describe
 from . import promotion
@@ -50,7 +51,7 @@ def _reshape_infer(x, *, shape):
 
 reshape_p = primitive("reshape", _reshape_infer,
                       lambda g, out, x, shape: (reshape(g, x.shape),),
-                      attrs={"shape": A.TupleOf(A.Int(-1))})
+                      attrs={"shape": A.TupleOf(A.Int(-1))}, batch=batching.reshape_rule)
 
 
 def reshape(x, shape=None, *more, copy=None):
@@ -96,7 +97,7 @@ def _transpose_vjp(g, out, x, axes):
 
 
 transpose_p = primitive("transpose", _transpose_infer, _transpose_vjp,
-                        attrs={"axes": A.TupleOf(A.INT)})
+                        attrs={"axes": A.TupleOf(A.INT)}, batch=batching.transpose_rule)
 
 
 def transpose(x, axes=None, dim1=None):
@@ -247,7 +248,7 @@ def _broadcast_to_vjp(g, out, x, shape):
 
 
 broadcast_to_p = primitive("broadcast_to", _broadcast_to_infer, _broadcast_to_vjp,
-                           attrs={"shape": A.SHAPE})
+                           attrs={"shape": A.SHAPE}, batch=batching.broadcast_to_rule)
 
 
 def broadcast_to(x, shape):
@@ -282,7 +283,7 @@ def _concat_vjp(g, out, *xs, axis):
 
 
 concat_p = primitive("concat", _concat_infer, _concat_vjp, normalize=promotion.common,
-                     attrs={"axis": A.AXIS})
+                     attrs={"axis": A.AXIS}, batch=batching.concat_rule)
 
 
 def concat(tensors, axis: int | None = 0):
@@ -324,7 +325,7 @@ def _split_vjp(gs, outs, x, sizes, axis):
 
 
 split_p = primitive("split", _split_infer, _split_vjp, multiple_results=True,
-                    attrs={"sizes": A.TupleOf(A.NonNegInt), "axis": A.NonNegInt})
+                    attrs={"sizes": A.TupleOf(A.NonNegInt), "axis": A.NonNegInt}, batch=batching.split_rule)
 
 
 @reports_as("split")
@@ -399,7 +400,7 @@ def _pad_vjp(g, out, x, widths, mode, value):
 
 pad_p = primitive("pad", _pad_infer, _pad_vjp,
                   attrs=dict(widths=A.TupleOf(A.TupleOf(A.NonNegInt, length=2)),
-                             mode=A.Choice(*_PAD_MODES), value=A.Scalar()))
+                             mode=A.Choice(*_PAD_MODES), value=A.Scalar()), batch=batching.pad_rule)
 
 
 @reports_as("pad")
@@ -431,7 +432,7 @@ def _flip_infer(x, *, axes):
 
 
 flip_p = primitive("flip", _flip_infer, lambda g, out, x, axes: (flip(g, axes),),
-                   attrs={"axes": A.TupleOf(A.INT)})
+                   attrs={"axes": A.TupleOf(A.INT)}, batch=batching.along("axes"))
 
 
 @reports_as("flip")
@@ -457,7 +458,7 @@ def _roll_infer(x, *, shift, axes):
 
 roll_p = primitive("roll", _roll_infer, _roll_vjp,
                    attrs=dict(shift=A.OneOf(A.INT, A.TupleOf(A.INT)),
-                              axes=A.Optional(A.TupleOf(A.INT))))
+                              axes=A.Optional(A.TupleOf(A.INT))), batch=batching.along("axes", flatten_none=True))
 
 
 @reports_as("roll")
@@ -523,8 +524,8 @@ def _tri_infer(x, *, k):
     return x.shape, x.dtype
 
 
-tril_p = primitive("tril", _tri_infer, lambda g, out, x, k: (tril(g, k),), attrs={"k": A.INT})
-triu_p = primitive("triu", _tri_infer, lambda g, out, x, k: (triu(g, k),), attrs={"k": A.INT})
+tril_p = primitive("tril", _tri_infer, lambda g, out, x, k: (tril(g, k),), attrs={"k": A.INT}, batch=batching.leading)
+triu_p = primitive("triu", _tri_infer, lambda g, out, x, k: (triu(g, k),), attrs={"k": A.INT}, batch=batching.leading)
 
 
 def tril(x, k: int = 0):

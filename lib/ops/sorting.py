@@ -7,6 +7,7 @@ from ..errors import ShapeError
 from ..errors import reports_as
 from ..eager.bind import bind
 from . import attrs as A
+from . import batching
 from .arguments import as_axis, as_bool, as_int
 from .primitive import primitive
 from .rules import normalize_axis, require
@@ -27,7 +28,7 @@ def _scatter_back(gs, outs, x, axis):
 sort_p = primitive("sort", _sort_infer,
                    lambda gs, outs, x, axis, descending: _scatter_back(gs, outs, x, axis),
                    multiple_results=True, save_output=True,
-                   attrs=dict(axis=A.AXIS, descending=A.BOOL))
+                   attrs=dict(axis=A.AXIS, descending=A.BOOL), batch=batching.along("axis"))
 
 
 def _topk_infer(x, *, k, axis, largest):
@@ -42,7 +43,7 @@ def _topk_infer(x, *, k, axis, largest):
 topk_p = primitive("topk", _topk_infer,
                    lambda gs, outs, x, k, axis, largest: _scatter_back(gs, outs, x, axis),
                    multiple_results=True, save_output=True,
-                   attrs=dict(k=A.INT, axis=A.AXIS, largest=A.BOOL))
+                   attrs=dict(k=A.INT, axis=A.AXIS, largest=A.BOOL), batch=batching.along("axis"))
 
 
 def _axis(x, axis, op):
