@@ -98,6 +98,8 @@ class CapturedFunction:
 
     def __call__(self, *args, **kwargs):
         ctx = current()
+        if ctx.interpreter.reruns_python:  # a transform (vmap) interprets each op itself
+            return self.fn(*args, **kwargs)
         key, tensors = _key(args, kwargs, ctx.grad_enabled)
         variant = self.variants.get(key)
         if variant is None or variant.guarded:

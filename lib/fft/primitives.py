@@ -97,11 +97,13 @@ _AXES = A.TupleOf(A.INT)
 # transforms have NumPy kernels only.
 _CPU = "complex tensors are CPU-only in rill; the transforms run through numpy.fft"
 fft_p = primitive("fft", _fft_infer, _fft_vjp, cpu_only=_CPU,
-                  attrs={"axes": _AXES, "inverse": A.BOOL, "norm": A.Choice(*NORMS)}, batch=batching.along("axes"))
+                  attrs={"axes": _AXES, "inverse": A.BOOL, "norm": A.Choice(*NORMS)},
+                  batch=batching.along("axes"))
 rfft_p = primitive("rfft", _rfft_infer, _rfft_vjp, cpu_only=_CPU,
                    attrs={"axes": _AXES, "norm": A.Choice(*NORMS)}, batch=batching.along("axes"))
 irfft_p = primitive("irfft", _irfft_infer, _irfft_vjp, cpu_only=_CPU,
-                    attrs={"axes": _AXES, "n": A.INT, "norm": A.Choice(*NORMS)}, batch=batching.along("axes"))
+                    attrs={"axes": _AXES, "n": A.INT, "norm": A.Choice(*NORMS)},
+                    batch=batching.along("axes"))
 # Each rule above is already the conjugate-transpose PyTorch's convention asks for.
 COMPLEX_RULES.update({"fft", "rfft", "irfft"})
 

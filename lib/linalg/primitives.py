@@ -200,7 +200,8 @@ def _qr_vjp(gs, outs, x, mode):
 
 
 qr_p = primitive("qr", _qr_infer, _qr_vjp, multiple_results=True, save_output=True,
-                 cpu_only=_LAPACK, attrs=dict(mode=A.Choice("reduced", "complete")), batch=batching.leading)
+                 cpu_only=_LAPACK, attrs=dict(mode=A.Choice("reduced", "complete")),
+                 batch=batching.leading)
 
 # ---- svd -----------------------------------------------------------------------------------
 
@@ -271,7 +272,8 @@ def _inv_vjp(g, out, x):
     return (-(adjoint(out) @ g @ adjoint(out)),)
 
 
-inv_p = primitive("inv", _inv_infer, _inv_vjp, save_output=True, cpu_only=_LAPACK, attrs={}, batch=batching.leading)
+inv_p = primitive("inv", _inv_infer, _inv_vjp, save_output=True, cpu_only=_LAPACK, attrs={},
+                  batch=batching.leading)
 
 
 def _solve_infer(a, b):

@@ -35,7 +35,8 @@ def _log_softmax_vjp(g, y, x, axis):
 softmax_p = primitive("softmax", _infer, _softmax_vjp, normalize=promotion.floating,
                       save_output=True, attrs={"axis": A.AXIS}, batch=batching.along("axis"))
 log_softmax_p = primitive("log_softmax", _infer, _log_softmax_vjp,
-                          normalize=promotion.floating, save_output=True, attrs={"axis": A.AXIS}, batch=batching.along("axis"))
+                          normalize=promotion.floating, save_output=True, attrs={"axis": A.AXIS},
+                          batch=batching.along("axis"))
 
 
 def softmax(x, axis: int = -1):

@@ -173,7 +173,8 @@ class _Family:
                      groups=A.INT)
         sizes = A.TupleOf(A.NonNegInt, length=rank)
         self.forward = primitive(f"conv{rank}d", _conv_infer, _conv_vjp,
-                                 normalize=_floating_inputs, attrs=attrs, batch=batching.fold_into_n)
+                                 normalize=_floating_inputs, attrs=attrs,
+                                 batch=batching.fold_into_n)
         self.transpose = primitive(f"conv_transpose{rank}d", _transpose_infer, _transpose_vjp,
                                    normalize=_floating_inputs,
                                    attrs=dict(attrs, input_size=sizes), batch=batching.fold_into_n)

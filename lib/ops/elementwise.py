@@ -13,6 +13,7 @@ from ..eager.backward import COMPLEX_RULES
 from ..eager.bind import bind
 from ..errors import DTypeError, ShapeError, reports_as
 from . import attrs as A
+from . import batching
 from . import promotion
 from .arguments import as_choice, as_dtype, as_float
 from .primitive import primitive
@@ -190,7 +191,7 @@ _GELU_GRAD_DTYPES = (dt.float32, dt.float64)
 # g * gelu'(x) for exact gelu: a CPU kernel for float32/float64, which gelu's gradient calls.
 gelu_grad_p = primitive("gelu_grad", _gelu_grad_infer, _gelu_grad_vjp, attrs={},
                         cpu_only="a CPU fast path: other devices run gelu's gradient as a "
-                                 "composite in rill ops")
+                                 "composite in rill ops", batch=batching.elementwise)
 
 
 def _silu_vjp(g, out, x):
@@ -292,7 +293,7 @@ _UNARY_ATTRS = {"leaky_relu": {"alpha": A.FLOAT}, "elu": {"alpha": A.FLOAT},
                 "gelu": {"approximate": A.Choice(*_GELU_MODES)}}
 
 P = {name: primitive(name, infer, vjp, normalize=norm, save_output=save,
-                     attrs=_UNARY_ATTRS.get(name, {}))
+                     attrs=_UNARY_ATTRS.get(name, {}), batch=batching.elementwise)
      for name, (norm, infer, vjp, save) in _UNARY.items()}
 
 
@@ -664,7 +665,8 @@ _BINARY = {
     "bitwise_right_shift": (_C, _binary_shift, None, False),
 }
 
-P.update({name: primitive(name, infer, vjp, normalize=norm, save_output=save, attrs={})
+P.update({name: primitive(name, infer, vjp, normalize=norm, save_output=save, attrs={},
+                          batch=batching.elementwise)
           for name, (norm, infer, vjp, save) in _BINARY.items()})
 
 
@@ -817,7 +819,7 @@ def _where_vjp(g, out, c, x, y):
 
 
 where_p = primitive("where", _where_infer, _where_vjp, normalize=promotion.bool_then_common,
-                    attrs={})
+                    attrs={}, batch=batching.elementwise)
 
 
 def where(condition, x, y):
@@ -841,7 +843,8 @@ def _clip_vjp(g, out, x, lo, hi):
             sum_to_shape(where(x > hi, g, 0.0), hi.shape))
 
 
-clip_p = primitive("clip", _clip_infer, _clip_vjp, normalize=promotion.common, attrs={})
+clip_p = primitive("clip", _clip_infer, _clip_vjp, normalize=promotion.common, attrs={},
+                   batch=batching.elementwise)
 
 
 @reports_as("clip")
@@ -871,7 +874,8 @@ def _cast_vjp(g, out, x, dtype):
     return (cast(g, x.dtype),)
 
 
-cast_p = primitive("cast", _cast_infer, _cast_vjp, attrs={"dtype": A.DTypeAttr})
+cast_p = primitive("cast", _cast_infer, _cast_vjp, attrs={"dtype": A.DTypeAttr},
+                   batch=batching.elementwise)
 
 
 def cast(x, dtype):
@@ -898,7 +902,7 @@ def _scaled_add_vjp(g, out, x, y, alpha, beta):
 
 P["scaled_add"] = primitive("scaled_add", _scaled_add_infer, _scaled_add_vjp,
                             normalize=promotion.common_float,
-                            attrs={"alpha": A.FLOAT, "beta": A.FLOAT})
+                            attrs={"alpha": A.FLOAT, "beta": A.FLOAT}, batch=batching.elementwise)
 
 
 def scaled_add(x, y, alpha: float = 1.0, beta: float = 1.0):

@@ -20,6 +20,7 @@ from ..errors import reports_as
 from ..eager.bind import bind
 from ..tensor import Tensor
 from . import attrs as A
+from . import batching
 from . import promotion
 from .arguments import as_axis, as_index, as_int, as_tensor
 from .primitive import primitive
@@ -215,7 +216,8 @@ def _getitem_vjp(g, out, x, *arrays, key):
     return (bind(index_add_p, zeros_like(x), g, *arrays, key=key),) + (None,) * len(arrays)
 
 
-getitem_p = primitive("getitem", _getitem_infer, _getitem_vjp, attrs={"key": A.INDEX_KEY})
+getitem_p = primitive("getitem", _getitem_infer, _getitem_vjp, attrs={"key": A.INDEX_KEY},
+                      batch=batching.getitem_rule)
 
 
 def _check_arrays(key, arrays):
@@ -403,7 +405,7 @@ def _take_along_vjp(g, out, x, idx, axis):
 
 
 take_along_axis_p = primitive("take_along_axis", _take_along_infer, _take_along_vjp,
-                              attrs={"axis": A.AXIS})
+                              attrs={"axis": A.AXIS}, batch=batching.gather_along_rule)
 
 
 def take_along_axis(x, indices, axis: int = -1):
@@ -435,7 +437,8 @@ def _updates_like_x(args):
 
 
 scatter_add_p = primitive("scatter_add", _scatter_add_infer, _scatter_add_vjp,
-                          normalize=_updates_like_x, attrs={"axis": A.AXIS})
+                          normalize=_updates_like_x, attrs={"axis": A.AXIS},
+                          batch=batching.gather_along_rule)
 
 
 def scatter_add(x, indices, updates, axis: int):
@@ -540,7 +543,7 @@ def _scatter_vjp(g, out, x, idx, src, axis):
 
 
 scatter_p = primitive("scatter", _scatter_add_infer, _scatter_vjp, normalize=_updates_like_x,
-                      attrs={"axis": A.AXIS})
+                      attrs={"axis": A.AXIS}, batch=batching.gather_along_rule)
 
 _SCATTER_MODES = {"add": "sum", "multiply": "prod"}
 

@@ -230,7 +230,8 @@ def _einsum_vjp(g, out, *xs, inputs, output):
 
 
 einsum_p = primitive("einsum", _einsum_infer, _einsum_vjp, normalize=promotion.common,
-                     attrs=dict(inputs=A.TupleOf(A.Letters()), output=A.Letters()), batch=batching.einsum_rule)
+                     attrs=dict(inputs=A.TupleOf(A.Letters()), output=A.Letters()),
+                     batch=batching.einsum_rule)
 
 
 @reports_as("einsum")
@@ -294,7 +295,8 @@ linear_p = primitive("linear", _linear_infer, _linear_vjp, normalize=promotion.c
 # g^T x: the weight's gradient, in the weight's own (out, in) layout (so the optimizer's
 # update reads it contiguously), with no transpose op on the tape.
 linear_weight_grad_p = primitive("linear_weight_grad", _weight_grad_infer, _weight_grad_vjp,
-                                 normalize=promotion.common_float, attrs={}, batch=batching.linear_weight_grad_rule)
+                                 normalize=promotion.common_float, attrs={},
+                                 batch=batching.linear_weight_grad_rule)
 
 
 @reports_as("linear")

@@ -233,13 +233,15 @@ max_p = primitive("max", _extremum, _extremum_vjp, save_output=True, attrs=R, ba
 min_p = primitive("min", _extremum, _extremum_vjp, save_output=True, attrs=R, batch=_B)
 argmax_p = primitive("argmax", _arg_reduce, attrs=dict(ONE, keepdims=A.BOOL), batch=_FLAT)
 argmin_p = primitive("argmin", _arg_reduce, attrs=dict(ONE, keepdims=A.BOOL), batch=_FLAT)
-var_p = primitive("var", _var_infer, _var_vjp, normalize=F, attrs=dict(R, correction=A.FLOAT), batch=_B)
+var_p = primitive("var", _var_infer, _var_vjp, normalize=F, attrs=dict(R, correction=A.FLOAT),
+                  batch=_B)
 logsumexp_p = primitive("logsumexp", _real_reduce, _logsumexp_vjp, normalize=F,
                         save_output=True, attrs=R, batch=_B)
 all_p = primitive("all", _bool_reduce, attrs=R, batch=_B)
 any_p = primitive("any", _bool_reduce, attrs=R, batch=_B)
 cumsum_p = primitive("cumsum", _scan_infer, _cumsum_vjp, attrs=ONE, batch=_FLAT)
-cumprod_p = primitive("cumprod", _scan_infer, _cumprod_vjp, save_output=True, attrs=ONE, batch=_FLAT)
+cumprod_p = primitive("cumprod", _scan_infer, _cumprod_vjp, save_output=True, attrs=ONE,
+                      batch=_FLAT)
 norm_p = primitive("norm", _norm_infer, _norm_vjp, normalize=F, save_output=True,
                    attrs=dict(R, ord=A.FLOAT), batch=_B)
 

@@ -325,7 +325,8 @@ def _split_vjp(gs, outs, x, sizes, axis):
 
 
 split_p = primitive("split", _split_infer, _split_vjp, multiple_results=True,
-                    attrs={"sizes": A.TupleOf(A.NonNegInt), "axis": A.NonNegInt}, batch=batching.split_rule)
+                    attrs={"sizes": A.TupleOf(A.NonNegInt), "axis": A.NonNegInt},
+                    batch=batching.split_rule)
 
 
 @reports_as("split")
@@ -458,7 +459,8 @@ def _roll_infer(x, *, shift, axes):
 
 roll_p = primitive("roll", _roll_infer, _roll_vjp,
                    attrs=dict(shift=A.OneOf(A.INT, A.TupleOf(A.INT)),
-                              axes=A.Optional(A.TupleOf(A.INT))), batch=batching.along("axes", flatten_none=True))
+                              axes=A.Optional(A.TupleOf(A.INT))),
+                   batch=batching.along("axes", flatten_none=True))
 
 
 @reports_as("roll")
@@ -524,8 +526,10 @@ def _tri_infer(x, *, k):
     return x.shape, x.dtype
 
 
-tril_p = primitive("tril", _tri_infer, lambda g, out, x, k: (tril(g, k),), attrs={"k": A.INT}, batch=batching.leading)
-triu_p = primitive("triu", _tri_infer, lambda g, out, x, k: (triu(g, k),), attrs={"k": A.INT}, batch=batching.leading)
+tril_p = primitive("tril", _tri_infer, lambda g, out, x, k: (tril(g, k),), attrs={"k": A.INT},
+                   batch=batching.leading)
+triu_p = primitive("triu", _tri_infer, lambda g, out, x, k: (triu(g, k),), attrs={"k": A.INT},
+                   batch=batching.leading)
 
 
 def tril(x, k: int = 0):
