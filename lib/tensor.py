@@ -92,6 +92,9 @@ class Tensor:
                 "runs. For a choice that depends on data use rill.where, rill.cond or "
                 "rill.while_loop; to look at a value, return it from the captured function",
                 op=what.split(" ")[0].rstrip("()"))
+        refusal = getattr(self._data, "host_refusal", None)  # a transform's value (vmap)
+        if refusal is not None:
+            raise refusal(what)
         host = self.device.backend.to_host(self._data)
         view = host.view()
         view.flags.writeable = False
