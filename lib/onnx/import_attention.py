@@ -121,3 +121,37 @@ def _softmax_rows(r, x):
     e = r.exp(x - top)
     total = r.sum(e, axis=-1, keepdims=True)
     return e / r.where(total == 0, r.ones_like(total), total)
+
+
+@row("TensorScatter")
+def _tensor_scatter(run, node, ins, a):
+    """A key/value cache update (opset 24): `update`'s sequence_length entries along
+    `axis` written into a copy of `past_cache` from write_indices[b] on, for each batch
+    entry b (modulo the cache's length in circular mode). A linear write past the cache's
+    end is an index error, as the specification requires it to stay inside."""
+    from .errors import ONNXError
+    from .import_ops import axis_of
+    r = rill()
+    past, update = ins[0], ins[1]
+    starts = ins[2] if len(ins) > 2 else None
+    axis = axis_of(a.get("axis", -2), past.ndim)
+    mode = a.get("mode", "linear")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if mode not in ("linear", "circular"):
+        raise ONNXError(f"mode must be 'linear' or 'circular', got {mode!r}", op="TensorScatter")
+    same = all(p == u for i, (p, u) in enumerate(zip(past.shape, update.shape)) if i != axis)
+    if not 0 < axis < past.ndim or update.ndim != past.ndim or not same or \
+            update.shape[axis] > past.shape[axis]:
+        raise ONNXError(f"update {tuple(update.shape)} must match past_cache "
+                        f"{tuple(past.shape)} except along axis {a.get('axis', -2)} (not the "
+                        "batch axis), where it may be shorter", op="TensorScatter")
+    length = update.shape[axis]
+    along = np.arange(length, dtype=np.int64).reshape(
+        (length,) + (1,) * (past.ndim - axis - 1))
+    where = r.tensor(along)
+    if starts is not None:
+        where = where + starts.astype(r.int64).reshape((-1,) + (1,) * (past.ndim - 1))
+    if mode == "circular":
+        where = r.remainder(where, past.shape[axis])
+    where = r.broadcast_to(where, tuple(update.shape))
+    return r.scatter(past, axis, where, update)

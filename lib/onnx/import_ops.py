@@ -58,8 +58,8 @@ def ints(node, value, what: str) -> list:
 
 
 def const(array, dtype=None):
-    from ..ops.creation import as_tensor
-    return as_tensor(np.asarray(array, dtype=dtype))
+    from .dtypes import as_rill
+    return as_rill(np.asarray(array, dtype=dtype))
 
 
 def axis_of(axis, ndim):

@@ -121,3 +121,82 @@ def _lp_pool(run, node, ins, a):
     total = window_sum(r.power(r.abs(x), p), kernel, before, after, strides, dilations, out)
     return r.power(total, 1.0 / p)
 
+
+@row("MaxUnpool")
+def _max_unpool(run, node, ins, a):
+    """MaxPool's partial inverse: each value of X written at its index in I, zeros
+    elsewhere. As the specification's reference computes it, the indices count in the
+    output MaxPool's geometry gives ((in - 1) * stride + kernel - pads, per axis) flattened
+    over (N, C, *spatial); an `output_shape` input only pads that result with zeros at the
+    end of each spatial axis."""
+    from .errors import ONNXError
+    from .import_ops import ints
+    r = rill()
+    x, where = ins[0], ins[1]
+    kernel = list(a["kernel_shape"])
+    n = len(kernel)
+    strides = list(a.get("strides", [1] * n))
+    pads = list(a.get("pads", [0] * (2 * n)))
+    if x.ndim != n + 2 or tuple(where.shape) != tuple(x.shape):
+        raise ONNXError(f"X {tuple(x.shape)} must be (N, C) + {n} spatial axes, and I the "
+                        f"same shape (got {tuple(where.shape)})", op="MaxUnpool")
+    inferred = tuple(x.shape[:2]) + tuple(
+        (size - 1) * s - (pads[i] + pads[n + i]) + k
+        for i, (size, s, k) in enumerate(zip(x.shape[2:], strides, kernel)))
+    wanted = inferred
+    if len(ins) > 2 and ins[2] is not None:
+        wanted = tuple(ints(node, ins[2], "output_shape"))
+        if len(wanted) != len(inferred) or any(w < i for w, i in zip(wanted, inferred)):
+            raise ONNXError(f"output_shape {wanted} must have {len(inferred)} entries, each at "
+                            f"least the unpooled shape {inferred}", op="MaxUnpool")
+    from .limits import meter
+    meter().elements(wanted, "MaxUnpool's output")
+    flat = r.zeros((math.prod(inferred),), dtype=x.dtype)
+    out = r.index_set(flat, (where.reshape((-1,)).astype(r.int64),), x.reshape((-1,)))
+    out = out.reshape(inferred)
+    if wanted != inferred:
+        out = r.pad(out, tuple((0, w - i) for w, i in zip(wanted, inferred)),
+                    mode="constant", value=0.0)
+    return out
+
+
+@row("Col2Im")
+def _col2im(run, node, ins, a):
+    """Column blocks back into an image (torch's fold): input (N, C * prod(block), L), the
+    L blocks in row-major order over the grid of block positions; each block entry is
+    added where its dilated, strided window puts it in the padded image, then the pads
+    are cut off."""
+    from .errors import ONNXError
+    from .import_ops import ints
+    from .limits import meter
+    r = rill()
+    x = ins[0]
+    image = ints(node, ins[1], "image_shape")
+    block = ints(node, ins[2], "block_shape")
+    n = len(image)
+    strides = list(a.get("strides", [1] * n))
+    dilations = list(a.get("dilations", [1] * n))
+    pads = list(a.get("pads", [0] * (2 * n)))
+    before, after = pads[:n], pads[n:]
+    grid = [(size + lo + hi - d * (k - 1) - 1) // s + 1
+            for size, lo, hi, d, k, s in zip(image, before, after, dilations, block, strides)]
+    per_block = math.prod(block)
+    if len(block) != n or x.ndim != 3 or x.shape[1] % max(per_block, 1) or \
+            x.shape[2] != math.prod(grid) or min(grid + block) < 1:
+        raise ONNXError(f"input {tuple(x.shape)} must be (N, C * {per_block}, "
+                        f"{math.prod(grid)}) for image_shape {image}, block_shape {block}, "
+                        f"strides {strides}, pads {pads} and dilations {dilations}",
+                        op="Col2Im")
+    channels = x.shape[1] // per_block
+    padded = tuple(size + lo + hi for size, lo, hi in zip(image, before, after))
+    meter().elements((x.shape[0], channels) + padded, "Col2Im's output")
+    meter().unroll("the block", per_block)
+    cols = x.reshape((x.shape[0], channels, per_block) + tuple(grid))
+    out = r.zeros((x.shape[0], channels) + padded, dtype=x.dtype)
+    for k, offset in enumerate(itertools.product(*[range(b) for b in block])):
+        key = (slice(None), slice(None)) + tuple(
+            slice(o * d, o * d + (m - 1) * s + 1, s)
+            for o, d, m, s in zip(offset, dilations, grid, strides))
+        out = r.index_add(out, key, cols[:, :, k])
+    return out[(slice(None), slice(None)) +
+               tuple(slice(lo, lo + size) for lo, size in zip(before, image))]

@@ -95,7 +95,7 @@ def load(path, constants=None, capture=True, limits=None, trainable=None):
 
 def _is_float(data_type: int) -> bool:
     from onnx import TensorProto as T
-    return data_type in (T.FLOAT, T.DOUBLE, T.FLOAT16)
+    return data_type in (T.FLOAT, T.DOUBLE, T.FLOAT16, T.BFLOAT16)
 
 
 def _model_opset(model) -> int:
@@ -244,15 +244,16 @@ class ONNXModule(Module):
         scalars and trace-time values, which stay constants with the integer ones; each
         registered under a name no attribute of the module has."""
         import numpy as np
-        from .. import ops
         from ..nn.parameter import Parameter
+        from .dtypes import as_rill, is_bfloat16
         taken = set(dir(type(self))) | set(self.__dict__)
         for name, array in arrays:
-            held = array.dtype.kind == "f" and name not in weights and \
+            floating = array.dtype.kind == "f" or is_bfloat16(array)
+            held = floating and name not in weights and \
                 (name in statistics or (array.ndim > 0 and name not in fixed))
             if name in weights or held:
                 attr = _attr_name(name, taken)
-                value = ops.creation.tensor(np.array(array))
+                value = as_rill(np.array(array))
                 if held:  # state, not weights: fine-tuning leaves it be
                     self.register_buffer(attr, value)
                 else:
@@ -276,7 +277,7 @@ class ONNXModule(Module):
         if len(inputs) != len(self.input_names):
             raise ONNXError(f"the model takes {len(self.input_names)} inputs "
                             f"({', '.join(self.input_names)}), got {len(inputs)}", op="load")
-        from ..ops.creation import as_tensor
+        from .dtypes import as_rill as as_tensor  # bfloat16 arrays too
         meter = Meter(self.limits)
         meter.total = self._loaded_elements
         run = Runner(self.opset, opsets=self.opsets, functions=self.functions, meter=meter,

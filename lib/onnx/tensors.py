@@ -85,7 +85,8 @@ def _element_types():
             T.UINT16: "int32_data", T.INT16: "int32_data", T.INT32: "int32_data",
             T.INT64: "int64_data", T.BOOL: "int32_data", T.FLOAT16: "int32_data",
             T.DOUBLE: "double_data", T.UINT32: "uint64_data", T.UINT64: "uint64_data",
-            T.COMPLEX64: "float_data", T.COMPLEX128: "double_data"}
+            T.COMPLEX64: "float_data", T.COMPLEX128: "double_data",
+            T.BFLOAT16: "int32_data"}  # onnx decodes it to an array of ml_dtypes' bfloat16
 
 
 def _type_name(data_type: int) -> str:
@@ -105,7 +106,8 @@ def decode(tensor, what: str, meter, folder=None) -> np.ndarray:
     field = _element_types().get(tensor.data_type)
     if field is None:
         raise ONNXError(f"{what} has element type {_type_name(tensor.data_type)}, which "
-                        "rill does not read (it reads bool, integers, float16/32/64, complex)",
+                        "rill does not read (it reads bool, integers, bfloat16, float16/32/64, "
+                        "complex)",
                         op="load")
     dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type))
     dims = list(tensor.dims)
