@@ -127,17 +127,12 @@ class Tensor:
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
         """Export through DLPack, never as a writable alias (ops/conversion.py:
         dlpack_export): NumPy gets the buffer flagged read-only; PyTorch, which ignores the
-        flag, and consumers of DLPack before 1.0 get a copy."""
+        flag, and consumers of DLPack before 1.0 get a copy. bfloat16 goes out as bfloat16
+        (a copy: ops/dlpack_bfloat16.py)."""
         import sys
-        from .ops.conversion import dlpack_export
+        from .ops.conversion import dlpack_capsule
         caller = sys._getframe(1).f_globals.get("__name__", "")
-        buffer, copy = dlpack_export(self, max_version, copy, caller)
-        kwargs = {} if max_version is None else {"max_version": max_version}
-        if dl_device is not None:
-            kwargs["dl_device"] = dl_device
-        if copy is not None:
-            kwargs["copy"] = copy
-        return buffer.__dlpack__(stream=stream, **kwargs)
+        return dlpack_capsule(self, stream, max_version, dl_device, copy, caller)
 
     def __dlpack_device__(self):
         buffer = self._data if self.device.kind != "cpu" else self._host("__dlpack_device__()")

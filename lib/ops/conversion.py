@@ -167,12 +167,17 @@ def from_dlpack(x, /, *, device=None, copy=None) -> Tensor:
         try:
             array = np.from_dlpack(x, copy=copy)
         except Exception as e:  # noqa: BLE001 - the exporter's own error (BufferError, ...)
-            raise ArgumentError(f"cannot read {describe(x)} through DLPack: {e}", op=op) from None
+            bfloat16 = _bfloat16_import(x, np.from_dlpack, copy, op)
+            if bfloat16 is None:
+                raise ArgumentError(f"cannot read {describe(x)} through DLPack: {e}",
+                                    op=op) from None
+            return _place(bfloat16, None, None, target, None, op)
         if copy is not True:  # rill never writes a buffer; a read-only view keeps it so here
             array = array.view()
         made = _wrap(_storable(array, copy, op), _cpu(), op)
     elif kind in (_DL_CUDA, _DL_CUDA_MANAGED):
-        made = _wrap(_cupy_import(x, copy, op), _gpu(index, op), op)
+        made = _cupy_import(x, copy, op)
+        made = made if isinstance(made, Tensor) else _wrap(made, _gpu(index, op), op)
     else:
         raise DeviceError(f"DLPack device type {kind} is not one rill can read (CPU or CUDA)",
                           op=op)
@@ -193,11 +198,13 @@ def dlpack_export(t: Tensor, max_version, copy, caller: str):
     __dlpack__), and every gpu export (CuPy sets no flag) get a copy; copy=False is then a
     BufferError, as the standard asks when a copy is needed and forbidden."""
     op = "__dlpack__"
-    if t.dtype is dt.bfloat16:
-        raise DTypeError("bfloat16 tensors are held as float32 on the CPU and cannot be "
-                         "exported as bfloat16; convert with .to(rill.float32)", op=op)
     on_cpu = t.device.kind == "cpu"
     buffer = t._host(op + "()") if on_cpu else t._data
+    if t.dtype is dt.bfloat16:  # float32 storage: the bfloat16 bits are always a new array
+        if copy is False:
+            raise BufferError("rill holds bfloat16 in float32, so its bfloat16 export is a "
+                              "copy, and copy=False forbids it; pass copy=None")
+        return buffer, None
     versioned = max_version is not None and tuple(max_version)[0] >= 1
     ignores = caller.split(".")[0] in FLAG_IGNORED_BY
     if on_cpu and versioned and not ignores and copy is not True:
@@ -209,6 +216,20 @@ def dlpack_export(t: Tensor, max_version, copy, caller: str):
         raise BufferError(f"{why}, so rill exports a copy (its buffers are never written), "
                           "and copy=False forbids it; pass copy=None")
     return buffer.copy(), None
+
+
+def dlpack_capsule(t: Tensor, stream, max_version, dl_device, copy, caller: str):
+    """The capsule t.__dlpack__ returns, of the buffer dlpack_export chooses."""
+    buffer, copy = dlpack_export(t, max_version, copy, caller)
+    kwargs = {} if max_version is None else {"max_version": max_version}
+    if dl_device is not None:
+        kwargs["dl_device"] = dl_device
+    if copy is not None:
+        kwargs["copy"] = copy
+    if t.dtype is dt.bfloat16:
+        from .dlpack_bfloat16 import bfloat16_capsule
+        return bfloat16_capsule(buffer, stream=stream, **kwargs)
+    return buffer.__dlpack__(stream=stream, **kwargs)
 
 
 def _storable(array: np.ndarray, copy, op: str) -> np.ndarray:
@@ -241,5 +262,27 @@ def _cupy_import(x, copy, op: str):
         raise DeviceError("this DLPack tensor lives in CUDA memory, which rill reads through "
                           "CuPy; install cupy (or move the tensor to the CPU first)",
                           op=op) from None
-    array = cupy.from_dlpack(x)
+    try:
+        array = cupy.from_dlpack(x)
+    except Exception:  # noqa: BLE001 - CuPy has no bfloat16; anything else is re-raised
+        bfloat16 = _bfloat16_import(x, cupy.from_dlpack, copy, op)
+        if bfloat16 is None:
+            raise
+        return bfloat16
     return array.copy() if copy else cupy.ascontiguousarray(array)
+
+
+def _bfloat16_import(x, from_dlpack, copy, op: str):
+    """A bfloat16 tensor of x's values when x holds bfloat16 (ops/dlpack_bfloat16.py), read
+    by NumPy's or CuPy's from_dlpack, else None. Always a copy: rill holds bfloat16 in
+    float32."""
+    from .dlpack_bfloat16 import read_bfloat16
+    values = read_bfloat16(x, from_dlpack)
+    if values is None:
+        return None
+    if copy is False:
+        raise _no_copy("a bfloat16 tensor (rill holds bfloat16 in float32)", op)
+    kind, index = _dlpack_device(x, op)
+    device = _cpu() if kind in (_DL_CPU, _DL_CUDA_HOST) else _gpu(index, op)
+    from .creation import _made
+    return _made(new_tensor(values, dt.bfloat16, device))
