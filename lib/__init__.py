@@ -88,6 +88,13 @@ from .capture.function import capture, CaptureWarning
 from .capture.guards import guard as capture_guard
 from .capture.serialize import load_graph
 from .control import cond, switch, while_loop, fori_loop, scan
+from . import amp  # noqa: F401 - rill.amp: autocast, GradScaler (installs bind's hook)
+from .amp import autocast
+from .dtypes import set_default_dtype, get_default_dtype
+from .eager.context import inference_mode
+from .compile import compile  # noqa: A004 - torch.compile's spelling of capture
+from . import backends  # noqa: F401 - rill.backends.cudnn.benchmark, ... (ports set them)
+from .nn import parallel as _nn_parallel  # noqa: F401 - rill.nn.parallel
 
 bool = bool_  # noqa: A001 - rill.bool, as torch.bool and jnp.bool
 __version__ = "0.1.0"

@@ -12,12 +12,8 @@ from .errors import Error
 NAMESPACE = {
     "cuda.FloatTensor": "rill.tensor(data, dtype=rill.float32, device='gpu')",
     "set_default_tensor_type": "pass dtype= where tensors are made",
-    "set_default_dtype": "pass dtype= where tensors are made",
     "set_grad_enabled": "rill.enable_grad() / rill.no_grad()",
-    "inference_mode": "rill.no_grad()",
-    "compile": "@rill.capture",
     "jit": "@rill.capture, and rill.load_graph for saved graphs",
-    "backends": "nothing: rill picks its kernels itself",
     "autograd": "rill.grad / rill.value_and_grad, or tensor.backward()",
     "nonzero_static": "rill.nonzero",
     "index_put": "x[index] = values (or rill.index_set)",

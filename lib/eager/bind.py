@@ -22,6 +22,10 @@ _RULE_FAILURES = (TypeError, ValueError, OverflowError, IndexError, ZeroDivision
 def bind(prim, *args, **attrs):
     """Run primitive `prim` on `args` under the current interpreter."""
     ctx = current()
+    # Mixed precision (rill.amp.autocast): floating inputs cast per rill/amp/policy.py's
+    # table, by rill ops (on the tape, in a trace). Off, this is the one check it costs.
+    if ctx.autocast is not None:
+        args = ctx.autocast.cast_inputs(prim, args)
     try:
         if (attrs or prim.required_attrs) and not _attrs_fit(prim.attr_checks, attrs):
             _attr_error(prim, attrs)

@@ -12,27 +12,45 @@ from .interpreter import EAGER
 
 
 class Context:
-    __slots__ = ("interpreter", "grad_enabled")
+    """`autocast`: None, or the mixed-precision state (rill.amp) whose `cast_inputs` bind
+    calls before each op; None keeps bind's common path at one attribute check."""
+    __slots__ = ("interpreter", "grad_enabled", "autocast")
 
-    def __init__(self, interpreter, grad_enabled: bool):
+    def __init__(self, interpreter, grad_enabled: bool, autocast=None):
         self.interpreter = interpreter
         self.grad_enabled = grad_enabled
+        self.autocast = autocast
 
 
 # New threads start from an empty contextvars.Context, hence a default rather than a set().
 _context: ContextVar[Context] = ContextVar("rill_context", default=Context(EAGER, True))
 current = _context.get
 
+# Set by rill.amp (a higher layer; this is the registry it owns here): state -> the state a
+# trace runs under, which guards the autocast state and default dtype the trace baked in.
+# Called whenever the interpreter changes, with whether the new one records a trace.
+autocast_for_interpreter = None
+_KEEP = object()
+
 
 @contextlib.contextmanager
-def _switch(interpreter=None, grad_enabled=None):
+def _switch(interpreter=None, grad_enabled=None, autocast=_KEEP):
     ctx = _context.get()
+    state = ctx.autocast if autocast is _KEEP else autocast
+    if interpreter is not None and autocast_for_interpreter is not None:
+        state = autocast_for_interpreter(state, getattr(interpreter, "capturing", False))
     token = _context.set(Context(ctx.interpreter if interpreter is None else interpreter,
-                                 ctx.grad_enabled if grad_enabled is None else grad_enabled))
+                                 ctx.grad_enabled if grad_enabled is None else grad_enabled,
+                                 state))
     try:
         yield
     finally:
         _context.reset(token)
+
+
+def use_autocast(state):
+    """Run ops inside under autocast `state` (rill.amp's; None turns autocast off)."""
+    return _switch(autocast=state)
 
 
 def no_grad():
@@ -46,6 +64,30 @@ def no_grad():
     False
     """
     return _switch(grad_enabled=False)
+
+
+def inference_mode(mode=True):
+    """As `no_grad` (mode=True) or `enable_grad` (mode=False): a context manager, or a
+    decorator, also written without parentheses (`@rill.inference_mode`).
+
+    Unlike PyTorch's, tensors made inside are ordinary tensors: rill's buffers are never
+    written in place, so PyTorch's reason to refuse them later in autograd (a version
+    counter they skip) does not arise, and using them later is allowed and correct.
+
+    >>> import rill
+    >>> w = rill.ones(3, requires_grad=True)
+    >>> with rill.inference_mode():
+    ...     y = w * 2
+    >>> y.requires_grad
+    False
+    """
+    if callable(mode):  # @rill.inference_mode, bare
+        return _switch(grad_enabled=False)(mode)
+    if not isinstance(mode, bool):
+        from ..errors import ArgumentError
+        raise ArgumentError(f"mode must be a bool (or the function to decorate), got {mode!r}",
+                            op="inference_mode")
+    return _switch(grad_enabled=not mode)
 
 
 def enable_grad():

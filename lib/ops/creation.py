@@ -114,7 +114,8 @@ def _stored(data, dtype, op: str) -> tuple:
 def tensor(data, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
     """A new tensor holding a copy of `data` (nested lists, scalars, arrays, tensors).
 
-    Python floats become float32 and ints int64; NumPy arrays keep their dtype. Values that
+    Python floats become the default dtype (float32 unless rill.set_default_dtype says) and
+    ints int64; NumPy arrays keep their dtype. Values that
     do not fit an integer dtype are an error, not a wrap.
 
     >>> rill.tensor([[1, 2], [3, 4]]).dtype
@@ -225,7 +226,8 @@ def _complex_from_parts(make, args, real, imag, dtype, device, requires_grad) ->
 
 def zeros(*shape_args, shape=None, dtype=None, device=None,
           requires_grad: bool = False) -> Tensor:
-    """zeros(2, 3) or zeros((2, 3)): a float32 tensor of zeros unless `dtype` says."""
+    """zeros(2, 3) or zeros((2, 3)): zeros of the default dtype (rill.get_default_dtype(),
+    float32 unless set) unless `dtype` says."""
     return _filled(_shape(shape_args, "zeros", shape), 0, as_dtype(dtype, "zeros", dt.default_float),
                    device, requires_grad, "zeros")
 
