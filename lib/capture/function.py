@@ -71,8 +71,10 @@ class CapturedFunction:
 
     def __init__(self, fn, *, name: str | None = None, optimize: bool = True,
                  parallel: bool | str = "auto", max_variants: int = 8, module=None,
-                 devices=None, timeline: bool = False, replicas: dict | None = None):
+                 devices=None, timeline: bool = False, replicas: dict | None = None,
+                 memory_budget: int | None = None):
         self.fn = fn
+        self.memory_budget = memory_budget  # bytes; passes/remat.py
         self.replicas = replicas  # set by rill.distributed.replicate
         self.devices = tuple(devices or ())
         self.timeline = timeline
@@ -125,7 +127,8 @@ class CapturedFunction:
             bound = self._bound[instance] = CapturedFunction(
                 self.fn.__get__(instance, owner), name=self.name, optimize=self.optimize,
                 parallel=self.parallel, max_variants=self.max_variants, devices=self.devices,
-                timeline=self.timeline, replicas=self.replicas)
+                timeline=self.timeline, replicas=self.replicas,
+                memory_budget=self.memory_budget)
         return bound
 
     def graph_for(self, *args, optimized: bool = True, **kwargs):
@@ -270,9 +273,10 @@ class CapturedFunction:
         from rill.kernels.native import build as native_build, modules_for
         native_build.prefetch(modules_for(graph))
         optimized = graph
-        if self.optimize:
+        if self.optimize or self.memory_budget is not None:
             from .passes.pipeline import optimize
-            optimized = optimize(graph)
+            optimized = optimize(graph, None if self.optimize else [],
+                                 memory_budget=self.memory_budget)
         from .passes.pipeline import lower
         optimized, partitioned = lower(optimized, self.devices)
         if any(d.task is not None for d in partitioned.devices()):
@@ -429,7 +433,7 @@ def _variable_names(captured, args, kwargs) -> dict:
 
 def capture(fn=None, *, optimize: bool = True, parallel: bool | str = "auto",
             max_variants: int = 8, name: str | None = None, devices=None,
-            timeline: bool = False):
+            timeline: bool = False, memory_budget: int | None = None):
     """Record `fn` (a function, a method, or a Module) into a dataflow graph per signature.
 
     Parameters, buffers and optimizer state used inside become graph state read by
@@ -443,7 +447,9 @@ def capture(fn=None, *, optimize: bool = True, parallel: bool | str = "auto",
     the rest go where a cost model says they finish first, among the devices the graph
     names plus `devices`. A graph over several devices runs one thread per device, joined
     by send/recv pairs (`f.partitions_for(*args)` shows the parts); `timeline=True` keeps
-    what ran where and when (`f.last_timeline()`).
+    what ran where and when (`f.last_timeline()`). `memory_budget` (bytes) recomputes forward
+    values in the backward pass until the step's peak fits it (passes/remat.py; the graph's
+    `memory_plan().remat` says what was recomputed).
 
     >>> import rill
     >>> model = rill.nn.Linear(3, 2)
@@ -454,14 +460,20 @@ def capture(fn=None, *, optimize: bool = True, parallel: bool | str = "auto",
     if fn is None:
         return functools.partial(capture, optimize=optimize, parallel=parallel,
                                  max_variants=max_variants, name=name, devices=devices,
-                                 timeline=timeline)
+                                 timeline=timeline, memory_budget=memory_budget)
+    if memory_budget is not None and (isinstance(memory_budget, bool) or
+                                      not isinstance(memory_budget, int) or memory_budget < 0):
+        raise CaptureError(f"memory_budget must be a number of bytes (an int >= 0) or None, "
+                           f"got {memory_budget!r}", op="capture")
     from ..nn.module import Module
     if isinstance(fn, Module):
         return CapturedFunction(fn, name=name or type(fn).__name__, optimize=optimize,
                                 parallel=parallel, max_variants=max_variants, module=fn,
-                                devices=devices, timeline=timeline)
+                                devices=devices, timeline=timeline,
+                                memory_budget=memory_budget)
     if not callable(fn):
         raise CaptureError(f"capture needs a function, method or Module, got {fn!r}",
                            op="capture")
     return CapturedFunction(fn, name=name, optimize=optimize, parallel=parallel,
-                            max_variants=max_variants, devices=devices, timeline=timeline)
+                            max_variants=max_variants, devices=devices, timeline=timeline,
+                            memory_budget=memory_budget)

@@ -202,9 +202,12 @@ class Graph:
 
     def memory_plan(self):
         """Peak bytes of one call with and without a memory plan, and the buffers it recycles
-        (a MemoryPlan; see passes/memory.py)."""
+        (a MemoryPlan; see passes/memory.py). Its `remat` is the rematerialization pass's
+        report for a graph captured with a memory_budget (passes/remat.py), else None."""
         from .passes.memory import plan
-        return plan(self)
+        found = plan(self)
+        found.remat = self.__dict__.get("remat")
+        return found
 
     def run(self, fetches, feeds=None, args=()):
         """Partial execution: see rill.capture.executor.run."""

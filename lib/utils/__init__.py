@@ -1,5 +1,6 @@
-"""rill.utils: PyTorch-familiar utilities (`rill.utils.data`), and `rill.utils.safetensors`
-(which imports the safetensors package only when it reads or writes)."""
-from . import data, safetensors
+"""rill.utils: PyTorch-familiar utilities (`rill.utils.data`; `rill.utils.checkpoint`,
+activation checkpointing as `torch.utils.checkpoint`), and `rill.utils.safetensors` (which
+imports the safetensors package only when it reads or writes)."""
+from . import checkpoint, data, safetensors
 
-__all__ = ["data", "safetensors"]
+__all__ = ["checkpoint", "data", "safetensors"]

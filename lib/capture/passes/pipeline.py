@@ -17,8 +17,10 @@ then, on the optimized graph, the two passes that spread it over devices:
   it, and groups elementwise chains into `fused` nodes (passes/fuse.py);
 - memory last: it marks the graph for a memory plan, which the Program makes from the final
   schedule (passes/memory.py);
-So: fold -> simplify -> cse -> dce -> fuse -> memory -> place -> partition (`lower` runs the
-last two). RILL_FUSE=0 / RILL_MEMORY_PLAN=0 leave out fuse / memory.
+- remat (passes/remat.py), only for `capture(..., memory_budget=)`, after all of them:
+  it copies forward values into the backward pass, which cse would merge back;
+So: fold -> simplify -> cse -> dce -> fuse -> memory [-> remat] -> place -> partition (`lower`
+runs the last two). RILL_FUSE=0 / RILL_MEMORY_PLAN=0 leave out fuse / memory.
 Every pass returns a new graph and leaves its input as it was (see rewrite.py). The branches
 and loop bodies a node holds go through the same pipeline first, each as a graph of its own
 (they are placed whole, with their node).
@@ -35,6 +37,7 @@ from .fuse import fuse_where_it_pays
 from .memory import memory
 from .partition import partition
 from .place import place
+from .remat import remat_to
 from .rewrite import Rewrite
 from .simplify import simplify
 
@@ -48,10 +51,12 @@ if os.environ.get("RILL_MEMORY_PLAN", "1") != "0":
 DEVICE_PASSES: list = [place, partition]
 
 
-def optimize(graph, passes=None):
+def optimize(graph, passes=None, memory_budget=None):
     graph = _optimize_subgraphs(graph, passes)
     for p in (PASSES + EXECUTION_PASSES if passes is None else passes):
         graph = p(graph).lint()
+    if memory_budget is not None:  # the whole step's peak, not its bodies'
+        graph = remat_to(memory_budget)(graph).lint()
     return graph
 
 
