@@ -40,8 +40,8 @@ def test_rill_to_torch_keeps_every_bit_pattern():
 
 @pytest.mark.parametrize("shape", [(), (0,), (3, 4), (2, 3, 4)])
 def test_round_trip_through_torch_with_strides(shape):
-    x = rill.randn(*shape).astype(rill.bfloat16) if shape else rill.tensor(1.5,
-                                                                          dtype=rill.bfloat16)
+    x = rill.randn(*shape).astype(rill.bfloat16) if shape else rill.tensor(1.5).astype(
+        rill.bfloat16)
     reverse = tuple(reversed(range(len(shape))))
     views = [x] if len(shape) < 2 else [x, rill.permute_dims(x, reverse), x[..., ::2]]
     for v in views:

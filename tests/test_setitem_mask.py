@@ -29,8 +29,8 @@ def _values(shape):
 def test_zero_d_mask_setitem_matches_numpy_and_torch(text, value):
     a = np.arange(12.0).reshape(3, 4)
     x, t = rill.tensor(a), torch.tensor(a)
-    k_np, k_rill, k_torch = (_key(text, m) for m in (np.bool_(value), rill.tensor(value),
-                                                      torch.tensor(value)))
+    masks = (np.bool_(value), rill.tensor(value), torch.tensor(value))
+    k_np, k_rill, k_torch = (_key(text, m) for m in masks)
     try:
         v = _values(a[k_np].shape)
         a[k_np] = v
