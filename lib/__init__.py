@@ -76,6 +76,8 @@ from .dtypes import int64 as long, int32 as int, int16 as short  # noqa: A004
 from .eager.context import no_grad, enable_grad, is_grad_enabled
 from .eager.grad import grad, value_and_grad
 from .eager.custom_vjp import custom_vjp
+from . import func
+from .func import vmap, jvp, vjp, jacrev, jacfwd, hessian, functional_call, linearize
 
 from . import nn, optim, data, train, distributions, utils, linalg, summary
 from . import profiler  # noqa: F401 - rill.profiler.profile

@@ -11,18 +11,13 @@ their vjp rules run batched too) and with capture (the rules' ops become graph n
 from __future__ import annotations
 
 import functools
-import warnings
 
-from ..eager.bind import bind
 from ..eager.context import current, use_interpreter
 from ..eager.wrapping import WrappingInterpreter
+from ..ops.batching import FallbackWarning, loop  # noqa: F401 - FallbackWarning is public
 from ..errors import ArgumentError, Error, ShapeError
 from ..tensor import Tensor, new_tensor
 from ..tree import flatten
-
-
-class FallbackWarning(UserWarning):
-    """vmap ran a primitive once per batch member: correct, but slower than a batching rule."""
 
 
 class Batched:
@@ -86,7 +81,7 @@ class VmapInterpreter(WrappingInterpreter):
                 return self._draw(prim, attrs, avals, device)
             return self.inner.apply(prim, args, attrs, avals, device)
         inner = [a._data.value if d is not None else a for a, d in zip(args, dims)]
-        rule = prim.batch or loop_over_batch
+        rule = prim.batch or loop
         with use_interpreter(self.inner):
             outs, out_dims = rule(prim, self.size, inner, dims, attrs)
         if prim.multiple_results:
@@ -124,31 +119,6 @@ class VmapInterpreter(WrappingInterpreter):
         from ..ops.batching import batched_front
         with use_interpreter(self.inner):
             return batched_front(value, None, self.size)
-
-
-_warned: set = set()
-
-
-def loop_over_batch(prim, size, args, dims, attrs):
-    """The op once per batch member (members taken along each input's batch axis), results
-    stacked on a new first axis: correct for every primitive."""
-    if size == 0:
-        raise ShapeError(f"vmap over a batch of size 0 needs a batching rule for {prim.name}, "
-                         "which has none", op="vmap")
-    if prim.name not in _warned:
-        _warned.add(prim.name)
-        warnings.warn(f"vmap: {prim.name} has no batching rule for these inputs, so it runs "
-                      f"once per batch member ({size} times here)", FallbackWarning,
-                      stacklevel=2)
-    from ..ops.shape import stack
-    results = []
-    for i in range(size):
-        member = [a if d is None else a[(slice(None),) * d + (i,)] for a, d in zip(args, dims)]
-        results.append(bind(prim, *member, **attrs))
-    if prim.multiple_results:
-        columns = list(zip(*results))
-        return tuple(stack(list(c)) for c in columns), tuple(0 for _ in columns)
-    return stack(results), 0
 
 
 def vmap(func, in_dims=0, out_dims=0, randomness: str = "error", *, chunk_size=None):

@@ -13,7 +13,11 @@ every op and said once, so a missing rule costs speed, never a wrong answer.
 """
 from __future__ import annotations
 
+import sys
+import warnings
+
 from ..eager.bind import bind
+from ..errors import ShapeError, is_framework_file
 from .primitive import PRIMITIVES
 
 
@@ -151,6 +155,17 @@ def _fold_rule(prim, size, args, dims, attrs):
 fold_into_n = first_only(_fold_rule)
 
 
+def pool_grad_rule(prim, size, args, dims, attrs):
+    """max_pool's gradient (g, winners): both folded into N like the pooling itself (the
+    winners are places within one (n, c) plane, so they fold unchanged)."""
+    g, winners = (batched_front(a, d, size) for a, d in zip(args, dims))
+    shape = tuple(attrs["input_shape"])
+    fold = lambda t: _reshape(t, (size * t.shape[1],) + tuple(t.shape[2:]))  # noqa: E731
+    out = bind(prim, fold(g), fold(winners),
+               **dict(attrs, input_shape=(size * shape[0],) + shape[1:]))
+    return _reshape(out, (size,) + shape), 0
+
+
 def _leading_input_rule(prim, size, args, dims, attrs):
     """linear, lstm_cell's input: leading axes of the first input are batch axes."""
     return bind(prim, to_front(args[0], dims[0]), *args[1:], **attrs), 0
@@ -159,10 +174,41 @@ def _leading_input_rule(prim, size, args, dims, attrs):
 first_leading = first_only(_leading_input_rule)
 
 
+class FallbackWarning(UserWarning):
+    """vmap ran a primitive once per batch member: correct, but slower than a batching rule."""
+
+
+_warned: set = set()
+
+
 def loop(prim, size, args, dims, attrs):
-    """The rule of last resort: the op once per member of the batch, results stacked."""
-    from ..func.vmap import loop_over_batch  # the transform owns its fallback
-    return loop_over_batch(prim, size, args, dims, attrs)
+    """The op once per batch member (members taken along each input's batch axis), results
+    stacked on a new first axis: correct for every primitive."""
+    if size == 0:
+        raise ShapeError(f"vmap over a batch of size 0 needs a batching rule for {prim.name}, "
+                         "which has none", op="vmap")
+    if prim.name not in _warned:
+        _warned.add(prim.name)
+        warnings.warn(f"vmap: {prim.name} has no batching rule for these inputs, so it runs "
+                      f"once per batch member ({size} times here)", FallbackWarning,
+                      stacklevel=_user_level())
+    from .shape import stack
+    results = []
+    for i in range(size):
+        member = [a if d is None else a[(slice(None),) * d + (i,)] for a, d in zip(args, dims)]
+        results.append(bind(prim, *member, **attrs))
+    if prim.multiple_results:
+        columns = list(zip(*results))
+        return tuple(stack(list(c)) for c in columns), tuple(0 for _ in columns)
+    return stack(results), 0
+
+
+def _user_level() -> int:
+    """The stacklevel of the innermost frame outside rill (where the user's op is)."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and is_framework_file(frame.f_code.co_filename):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 # ---- single primitives ----------------------------------------------------------------------
@@ -262,6 +308,63 @@ def linear_weight_grad_rule(prim, size, args, dims, attrs):
     return bind(PRIMITIVES["matmul"], gt, x), 0
 
 
+def conv_weight_grad_rule(prim, size, args, dims, attrs):
+    """Per-member weight gradients (vmap of grad): the members become groups of one grouped
+    convolution, x (B, N, C, ...) read as (N, B*C, ...) and g (B, N, O, ...) as (N, B*O, ...),
+    so group b*groups + j pairs member b's channels of group j."""
+    x, g = (batched_front(a, d, size) for a, d in zip(args, dims))
+    swap = (1, 0) + tuple(range(2, x.ndim))
+    n = x.shape[1]
+    x = _reshape(bind(PRIMITIVES["transpose"], x, axes=swap), (n, -1) + tuple(x.shape[3:]))
+    g = _reshape(bind(PRIMITIVES["transpose"], g, axes=swap), (n, -1) + tuple(g.shape[3:]))
+    w = bind(prim, x, g, **dict(attrs, groups=attrs["groups"] * size))
+    return _reshape(w, (size, -1) + tuple(w.shape[1:])), 0
+
+
+def _xent_rows(args, dims, size):
+    """logits (B, N, C) and target (B, N) folded to (B*N, C) and (B*N,)."""
+    logits, target = (batched_front(a, d, size) for a, d in zip(args[:2], dims[:2]))
+    n = logits.shape[1]
+    return _reshape(logits, (size * n, -1)), _reshape(target, (size * n,)), n
+
+
+def _per_row(g, reduction, target, n, size, ignore_index):
+    """The cotangent of each row's loss, per member: g itself for "none", g for each row of a
+    "sum", g over the member's count of rows not ignored for a "mean"."""
+    if reduction == "none":
+        return g
+    if reduction == "mean":
+        from .reduce import sum as sum_
+        valid = _reshape(target, (size, n)) != ignore_index
+        g = g / sum_(valid, axis=1)
+    return bind(PRIMITIVES["broadcast_to"], _reshape(g, (size, 1)), shape=(size, n))
+
+
+def xent_rule(prim, size, args, dims, attrs):
+    """softmax_cross_entropy per member: every member's rows as rows of one call without
+    reduction, then each member's sum (or mean over its rows not ignored)."""
+    logits, target, n = _xent_rows(args, dims, size)
+    rows = _reshape(bind(prim, logits, target, **dict(attrs, reduction="none")), (size, n))
+    reduction = attrs["reduction"]
+    if reduction == "none":
+        return rows, 0
+    from .reduce import sum as sum_
+    total = sum_(rows, axis=1)
+    if reduction == "sum":
+        return total, 0
+    return total / sum_(_reshape(target, (size, n)) != attrs["ignore_index"], axis=1), 0
+
+
+def xent_grad_rule(prim, size, args, dims, attrs):
+    """softmax_cross_entropy_grad (logits, target, g) per member, folded as xent_rule."""
+    logits, target, n = _xent_rows(args, dims, size)
+    g = batched_front(args[2], dims[2], size)
+    g = _per_row(g, attrs["reduction"], target, n, size, attrs["ignore_index"])
+    grads = bind(prim, logits, target, _reshape(g, (size * n,)),
+                 **dict(attrs, reduction="none"))
+    return _reshape(grads, (size, n, -1)), 0
+
+
 def layer_norm_rule(prim, size, args, dims, attrs):
     """Normalizes trailing axes, so a batch axis in front changes nothing; a batched weight
     or bias is left to the loop."""
@@ -278,6 +381,23 @@ def getitem_rule(prim, size, args, dims, attrs):
         return loop(prim, size, args, dims, attrs)
     x = to_front(args[0], dims[0])
     return bind(prim, x, *args[1:], key=(("slice", None, None, None),) + tuple(key)), 0
+
+
+def index_update_rule(prim, size, args, dims, attrs):
+    """index_add / index_set (x, values, *indices): the batch first in x, a full slice in
+    front of the key, and batched values lined up with the indexed part of one member."""
+    key = attrs["key"]
+    if any(d is not None for d in dims[2:]) or not _batch_stays_first(key):
+        return loop(prim, size, args, dims, attrs)
+    from .indexing import key_shape
+    x, values = batched_front(args[0], dims[0], size), args[1]
+    if dims[1] is not None:
+        values = to_front(values, dims[1])
+        rank = len(key_shape(tuple(x.shape[1:]), key, [a.shape for a in args[2:]]))
+        missing = rank - (values.ndim - 1)
+        if missing > 0:
+            values = _reshape(values, (size,) + (1,) * missing + tuple(values.shape[1:]))
+    return bind(prim, x, values, *args[2:], key=(("slice", None, None, None),) + tuple(key)), 0
 
 
 def _batch_stays_first(key) -> bool:

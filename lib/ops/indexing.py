@@ -275,9 +275,9 @@ def _values_like_x(args):
 
 
 index_add_p = primitive("index_add", _update_infer, _index_add_vjp, normalize=_values_like_x,
-                        attrs={"key": A.INDEX_KEY})
+                        attrs={"key": A.INDEX_KEY}, batch=batching.index_update_rule)
 index_set_p = primitive("index_set", _update_infer, _index_set_vjp, normalize=_values_like_x,
-                        attrs={"key": A.INDEX_KEY})
+                        attrs={"key": A.INDEX_KEY}, batch=batching.index_update_rule)
 
 
 def getitem(x, key):
@@ -471,6 +471,8 @@ def one_hot(indices, num_classes: int, dtype=None):
 
 def _leading_block(x, shape, axis=None):
     """x[:shape[0], :shape[1], ...] on every axis but `axis` (a no-op when it already fits)."""
+    if axis is not None:
+        axis %= len(shape)  # a negative axis names the same axis (scatter_add's vjp passes -1)
     if all(i == axis or s == t for i, (s, t) in enumerate(zip(shape, x.shape))):
         return x
     return getitem(x, tuple(slice(None) if i == axis else slice(0, s)
