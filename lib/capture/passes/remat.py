@@ -38,7 +38,8 @@ from .cost import DEFAULT
 from .dce import dce
 from .rewrite import Rewrite, effect
 
-MAX_CHAIN = 4  # nodes recomputed for one value: itself and inputs dead at the peak
+MAX_CHAIN = 16 # nodes recomputed for one value: itself and inputs dead at the peak
+PATIENCE = 8   # choices in a row that do not lower the peak before the pass gives up
 
 
 class MemoryBudgetWarning(UserWarning):
@@ -77,23 +78,14 @@ def rematerialize(graph: Graph, budget: int, cost=None) -> Graph:
     """graph, with values recomputed so that its peak fits `budget` bytes where it can."""
     cost = cost or DEFAULT
     before = running_peak(graph)
-    work = _copy(graph)
-    recomputed: list = []
-    best = before
-    if before > budget:
-        for _ in range(len(graph.nodes)):
-            choice = _choose(work, cost)
-            if choice is None:
-                break
-            recomputed += _apply(work, *choice)
-            best = running_peak(work)
-            if best <= budget:
-                break
-    if recomputed and best < before:
-        work = _keep_marks(dce(work), graph)
-    else:
-        work, best, recomputed = _keep_marks(_copy(graph), graph), before, []
-    work.remat = RematReport(budget, before, best, recomputed)
+    work, decisions, peaks = _greedy(graph, budget, cost)
+    best = min(peaks, default=before)
+    if best >= before:
+        work, best, decisions = _copy(graph), before, []
+    elif peaks[-1] > best:  # later choices raised the peak elsewhere: stop at the best
+        work, decisions, _ = _greedy(graph, budget, cost, limit=peaks.index(best) + 1)
+    work = _keep_marks(dce(work), graph) if decisions else work
+    work.remat = RematReport(budget, before, best, [c for d in decisions for c in d])
     if best > budget:
         from .memory import _mb
         warnings.warn(f"{graph.name}: memory_budget={budget} bytes ({_mb(budget)}) cannot be "
@@ -102,6 +94,26 @@ def rematerialize(graph: Graph, budget: int, cost=None) -> Graph:
                       "inside control flow are never recomputed; raise the budget, or use a "
                       "smaller batch", MemoryBudgetWarning, stacklevel=_user_frame())
     return work
+
+
+def _greedy(graph: Graph, budget: int, cost, limit=None):
+    """(a changed copy of graph, [what each choice copied], [the peak after each choice]):
+    choices until the peak fits, none is left, `limit` were made, or PATIENCE choices in a
+    row did not lower the peak."""
+    work = _copy(graph)
+    made: set = set()  # copies the pass made: never copied again (which could go on forever)
+    decisions, peaks = [], []
+    best = running_peak(work)
+    since_best = 0
+    while best > budget and since_best < PATIENCE and (limit is None or len(peaks) < limit):
+        choice = _choose(work, cost, made)
+        if choice is None:
+            break
+        decisions.append(_apply(work, *choice, made))
+        peaks.append(running_peak(work))
+        since_best = since_best + 1 if peaks[-1] >= best else 0
+        best = min(best, peaks[-1])
+    return work, decisions, peaks
 
 
 def _user_frame() -> int:
@@ -178,7 +190,7 @@ def _lifetimes(graph: Graph):
     return pos, last, live
 
 
-def _choose(graph: Graph, cost):
+def _choose(graph: Graph, cost, made: set):
     """(nodes to copy in order, position of the first late use, the peak step) of the best
     choice at the peak, or None when no choice frees bytes there."""
     pos, last, live = _lifetimes(graph)
@@ -193,14 +205,14 @@ def _choose(graph: Graph, cost):
 
     best, best_score = None, 0.0
     for node in graph.nodes[:peak]:
-        if not _recomputable(node) or any(v in returned for v in node.outputs):
+        if node in made or not _recomputable(node) or any(v in returned for v in node.outputs):
             continue
         uses = [pos[u] for v in node.outputs for u in users.get(v, ())]
         if not uses or peak in uses or max(uses) < peak:
             continue
         freed = sum(_nbytes(v) for v in node.outputs
                     if any(pos[u] > peak for u in users.get(v, ())))
-        chain = _chain(node, alive_at_peak, pos)
+        chain = _chain(node, alive_at_peak, pos, made)
         stretched = {v for n in chain for v in n.inputs
                      if v.node not in chain and not alive_at_peak(v)}
         gain = freed - sum(_nbytes(v) for v in stretched)
@@ -215,7 +227,7 @@ def _choose(graph: Graph, cost):
     return best
 
 
-def _chain(node: Node, alive_at_peak, pos) -> list:
+def _chain(node: Node, alive_at_peak, pos, made: set) -> list:
     """node and the producers of its inputs that are dead at the peak and recomputable
     (breadth first, at most MAX_CHAIN nodes), in schedule order."""
     chain = [node]
@@ -224,7 +236,7 @@ def _chain(node: Node, alive_at_peak, pos) -> list:
         n = frontier.pop(0)
         for v in n.inputs:
             p = v.node
-            if alive_at_peak(v) or p in chain or not _recomputable(p) or \
+            if alive_at_peak(v) or p in chain or p in made or not _recomputable(p) or \
                     len(chain) >= MAX_CHAIN:
                 continue
             chain.append(p)
@@ -232,7 +244,7 @@ def _chain(node: Node, alive_at_peak, pos) -> list:
     return sorted(chain, key=pos.__getitem__)
 
 
-def _apply(graph: Graph, chain, first_late: int, peak: int) -> list:
+def _apply(graph: Graph, chain, first_late: int, peak: int, made: set) -> list:
     """Copy `chain` before the node at `first_late`; uses after the peak of the last node's
     outputs read the copies. [(op, spec, source)] of what was copied."""
     from ..ir import _spec
@@ -248,4 +260,5 @@ def _apply(graph: Graph, chain, first_late: int, peak: int) -> list:
     for later in graph.nodes[peak + 1:]:
         later.inputs = [copies[v] if v.node is target else v for v in later.inputs]
     graph.nodes[first_late:first_late] = new_nodes
+    made.update(new_nodes)
     return [(n.op, ", ".join(_spec(v) for v in n.outputs), n.source) for n in new_nodes]
