@@ -38,7 +38,7 @@ from .cost import DEFAULT
 from .dce import dce
 from .rewrite import Rewrite, effect
 
-MAX_CHAIN = 16 # nodes recomputed for one value: itself and inputs dead at the peak
+MAX_CHAIN = 16  # nodes recomputed for one value: itself and inputs dead at the peak
 PATIENCE = 8   # choices in a row that do not lower the peak before the pass gives up
 
 
