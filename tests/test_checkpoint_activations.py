@@ -351,6 +351,16 @@ def test_refusals_name_the_fix():
         out.sum().backward()
 
 
+def test_a_compiled_captured_function_is_refused_as_it_hides_what_it_reads():
+    lin = rill.nn.Linear(3, 3)
+    block = rill.capture(lambda t: rill.tanh(lin(t)))
+    x = rill.ones((2, 3), requires_grad=True)
+    block(x)
+    with pytest.raises(CheckpointError, match="inside the captured function"):
+        checkpoint(block, x)
+    assert checkpoint(lambda t: t, x) is x  # no op, but nothing hidden either
+
+
 def test_captured_recomputation_is_not_merged_back_into_the_forward():
     rm = _rill_gpt()
     x = rill.tensor(X_GPT)

@@ -25,6 +25,9 @@ after it); inside `@rill.capture`, where the numbers exist only when the graph r
 recomputation uses the forward pass's draws themselves (those values are kept until the
 backward pass instead of recomputed).
 
+As in PyTorch, state the block changes in place (a BatchNorm's running statistics) is changed
+again by the recomputation.
+
 Inside `@rill.capture` the recomputation becomes graph nodes in the backward part of the
 step. Its first nodes are ordered after the cotangent that reaches the block (a control
 edge), which both says when they run and keeps common-subexpression elimination from
@@ -176,6 +179,9 @@ class _Block:
             result = self.function(*self.args, **self.kwargs)
         leaves, rebuild = flatten(result, is_leaf=lambda o: isinstance(o, Tensor))
         positions = [i for i, leaf in enumerate(leaves) if isinstance(leaf, Tensor)]
+        if not watcher.made and any(all(leaves[i] is not a for a in self.args)
+                                    for i in positions):
+            raise self._unwatched()
         inputs = list(watcher.wanted.values())
         if not positions or not inputs:  # nothing to differentiate: as run under no_grad
             return result
@@ -221,6 +227,17 @@ class _Block:
             for gen, state in saved.items():
                 _set_rng_state(gen, state)
         return tuple(found[id(t)][1] if id(t) in found else None for t in inputs)
+
+    def _unwatched(self) -> CheckpointError:
+        # What ran computed tensors without one rill op: a compiled @rill.capture function
+        # runs its graph directly when no gradient is recorded. Which tensors it read (its
+        # parameters) is then unknown, and their gradients would be lost.
+        return CheckpointError(
+            f"checkpoint({_name(self.function)}): the function made its results without rill "
+            "ops that checkpoint can see (a compiled @rill.capture function runs its graph "
+            "directly), so the tensors it reads, and their gradients, are unknown. Call "
+            "checkpoint inside the captured function, or the function without checkpoint",
+            op="checkpoint")
 
     def _same_results(self, leaves) -> None:
         specs = [(t.shape, t.dtype) for t in leaves]
