@@ -15,6 +15,7 @@ from ..eager import context
 from ..eager.bind import bind
 from ..eager.custom_vjp import custom_vjp
 from ..errors import DeviceError, DTypeError, GradientError, ShapeError
+from ..ops import batching
 from ..ops.primitive import primitive
 from ..tensor import detached_value
 from .gamma_sampler import standard_gamma
@@ -41,7 +42,8 @@ def _vjp(g, out, x, alpha):
                         op=_OP)
 
 
-standard_gamma_grad_p = primitive(_OP, _infer, _vjp, cpu_only=_CPU_ONLY, attrs={})
+standard_gamma_grad_p = primitive(_OP, _infer, _vjp, cpu_only=_CPU_ONLY, attrs={},
+                                  batch=batching.same_shapes)
 
 
 def standard_gamma_grad(x, alpha):

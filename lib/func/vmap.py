@@ -16,6 +16,7 @@ from ..eager.context import current, use_interpreter
 from ..eager.wrapping import WrappingInterpreter
 from ..ops.batching import FallbackWarning, loop  # noqa: F401 - FallbackWarning is public
 from ..errors import ArgumentError, Error, ShapeError
+from ..sparse import SparseRows
 from ..tensor import Tensor, new_tensor
 from ..tree import flatten
 
@@ -238,6 +239,9 @@ def _unbatch(out, level, out_dims):
                                 "function's output", op="vmap")
     results = []
     for leaf, d in zip(leaves, dims):
+        if isinstance(leaf, SparseRows):  # an embedding's gradient: dense, per member
+            with use_interpreter(level):
+                leaf = leaf.to_dense()
         if not isinstance(leaf, Tensor):
             raise ArgumentError(f"a vmapped function must return tensors, got "
                                 f"{type(leaf).__name__}", op="vmap")

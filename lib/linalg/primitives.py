@@ -303,7 +303,7 @@ def _solve_vjp(g, out, a, b):
 
 
 solve_p = primitive("solve", _solve_infer, _solve_vjp, normalize=promotion.common,
-                    save_output=True, cpu_only=_LAPACK, attrs={})
+                    save_output=True, cpu_only=_LAPACK, attrs={}, batch=batching.leading)
 
 
 def solve_matrix(a, b):

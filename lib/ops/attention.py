@@ -114,7 +114,7 @@ attention_p = primitive("attention", _infer, _vjp, normalize=promotion.common_fl
                         multiple_results=True, save_output=True, residuals=lambda **_: 1,
                         attrs=ATTRS, batch=batching.leading)
 attention_grad_p = primitive("attention_grad", _grad_infer, None, multiple_results=True,
-                             attrs=ATTRS)
+                             attrs=ATTRS, batch=batching.attention_grad_rule)
 
 
 def attention(q, k, v, mask=None, *, scale: float, is_causal: bool):

@@ -24,6 +24,7 @@ from ..eager.bind import bind
 from ..eager.context import current
 from ..errors import DTypeError, ShapeError
 from . import attrs as A
+from . import batching
 from . import promotion
 from .primitive import primitive
 
@@ -117,10 +118,10 @@ def composite_grad(g, x, w, eps):
 
 batch_norm_p = primitive("batch_norm_train", _infer, _vjp, normalize=promotion.common_float,
                          multiple_results=True, save_output=True, residuals=lambda **_: 2,
-                         attrs=dict(eps=A.FLOAT))
+                         attrs=dict(eps=A.FLOAT), batch=batching.batch_norm_rule)
 batch_norm_grad_p = primitive("batch_norm_grad", _grad_infer, None,
                               normalize=promotion.common_float, multiple_results=True,
-                              attrs=dict(eps=A.FLOAT))
+                              attrs=dict(eps=A.FLOAT), batch=batching.batch_norm_grad_rule)
 
 
 def batch_norm_train(x, w, b, eps: float):
@@ -136,4 +137,3 @@ def batch_norm_train(x, w, b, eps: float):
     b = zeros(c, dtype=x.dtype, device=x.device) if b is None else b
     y, mean, var = bind(batch_norm_p, x, w, b, eps=eps)
     return y, mean, var
-

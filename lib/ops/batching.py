@@ -118,6 +118,21 @@ def at_front(prim, out):
     return out, (tuple(0 for _ in out) if prim.multiple_results else 0)
 
 
+def same_shapes(prim, size, args, dims, attrs):
+    """Elementwise ops that take inputs of one shape (no broadcasting): all batched."""
+    return bind(prim, *[batched_front(a, d, size) for a, d in zip(args, dims)], **attrs), 0
+
+
+def attention_grad_rule(prim, size, args, dims, attrs):
+    """(g, q, k, v, out, lse[, mask]): all on leading batch axes; only the mask broadcasts,
+    so only it gets unit axes to line up (lse is a rank lower by design)."""
+    lined = [batched_front(a, d, size) for a, d in zip(args, dims)]
+    if len(lined) == 7:
+        mask, rank = lined[6], lined[1].ndim
+        lined[6] = _reshape(mask, (size,) + (1,) * (rank - mask.ndim) + tuple(mask.shape[1:]))
+    return at_front(prim, bind(prim, *lined, **attrs))
+
+
 def leading(prim, size, args, dims, attrs):
     """Ops whose leading axes are batch axes already (matrix decompositions, attention,
     tril/triu): every input gets the batch axis first (broadcast where it had none), and an
@@ -141,18 +156,61 @@ def first_only(inner):
     return rule
 
 
-def _fold_rule(prim, size, args, dims, attrs):
-    """Convolutions and pooling: the batch folded into the op's own batch axis N."""
-    x = to_front(args[0], dims[0])
-    folded = _reshape(x, (x.shape[0] * x.shape[1],) + tuple(x.shape[2:]))
-    out = bind(prim, folded, *args[1:], **attrs)
-    if prim.multiple_results:
-        return tuple(_reshape(o, (size, -1) + tuple(o.shape[1:])) for o in out), \
-            tuple(0 for _ in out)
-    return _reshape(out, (size, -1) + tuple(out.shape[1:])), 0
+def folding(count: int = 1):
+    """Ops whose first `count` inputs (and every result) lead with the op's own batch axis N
+    and whose other inputs are weights: the vmap batch folded into N, B*N rows at once
+    (convolutions and pooling fold x; lstm_cell its input, h and c). Batched weights loop."""
+    def rule(prim, size, args, dims, attrs):
+        if any(d is not None for d in dims[count:]):
+            return loop(prim, size, args, dims, attrs)
+        rows = [batched_front(a, d, size) for a, d in zip(args[:count], dims[:count])]
+        rows = [_reshape(a, (size * a.shape[1],) + tuple(a.shape[2:])) for a in rows]
+        out = bind(prim, *rows, *args[count:], **attrs)
+        unfold = lambda o: _reshape(o, (size, -1) + tuple(o.shape[1:]))  # noqa: E731
+        if prim.multiple_results:
+            return tuple(unfold(o) for o in out), tuple(0 for _ in out)
+        return unfold(out), 0
+    return rule
 
 
-fold_into_n = first_only(_fold_rule)
+fold_into_n = folding(1)
+
+
+def _channels_in(x, d, size):
+    """(B, N, C, ...) as (N, B*C, ...): the members' channels side by side, so statistics
+    over N and space are each member's own."""
+    x = batched_front(x, d, size)
+    swap = (1, 0) + tuple(range(2, x.ndim))
+    x = bind(PRIMITIVES["transpose"], x, axes=swap)
+    return _reshape(x, (x.shape[0], -1) + tuple(x.shape[3:]))
+
+
+def _channels_out(y, size):
+    """(N, B*C, ...) back to (B, N, C, ...)."""
+    y = _reshape(y, (y.shape[0], size, -1) + tuple(y.shape[2:]))
+    return bind(PRIMITIVES["transpose"], y, axes=(1, 0) + tuple(range(2, y.ndim)))
+
+
+def _per_channel_in(t, d, size):
+    return _reshape(batched_front(t, d, size), (-1,))
+
+
+def batch_norm_rule(prim, size, args, dims, attrs):
+    """Training batch norm per member: the members' channels as channels of one call."""
+    x, w, b = args
+    y, mean, var = bind(prim, _channels_in(x, dims[0], size), _per_channel_in(w, dims[1], size),
+                        _per_channel_in(b, dims[2], size), **attrs)
+    return (_channels_out(y, size), _reshape(mean, (size, -1)), _reshape(var, (size, -1))), \
+        (0, 0, 0)
+
+
+def batch_norm_grad_rule(prim, size, args, dims, attrs):
+    g, x, w, mean, var = args
+    dx, dw, db = bind(prim, _channels_in(g, dims[0], size), _channels_in(x, dims[1], size),
+                      *[_per_channel_in(t, d, size) for t, d in zip(args[2:], dims[2:])],
+                      **attrs)
+    return (_channels_out(dx, size), _reshape(dw, (size, -1)), _reshape(db, (size, -1))), \
+        (0, 0, 0)
 
 
 def pool_grad_rule(prim, size, args, dims, attrs):
@@ -363,6 +421,29 @@ def xent_grad_rule(prim, size, args, dims, attrs):
     grads = bind(prim, logits, target, _reshape(g, (size * n,)),
                  **dict(attrs, reduction="none"))
     return _reshape(grads, (size, n, -1)), 0
+
+
+def layer_norm_grad_rule(prim, size, args, dims, attrs):
+    """dx from the primitive on the whole batch; dw and db, which sum over a member's rows,
+    summed per member here (the primitive would sum over the batch as well)."""
+    if dims[2] is not None:
+        return loop(prim, size, args, dims, attrs)
+    from .elementwise import rsqrt
+    from .reduce import mean, sum as sum_, var
+    g, x = (batched_front(a, d, size) for a, d in zip(args[:2], dims[:2]))
+    dx = bind(prim, g, x, args[2], **attrs)[0]
+    axes = attrs["axes"]
+    rows = tuple(range(x.ndim - axes, x.ndim))
+    xhat = (x - mean(x, axis=rows, keepdims=True)) * rsqrt(var(x, axis=rows, keepdims=True)
+                                                           + attrs["eps"])
+    lead = tuple(range(1, x.ndim - axes))
+    return (dx, sum_(g * xhat, axis=lead), sum_(g, axis=lead)), (0, 0, 0)
+
+
+def check_rule(prim, size, args, dims, attrs):
+    """check(ok, value): every member's condition checked at once; value passes through."""
+    ok = to_front(args[0], dims[0])
+    return bind(prim, ok, batched_front(args[1], dims[1], size), **attrs), 0
 
 
 def layer_norm_rule(prim, size, args, dims, attrs):

@@ -10,6 +10,7 @@ from .. import dtypes as dt
 from ..eager.bind import bind
 from ..errors import DTypeError
 from . import attrs as A
+from . import batching
 from .primitive import primitive
 
 
@@ -24,7 +25,8 @@ def _check_vjp(g, out, ok, value, **_):
 
 
 check_p = primitive("check", _check_infer, _check_vjp, effect="check",
-                    attrs=dict(message=A.STR, error=A.ErrorName, op=A.STR))
+                    attrs=dict(message=A.STR, error=A.ErrorName, op=A.STR),
+                    batch=batching.check_rule)
 
 
 def check(ok, value, message: str, error: str = "ArgumentError", op: str = "check"):

@@ -191,7 +191,7 @@ _GELU_GRAD_DTYPES = (dt.float32, dt.float64)
 # g * gelu'(x) for exact gelu: a CPU kernel for float32/float64, which gelu's gradient calls.
 gelu_grad_p = primitive("gelu_grad", _gelu_grad_infer, _gelu_grad_vjp, attrs={},
                         cpu_only="a CPU fast path: other devices run gelu's gradient as a "
-                                 "composite in rill ops", batch=batching.elementwise)
+                                 "composite in rill ops", batch=batching.same_shapes)
 
 
 def _silu_vjp(g, out, x):

@@ -638,7 +638,7 @@ def _prod_grads(g, x, idx, src, axis, include_self, hit):
 scatter_reduce_p = primitive(
     "scatter_reduce", _scatter_reduce_infer, _scatter_reduce_vjp, normalize=_updates_like_x,
     save_output=True, attrs={"axis": A.AXIS, "reduce": A.Choice("prod", "amax", "amin"),
-                             "include_self": A.BOOL})
+                             "include_self": A.BOOL}, batch=batching.gather_along_rule)
 
 
 @reports_as("scatter_reduce")

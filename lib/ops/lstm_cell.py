@@ -23,6 +23,7 @@ from .. import dtypes as dt
 from ..eager.bind import bind
 from ..eager.context import current
 from ..errors import DTypeError, ShapeError
+from . import batching
 from . import promotion
 from .primitive import primitive
 
@@ -108,7 +109,7 @@ def _composite_grad(acts, tanh_c, c, g_h, g_c):
 lstm_cell_p = primitive("lstm_cell", _infer, _vjp, normalize=promotion.lift,
                         multiple_results=True, save_output=True, residuals=lambda **_: 2,
                         attrs={}, cpu_only="a CPU fast path: other devices run the composite "
-                                           "(lstm_cell_composite)")
+                                           "(lstm_cell_composite)", batch=batching.folding(3))
 lstm_cell_grad_p = primitive("lstm_cell_grad", _grad_infer, None, multiple_results=True,
                              attrs={}, cpu_only="the gradient of lstm_cell (CPU only)")
 

@@ -91,7 +91,8 @@ layer_norm_p = primitive("layer_norm", _infer, _vjp, normalize=promotion.common_
                          attrs=dict(eps=A.FLOAT, axes=A.INT), batch=batching.layer_norm_rule)
 layer_norm_grad_p = primitive("layer_norm_grad", _grad_infer, _grad_vjp,
                               normalize=promotion.common_float, multiple_results=True,
-                              attrs=dict(eps=A.FLOAT, axes=A.INT))
+                              attrs=dict(eps=A.FLOAT, axes=A.INT),
+                              batch=batching.layer_norm_grad_rule)
 
 
 def layer_norm(x, weight, bias, eps: float, axes: int):
