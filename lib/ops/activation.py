@@ -114,7 +114,8 @@ softmax_cross_entropy_p = primitive("softmax_cross_entropy", _xent_infer, _xent_
                                     normalize=promotion.lift, attrs=_XENT, batch=batching.xent_rule)
 # d loss / d logits_i = a_i (softmax_i - (1 - eps) onehot(t_i) - eps / C), 0 if ignored.
 softmax_cross_entropy_grad_p = primitive("softmax_cross_entropy_grad", _xent_grad_infer,
-                                         _xent_grad_vjp, normalize=promotion.lift, attrs=_XENT, batch=batching.xent_grad_rule)
+                                         _xent_grad_vjp, normalize=promotion.lift, attrs=_XENT,
+                                         batch=batching.xent_grad_rule)
 
 
 def softmax_cross_entropy(logits, target, ignore_index: int = -100,

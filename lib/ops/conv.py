@@ -180,7 +180,8 @@ class _Family:
                                    attrs=dict(attrs, input_size=sizes), batch=batching.fold_into_n)
         self.weight_grad = primitive(f"conv{rank}d_weight_grad", _weight_grad_infer,
                                      _weight_grad_vjp, normalize=_floating_inputs,
-                                     attrs=dict(attrs, kernel_size=sizes), batch=batching.conv_weight_grad_rule)
+                                     attrs=dict(attrs, kernel_size=sizes),
+                                     batch=batching.conv_weight_grad_rule)
 
 
 _FAMILIES = {rank: _Family(rank) for rank in (2, 3)}
