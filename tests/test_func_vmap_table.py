@@ -120,6 +120,9 @@ def test_chunks_give_the_same_result():
     x = rill.tensor(np.random.default_rng(0).normal(size=(7, 3)))
     f = lambda v: (rill.exp(v) * v).sum()  # noqa: E731
     np.testing.assert_allclose(vmap(f, chunk_size=3)(x).numpy(), vmap(f)(x).numpy())
+    g = lambda v: (v * 2, rill.ones(2).sum())  # noqa: E731
+    a, b = vmap(g, out_dims=(1, None), chunk_size=2)(rill.ones(5, 3))
+    assert a.shape == (3, 5) and b.shape == ()
 
 
 def test_vmap_inside_capture_equals_eager():

@@ -152,7 +152,8 @@ def vmap(func, in_dims=0, out_dims=0, randomness: str = "error", *, chunk_size=N
         leaves, rebuild = flatten(args)
         size = _batch_size(leaves, dims)
         if chunk_size is not None and chunk_size < size:
-            return _in_chunks(batched_call, chunk_size, leaves, dims, rebuild, size, kwargs)
+            return _in_chunks(batched_call, chunk_size, out_dims, leaves, dims, rebuild, size,
+                              kwargs)
         return batched_call(leaves, dims, rebuild, size, kwargs)
 
     def batched_call(leaves, dims, rebuild, size, kwargs):
@@ -170,7 +171,7 @@ def vmap(func, in_dims=0, out_dims=0, randomness: str = "error", *, chunk_size=N
     return batched
 
 
-def _in_chunks(call, chunk, leaves, dims, rebuild, size, kwargs):
+def _in_chunks(call, chunk, out_dims, leaves, dims, rebuild, size, kwargs):
     """vmap in slices of `chunk` members (less memory at once), outputs concatenated."""
     from ..ops.shape import concat
     parts = []
@@ -180,9 +181,11 @@ def _in_chunks(call, chunk, leaves, dims, rebuild, size, kwargs):
                                               + (slice(start, stop),)]
                   for leaf, d in zip(leaves, dims)]
         parts.append(flatten(call(sliced, dims, rebuild, stop - start, kwargs)))
-    rebuild_out = parts[0][1]
-    return rebuild_out([concat([p[0][i] for p in parts], axis=0)
-                        for i in range(len(parts[0][0]))])
+    leaves, rebuild_out = parts[0]
+    axes = _out_dims_per_leaf(out_dims, leaves)
+    return rebuild_out([parts[0][0][i] if axes[i] is None else
+                        concat([p[0][i] for p in parts], axis=axes[i])
+                        for i in range(len(leaves))])
 
 
 def _dims_per_leaf(in_dims, args) -> list:
@@ -228,15 +231,19 @@ def _batch_size(leaves, dims) -> int:
     return next(iter(sizes))
 
 
+def _out_dims_per_leaf(out_dims, leaves) -> list:
+    if isinstance(out_dims, (int, type(None))) and not isinstance(out_dims, bool):
+        return [out_dims] * len(leaves)
+    dims = flatten(out_dims, is_leaf=lambda s: s is None)[0]
+    if len(dims) != len(leaves):
+        raise ArgumentError(f"out_dims {out_dims!r} does not match the structure of the "
+                            "function's output", op="vmap")
+    return dims
+
+
 def _unbatch(out, level, out_dims):
     leaves, rebuild = flatten(out)
-    if isinstance(out_dims, (int, type(None))) and not isinstance(out_dims, bool):
-        dims = [out_dims] * len(leaves)
-    else:
-        dims = flatten(out_dims, is_leaf=lambda s: s is None)[0]
-        if len(dims) != len(leaves):
-            raise ArgumentError(f"out_dims {out_dims!r} does not match the structure of the "
-                                "function's output", op="vmap")
+    dims = _out_dims_per_leaf(out_dims, leaves)
     results = []
     for leaf, d in zip(leaves, dims):
         if isinstance(leaf, SparseRows):  # an embedding's gradient: dense, per member
