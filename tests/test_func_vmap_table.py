@@ -163,3 +163,14 @@ def test_per_member_gradients_equal_the_loop(op):
         want = np.stack([np.asarray(e[k].numpy()) for e in expected])
         np.testing.assert_allclose(got[k].numpy(), want, rtol=1e-9, atol=1e-12,
                                    err_msg=f"{op} input {positions[k]}")
+
+
+def test_in_place_writes_reach_a_batched_input_and_are_refused_into_an_outside_tensor():
+    x = rill.tensor(np.arange(24.0).reshape(4, 2, 3))
+    y = rill.zeros(3, 4)
+    vmap(lambda m, a: a.add_(m[0]), in_dims=(0, 1))(x, y)  # as torch.func.vmap: y changes
+    np.testing.assert_array_equal(y.numpy(), x.numpy()[:, 0, :].T)
+    acc = rill.zeros(3)
+    with pytest.raises(rill.ArgumentError, match="in-place op inside vmap"):
+        vmap(lambda m: acc.add_(m[0]))(x)
+    np.testing.assert_array_equal(acc.numpy(), np.zeros(3))  # left as it was

@@ -38,6 +38,19 @@ class Batched:
     def __array__(self, dtype=None, copy=None):
         raise escaped_error()
 
+    def check_write(self, target) -> None:
+        """An in-place op may write a batched value only into a tensor batched alike: written
+        into an outside tensor, the members would have to share one place."""
+        if type(target) is Batched and target.level is self.level and target.dim == self.dim:
+            return
+        if type(target) is Batched and target.level is self.level:
+            return
+        raise ArgumentError("an in-place op inside vmap writes a value that differs between "
+                            "batch members into a tensor that does not (one made outside the "
+                            "vmapped function, or not batched); use the out-of-place op and "
+                            "return the result, or pass that tensor in as a vmapped input",
+                            op="vmap")
+
     def host_refusal(self, what: str) -> Error:
         """The error for Python asking one value of a tensor that differs between members."""
         if not self.level.active:
@@ -164,11 +177,23 @@ def vmap(func, in_dims=0, out_dims=0, randomness: str = "error", *, chunk_size=N
         try:
             with use_interpreter(level):
                 out = func(*rebuild(members), **kwargs)
+            _write_back(leaves, members, dims)
             return _unbatch(out, level, out_dims)
         finally:
             level.active = False
 
     return batched
+
+
+def _write_back(leaves, members, dims) -> None:
+    """An input the function changed in place is changed in the caller's tensor too (as
+    torch.func.vmap does), through an in-place copy, so the tape and a capture see it."""
+    for leaf, member, d in zip(leaves, members, dims):
+        if d is None or member._version == 0:
+            continue
+        batched = member._data
+        value = _move(batched.value, batched.dim, d % leaf.ndim)
+        leaf.copy_(value)
 
 
 def _in_chunks(call, chunk, out_dims, leaves, dims, rebuild, size, kwargs):

@@ -96,6 +96,9 @@ def update_in_place(t: Tensor, fn, *args) -> Tensor:
                              f"too); write `x = x op y` for a new {result.dtype} tensor, or "
                              f"cast the operand to {t.dtype} first", op="in-place")
         result = E.cast(result, t.dtype)
+    check_write = getattr(result._data, "check_write", None)  # a transform's value (vmap)
+    if check_write is not None:
+        check_write(t._data)
     replaced, t._data = t._data, result._data
     t._version += 1
     if not ctx.interpreter.capturing:
