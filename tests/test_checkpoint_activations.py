@@ -20,6 +20,11 @@ import rill.nn.functional as RF
 from rill.utils.checkpoint import CheckpointError, checkpoint, checkpoint_sequential
 
 torch = pytest.importorskip("torch")
+if rill.gpu.is_available():
+    # torch.utils.checkpoint imports torch._dynamo, which imports Triton: rill's Triton setup
+    # must come first (kernels/triton/launch.py sets TRITON_INTERPRET, which Triton reads at
+    # import), or the interpreted gpu kernels of every later test in this process fail.
+    import rill.kernels.triton.launch  # noqa: E402, F401
 from torch.utils import checkpoint as torch_checkpoint  # noqa: E402
 
 C, H, T, B, LAYERS = 32, 4, 32, 4, 4
@@ -160,11 +165,14 @@ def _torch_peak(run):
             return out
 
     run()
-    mode = Peak()
-    mode.peak = base = used()
-    with mode:
-        run()
-    return mode.peak - base
+    found = []
+    for _ in range(3):  # the least of three: allocations made once (pools, caches) left out
+        mode = Peak()
+        mode.peak = base = used()
+        with mode:
+            run()
+        found.append(mode.peak - base)
+    return min(found)
 
 
 # ---- a GPT block stack -------------------------------------------------------------------------
@@ -241,6 +249,25 @@ def test_dropout_inside_checkpoint_gives_the_gradients_it_gives_without():
     other = run(False)  # and differs from a run whose masks differ: dropout did draw
     rill.manual_seed(8)
     assert _rill_grads(rm, lambda: _backward(_gpt_loss(rm, x, False)))[0] != other[0]
+
+
+def test_dropout_on_the_gpu_device_replays_its_philox_draws():
+    if not rill.gpu.is_available():
+        pytest.skip("no gpu device: " + "; ".join(rill.gpu.missing_parts()))
+    gpu = rill.device("gpu")
+    w = rill.tensor(np.linspace(0.5, 1.5, 16, dtype=np.float32), device=gpu, requires_grad=True)
+
+    def run(ck):
+        w.grad = None
+        x = rill.tensor(X_GPT[0, :8, :16], device=gpu, requires_grad=True)
+        rill.manual_seed(1)
+        block = lambda t: RF.dropout(rill.tanh(t * w), 0.5)  # noqa: E731
+        y = checkpoint(block, x) if ck else block(x)
+        (y * y).sum().backward()
+        return x.grad.numpy(), w.grad.numpy(), rill.rand(4, device=gpu).numpy()
+
+    for plain, checked in zip(run(False), run(True)):  # gradients, and the generator after
+        np.testing.assert_array_equal(checked, plain)
 
 
 def test_without_preserve_rng_state_the_recomputation_draws_anew():
@@ -351,6 +378,7 @@ def test_refusals_name_the_fix():
         out.sum().backward()
 
 
+@pytest.mark.filterwarnings("ignore::rill.capture.function.CaptureWarning")
 def test_a_compiled_captured_function_is_refused_as_it_hides_what_it_reads():
     lin = rill.nn.Linear(3, 3)
     block = rill.capture(lambda t: rill.tanh(lin(t)))
