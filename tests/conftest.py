@@ -22,6 +22,9 @@ def _has_cuda_gpu() -> bool:
 
 if "RILL_TRITON_INTERPRET" not in os.environ and not _has_cuda_gpu():
     os.environ["RILL_TRITON_INTERPRET"] = "1"
+    # Triton reads its own flag when it is first imported, which torch (torch._dynamo, e.g.
+    # through torch.utils.checkpoint) may do before rill's kernels: set it from the start.
+    os.environ["TRITON_INTERPRET"] = "1"
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
