@@ -71,3 +71,15 @@ default_generator = Generator()
 def manual_seed(seed: int) -> Generator:
     """Reseed the default generator, so that rand/randn/... repeat from here on."""
     return default_generator.manual_seed(seed)
+
+
+_CANDIDATE_SAMPLERS = ("log_uniform_candidate_sampler", "uniform_candidate_sampler")
+
+
+def __getattr__(name: str):
+    # TensorFlow's candidate samplers, under tf.random's names; loaded on first use, as they
+    # are built from ops that import this module.
+    if name in _CANDIDATE_SAMPLERS:
+        from . import random_candidates
+        return getattr(random_candidates, name)
+    raise AttributeError(f"module 'rill.random' has no attribute {name!r}")

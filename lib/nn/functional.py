@@ -43,6 +43,7 @@ from ..ops.pooling import (adaptive_avg_pool1d, adaptive_avg_pool2d,  # noqa: F4
                            max_pool3d)
 from ..ops.padding import pad  # noqa: F401
 from ..ops.resize import interpolate, pixel_shuffle, pixel_unshuffle  # noqa: F401
+from .sampled_losses import nce_loss, sampled_softmax_loss  # noqa: F401
 
 REDUCTIONS = ("mean", "sum", "none")
 
