@@ -23,6 +23,9 @@ from .random import Generator, manual_seed, default_generator
 from . import ops  # declares every primitive and installs Tensor methods
 from . import kernels as _kernels  # noqa: F401
 from .kernels import numpy as _numpy_kernels  # noqa: F401  (registers the CPU kernels)
+from .ops import sparse_ops as _sparse_ops  # noqa: F401  (the sparse primitives)
+from .layouts import Layout, strided, sparse_coo, sparse_csr
+from .sparse_tensor import sparse_coo_tensor, sparse_csr_tensor
 
 from .ops.creation import (tensor, as_tensor, zeros, ones, full, empty, zeros_like, ones_like,
                            full_like, empty_like, arange, linspace, eye, to_device)

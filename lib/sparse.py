@@ -56,6 +56,20 @@ class SparseRows:
         return SparseRows(tensor(unique.astype(np.int64), device=self.rows.device), rows,
                           self.shape)
 
+    def coalesced(self):
+        """(indices, rows, valid) of the batch's length: one row per distinct index in the
+        first slots, padding after them with zero rows (rill.ops.rows.coalesce_rows), so a
+        captured step's shapes do not depend on how many rows repeat. On devices without
+        that kernel, the exact coalesce (all valid), eagerly."""
+        if self.rows.device.kind == "cpu":
+            from .ops.rows import coalesce_rows
+            return coalesce_rows(self.indices, self.rows)
+        from .ops.creation import ones
+        from .dtypes import bool_
+        exact = self.coalesce()
+        valid = ones(exact.indices.shape[0], dtype=bool_, device=exact.rows.device)
+        return exact.indices, exact.rows, valid
+
     def __add__(self, other):
         if isinstance(other, SparseRows):
             from .ops.shape import concat
@@ -79,3 +93,7 @@ class SparseRows:
     def __repr__(self) -> str:
         return (f"SparseRows(indices={self.indices!r}, rows of shape {self.rows.shape}, "
                 f"dense shape {self.shape})")
+
+
+# rill.sparse is also PyTorch's torch.sparse: functions on sparse tensors (lib/sparse_tensor.py).
+from .sparse_functions import addmm, mm, softmax, sum  # noqa: E402,F401,A001

@@ -279,6 +279,27 @@ class Tensor:
         from .ops.elementwise import cast
         return cast(self, dtype)
 
+    # ---- layouts (sparse tensors: lib/sparse_tensor.py) ---------------------------------------
+
+    @property
+    def layout(self):
+        """rill.strided: a Tensor holds every element (sparse tensors are not Tensors)."""
+        from .layouts import strided
+        return strided
+
+    def to_sparse(self, sparse_dim=None, *, layout=None):
+        """The non-zero entries as a COO sparse tensor (eager only; see rill.sparse_coo_tensor)."""
+        from .sparse_tensor import to_sparse
+        return to_sparse(self, sparse_dim, layout=layout)
+
+    def to_sparse_coo(self):
+        return self.to_sparse()
+
+    def to_sparse_csr(self):
+        """A 2-d tensor's non-zero entries as a CSR sparse matrix (eager only)."""
+        from .sparse_tensor import to_sparse_csr
+        return to_sparse_csr(self)
+
 
 class ElementCount(int):
     """An int (a tensor's element count) that, called, answers PyTorch's `size()`.

@@ -58,10 +58,13 @@ def as_input(value, device) -> Tensor:
 
     Errors name no op: the op being bound names itself (bind fills in `op`)."""
     from ..sparse import SparseRows
+    from ..sparse_tensor import SparseTensor, dense_only
     from .arguments import array_like, describe
     from .creation import tensor
     if isinstance(value, SparseRows):  # a sparse gradient in dense arithmetic: p - lr * g
         return value.to_dense()
+    if isinstance(value, SparseTensor):  # a sparse tensor given to a dense op
+        raise dense_only(value, "this op")
     if not array_like(value):
         raise ArgumentError(f"expected a tensor or a number, got {describe(value)}")
     try:
