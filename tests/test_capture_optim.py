@@ -278,23 +278,6 @@ def test_changing_a_rate_inside_a_captured_step_is_refused():
     assert opt.param_groups[0]["lr"] == 0.1
 
 
-def test_sparse_adam_under_capture_is_refused_with_the_fix():
-    # Inside a graph gradients are dense (how many rows a batch touches is data), so the
-    # lazy update cannot be expressed: refused at the user's line, pointing to Adam.
-    rill.manual_seed(0)
-    table = nn.Embedding(10, 4)
-    opt = optim.SparseAdam(list(table.parameters()), lr=0.1)
-
-    def step(idx):
-        opt.zero_grad()
-        (table(idx) ** 2).sum().backward()
-        opt.step()
-
-    step(rill.tensor([0, 1, 3]))  # eagerly: fine
-    with pytest.raises(rill.CaptureError, match="SparseAdam updates only the rows.*Adam"):
-        rill.capture(step)(rill.tensor([0, 1, 3]))
-
-
 def test_a_group_replaced_by_a_plain_dict_is_guarded_whole():
     def between(opt, _, i):
         if i == 1:

@@ -5,7 +5,7 @@ storage dtype the primitive's rule inferred (tests check this for every op). Buf
 never written in place: a kernel that updates returns a new array.
 """
 from . import creation, elementwise, indexing, linalg, random, reduce, shape, sorting  # noqa: F401
-from . import activation, checks, conv, normalization, pooling, updates  # noqa: F401
+from . import activation, checks, conv, normalization, pooling, rows, updates  # noqa: F401
 from . import decompositions  # noqa: F401
 from . import attention  # noqa: F401
 from . import batch_norm, lstm_cell, prefix  # noqa: F401

@@ -34,9 +34,11 @@ def _add_rows_by_runs(out, idx, values) -> bool:
     return True
 
 
-def _index_add(x, values, *arrays, key):
-    out = x.copy()
-    if _is_row_gather(key, x.ndim) and len(arrays) == 1 and \
+def add_into(out, values, *arrays, key):
+    """out[key] += values in place, repeated indices accumulating: index_add's arithmetic,
+    also run on a variable's own buffer when a captured step updates rows of a table
+    (lib/capture/executor.py) and by rill.ops.rows.add_rows_ eagerly."""
+    if _is_row_gather(key, out.ndim) and len(arrays) == 1 and \
             _add_rows_by_runs(out, np.asarray(arrays[0]), np.asarray(values)):
         return out
     if ARRAY in key:
@@ -44,6 +46,10 @@ def _index_add(x, values, *arrays, key):
     else:
         out[numpy_key(key, arrays)] += values
     return out
+
+
+def _index_add(x, values, *arrays, key):
+    return add_into(x.copy(), values, *arrays, key=key)
 
 
 def _index_set(x, values, *arrays, key):

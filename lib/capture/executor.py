@@ -25,7 +25,7 @@ from ..errors import CaptureError
 from ..profiler import state as _profiling
 from ..tensor import new_tensor
 from . import graph_ops
-from .donation import ONE_LOCAL, donor, exclusive
+from .donation import ONE_LOCAL, donor, exclusive, row_update
 from .ir import GRAPH_OPS, Graph, _Names, format_node
 
 _programs = itertools.count()
@@ -126,7 +126,10 @@ class Program:
             ins = ", ".join(names[v] for v in node.inputs)
             targets = ", ".join(outs) + ("," if len(outs) == 1 else "")
             slots = memory.slot_of.get(i) if memory is not None else None
-            if slots is not None:
+            if row_update(graph, i, last_use):
+                scope[f"K{i}"], call = _row_update_call(step, i, ins, node.attrs, scope)
+                code = f"{outs[0]} = {call}"
+            elif slots is not None:
                 scope[f"K{i}"], call = _planned_call(node, step, i, ins, slots, scope)
                 code = f"{targets} = {call}"
                 for j, (v, name) in enumerate(zip(node.outputs, outs)):
@@ -369,6 +372,17 @@ def _donating_call(node, step, i: int, ins: str, index: int, scope):
     scope[f"U{i}"], scope[f"A{i}"] = _ufunc_of(node), node.attrs
     test = f"exclusive({buffer}, {ONE_LOCAL}{', ' if others else ''}{others})"
     return step, f"U{i}({ins}, out={buffer}) if {test} else K{i}({ins}, **A{i})"
+
+
+def _row_update_call(step, i: int, ins: str, attrs, scope):
+    """(callable, call text) adding a table's rows in the variable's own buffer when the
+    variable's slot and the program's local are its only holders (donation.py:row_update),
+    else index_add's kernel, which copies the table."""
+    from rill.kernels.numpy.indexing import add_into
+    scope["exclusive"], scope["add_into"], scope[f"A{i}"] = exclusive, add_into, attrs
+    table, rest = ins.split(", ")[0], ", ".join(ins.split(", ")[1:])
+    test = f"exclusive({table}, {ONE_LOCAL + 1}, {rest})"
+    return step, f"add_into({ins}, **A{i}) if {test} else K{i}({ins}, **A{i})"
 
 
 def _fixup(v):

@@ -282,12 +282,12 @@ def backward(roots, grads=None, *, retain_graph=False, create_graph=False) -> No
         if not create_graph and isinstance(ct, Tensor):
             ct = detached_value(ct)
         if interpreter.capturing:  # the graph reads and writes .grad as a variable
-            if isinstance(ct, SparseRows) and t.device.task is None:
-                # A graph's shapes are fixed, and how many distinct rows a batch touches is
-                # data: inside a capture a gather's gradient is the dense tensor it stands
-                # for (the same values; clipping, manual updates and optimizers see a Tensor).
-                # A table another task holds (a parameter server's) keeps its rows: the
-                # optimizer updates only them there, and its .grad is not kept (tracer).
+            if isinstance(ct, SparseRows) and t.device.task is None and \
+                    t.device.kind != "cpu":
+                # A gather's gradient keeps its rows in a graph as it does eagerly: its
+                # shapes are the batch's, and optimizers coalesce it to those shapes
+                # (ops/rows.py). Off the CPU, where that kernel is missing, it is the dense
+                # tensor it stands for. A .grad kept past the step is stored dense (tracer).
                 ct = ct.to_dense()
             old = interpreter.current_grad(t)
             interpreter.set_grad(t, ct if old is None else add_cotangents(old, ct))

@@ -1,6 +1,6 @@
 """Primitive declarations, one module per family, and the composites built on them."""
 from . import creation, elementwise, indexing, linalg, random, reduce, shape, sorting  # noqa: F401
-from . import activation, checks, conv, normalization, pooling, updates  # noqa: F401
+from . import activation, checks, conv, normalization, pooling, rows, updates  # noqa: F401
 from . import batch_norm, conversion, data_types, lstm_cell, prefix, searching, sets  # noqa: F401
 from . import keywords
 

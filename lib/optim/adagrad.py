@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from ..errors import ArgumentError
 from ..ops.creation import full_like
-from ..ops.elementwise import cast, sqrt
-from ..ops.indexing import index_add, index_set
+from ..ops.elementwise import cast, sqrt, where
+from ..ops.rows import add_rows_, per_row
 from ..sparse import SparseRows
 from ..ops.methods import assign
 from .optimizer import Optimizer, step_count
@@ -63,12 +63,14 @@ class Adagrad(Optimizer):
                     raise ArgumentError("weight_decay is not compatible with sparse gradients "
                                         "(it would change every row); a parameter of shape "
                                         f"{p.shape} has a SparseRows gradient", op=self._name)
-                g = g.coalesce()  # the update is not linear in g: one row per index
-                rows = -g.rows if maximize else g.rows
-                key = (g.indices,)
-                sum_rows = total[key] + rows * rows
-                assign(total, index_set(total, key, sum_rows))
-                assign(p, index_add(p, key, rows / (sqrt(sum_rows) + eps) * -clr))
+                # Not linear in g: one row per index (padding after them: zero rows, masked).
+                indices, rows, valid = g.coalesced()
+                rows = -rows if maximize else rows
+                squares = rows * rows
+                sum_rows = total[(indices,)] + squares
+                add_rows_(total, indices, squares)
+                add_rows_(p, indices, where(per_row(valid, rows),
+                                            rows / (sqrt(sum_rows) + eps) * -clr, 0.0))
                 continue
             if maximize:
                 g = -g

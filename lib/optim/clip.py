@@ -40,7 +40,7 @@ def _values(g, ord):
         return g
     if ord <= 0:  # the untouched (zero) rows decide these norms
         return g.to_dense()
-    return g.coalesce().rows  # repeated indices add up first
+    return g.coalesced()[1]  # repeated indices add up first (padding rows are zero)
 
 
 # Gradients joined into one vector for their total norm up to this many entries in all: the
@@ -165,7 +165,8 @@ def clip_grad_value_(parameters, clip_value: float, foreach=None) -> None:
             g = p.grad
             bound = _threshold(clip_value, g.dtype)
             if isinstance(g, SparseRows):
-                g = g.coalesce()  # clamp the sums of repeated indices, not their parts
-                p.grad = SparseRows(g.indices, clip(g.rows, -bound, bound), g.shape)
+                # clamp the sums of repeated indices, not their parts (padding rows are 0)
+                indices, rows, _ = g.coalesced()
+                p.grad = SparseRows(indices, clip(rows, -bound, bound), g.shape)
             else:
                 p.grad = clip(g, -bound, bound)

@@ -4,7 +4,7 @@ from __future__ import annotations
 from ..errors import ArgumentError
 from ..ops.creation import zeros_like
 from ..ops.elementwise import scaled_add, where
-from ..ops.indexing import index_add
+from ..ops.rows import add_rows_
 from ..sparse import SparseRows
 from ..ops.methods import assign
 from .optimizer import Optimizer, add_scaled, scale, step_count
@@ -70,7 +70,7 @@ class SGD(Optimizer):
             if isinstance(g, SparseRows):
                 if not with_momentum and weight_decay == 0:
                     # Linear in g, so repeated indices need no coalescing: index_add sums them.
-                    assign(p, index_add(p, (g.indices,), scale(g.rows, lr if maximize else -lr)))
+                    add_rows_(p, g.indices, scale(g.rows, lr if maximize else -lr))
                     continue
                 g = g.to_dense()
             if maximize:

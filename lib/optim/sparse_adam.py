@@ -4,10 +4,9 @@ from __future__ import annotations
 from ..eager.context import current
 from ..errors import ArgumentError, CaptureError
 from ..ops.creation import zeros_like
-from ..ops.elementwise import cast, sqrt
-from ..ops.indexing import index_add, index_set
+from ..ops.elementwise import cast, sqrt, where
+from ..ops.rows import add_rows_, per_row
 from ..sparse import SparseRows
-from ..ops.methods import assign
 from .optimizer import Optimizer, scale, step_count
 
 
@@ -63,18 +62,21 @@ class SparseAdam(Optimizer):
             state["step"] += 1
             step = state["step"]
             lr, (beta1, beta2) = hypers(p.device)
-            g = g.coalesce()  # the update is not linear in g: one row per index
-            rows = -g.rows if maximize else g.rows
+            # Not linear in g: one row per index (padding after them: zero rows, masked).
+            indices, rows, valid = g.coalesced()
+            rows = -rows if maximize else rows
             if rows.shape[0] == 0:
                 continue
-            key = (g.indices,)
+            key, mask = (indices,), per_row(valid, rows)
             m, v = state["exp_avg"], state["exp_avg_sq"]
-            # old + (1 - beta) * (new - old): PyTorch's arithmetic, so the results agree.
+            # old + (1 - beta) * (new - old): PyTorch's arithmetic, so the results agree; the
+            # change is added in place (old + change is change + old, bit for bit).
             m_old = m[key]
-            m_rows = scale(rows - m_old, 1.0 - beta1) + m_old
-            assign(m, index_set(m, key, m_rows))
+            m_change = where(mask, scale(rows - m_old, 1.0 - beta1), 0.0)
+            add_rows_(m, indices, m_change)
             v_old = v[key]
-            v_rows = scale(rows * rows - v_old, 1.0 - beta2) + v_old
-            assign(v, index_set(v, key, v_rows))
+            v_change = where(mask, scale(rows * rows - v_old, 1.0 - beta2), 0.0)
+            add_rows_(v, indices, v_change)
+            m_rows, v_rows = m_change + m_old, v_change + v_old
             step_size = cast(sqrt(1.0 - beta2 ** step) * lr / (1.0 - beta1 ** step), p.dtype)
-            assign(p, index_add(p, key, m_rows / (sqrt(v_rows) + eps) * -step_size))
+            add_rows_(p, indices, where(mask, m_rows / (sqrt(v_rows) + eps) * -step_size, 0.0))
