@@ -212,6 +212,19 @@ def test_an_accidental_hit_gets_no_probability_and_no_gradient():
     np.testing.assert_allclose(dense(b.grad)[3], true_share - 1.0, rtol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("kind", LOSSES)
+def test_the_loss_keeps_the_inputs_dtype(kind, dtype):
+    dtype = getattr(rill, dtype)
+    p = problem("repeated_samples")  # with accidental hits, which add the dtype's lowest
+    w, b, x = (rill.tensor(p[k]).astype(dtype) for k in ("w", "b", "x"))
+    got = rill_loss(LOSSES[kind][0], p, w, b, x)
+    assert got.dtype == dtype
+    rounded = {k: t.astype(rill.float64).numpy() for k, t in zip("wbx", (w, b, x))}
+    expected = LOSSES[kind][1](*reference_args(dict(p, **rounded)))
+    np.testing.assert_allclose(got.astype(rill.float64).numpy(), expected, rtol=0.05)
+
+
 # ---- gradients are sparse rows; partitions ------------------------------------------------
 
 def test_embedding_weight_gets_sparse_rows_of_true_and_sampled_classes():

@@ -113,7 +113,8 @@ def _sampled_logits(op, weights, biases, labels, inputs, num_sampled, num_classe
     if remove_accidental_hits:
         hits = _accidental_hits(labels, sampled)
         lowest = dt.finfo(sampled_logits.dtype).min
-        sampled_logits = sampled_logits + E.where(hits, lowest, 0.0)
+        sampled_logits = sampled_logits + E.cast(E.where(hits, lowest, 0.0),
+                                                 sampled_logits.dtype)
     true_logits = true_logits - E.cast(E.log(true_count), true_logits.dtype)
     sampled_logits = sampled_logits - E.cast(E.log(sampled_count), sampled_logits.dtype)
     return concat([true_logits, sampled_logits], axis=1), num_true
