@@ -396,6 +396,15 @@ def _cond_mix(p, x, y):
     return rill.cond(p, lambda a, b: a * b, lambda a, b: rill.sin(a) - b, x, y)
 
 
+def _np_coalesce_rows(indices, rows):
+    unique, inverse = np.unique(indices, return_inverse=True)
+    n, k = len(indices), len(unique)
+    summed = np.zeros_like(rows)
+    np.add.at(summed, inverse.reshape(-1), rows)
+    padded = np.concatenate([unique, np.full(n - k, unique[0] if k else 0)]).astype(np.int64)
+    return padded, summed, np.arange(n) < k
+
+
 OPS = [
     # ---- unary -----------------------------------------------------------------------------
     unary("neg", np.negative, torch.neg),
@@ -1151,7 +1160,12 @@ OPS = [
     Op("fused", lambda x, y: _run_fused(x, y), _fusable_chain(np), _fusable_chain(torch),
        [((3, 4), (4,)), ((2, 3), (2, 3)), ((), ())],
        dtypes=("float32", "float16")),  # bfloat16 is never fused (by design)
+    # An optimizer's coalescing of a sparse gradient (no gradient of its own; no torch op).
+    Op("coalesce_rows", lambda i, r: rill.ops.rows.coalesce_rows(i, r), _np_coalesce_rows,
+       None, [(ints((6,), 0, 4), (6, 3)), (ints((1,), 0, 9), (1, 2)), (ints((0,), 0, 3), (0, 2)),
+              (ints((5,), 0, 2), (5,))], grad=False, dtypes=("float32",)),
 ]
+
 
 
 def _torch_reduce(fn, x, axis, keepdim):
