@@ -109,6 +109,7 @@ class _uniform:
 # ---- the sampler ---------------------------------------------------------------------------
 
 def _sample(op, law, true_classes, num_true, num_sampled, unique, range_max, seed):
+    range_max = as_int(range_max, "range_max", op, low=1)
     true_classes = _true_classes(true_classes, num_true, range_max, op)
     num_sampled = as_int(num_sampled, "num_sampled", op, low=1)
     unique = as_bool(unique, "unique", op)
@@ -161,7 +162,6 @@ def _expected_count(p, num_tries, num_sampled):
 def _true_classes(true_classes, num_true, range_max, op):
     true_classes = detached_value(as_tensor(true_classes, "true_classes", op))
     num_true = as_int(num_true, "num_true", op, low=1)
-    range_max = as_int(range_max, "range_max", op, low=1)
     if true_classes.dtype.kind not in "iu":
         raise DTypeError(f"true_classes must be integer class ids, got {true_classes.dtype}",
                          op=op)
