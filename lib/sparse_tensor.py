@@ -54,9 +54,9 @@ def dense_only(value, what: str, error=ArgumentError):
     """The error for a dense-only op or method given a sparse tensor (a method the class
     lacks raises it as an AttributeError too, so hasattr() stays truthful)."""
     return error(f"{what} needs a dense tensor and got a {value.layout.name} tensor of "
-                      f"shape {list(value.shape)}; convert it with .to_dense() first (or use "
-                      "rill.sparse.mm / rill.sparse.sum / rill.sparse.softmax, which keep it "
-                      "sparse)")
+                 f"shape {list(value.shape)}; convert it with .to_dense() first (or use "
+                 "rill.sparse.mm / rill.sparse.sum / rill.sparse.softmax, which keep it "
+                 "sparse)")
 
 
 def _host(t: Tensor) -> np.ndarray:
@@ -171,8 +171,8 @@ class SparseTensor(tuple):
     def to(self, target):
         """A dtype converts the values; a device moves every component."""
         from . import dtypes as dt
-        if isinstance(target, (dt.DType, type)) or (isinstance(target, str) and
-                                                     target in dt._BY_NAME):
+        if isinstance(target, (dt.DType, type)) or \
+                (isinstance(target, str) and target in dt._BY_NAME):
             return self._with_values(self._vals.to(target))
         return self._map(lambda t: t.to(target))
 
@@ -231,6 +231,8 @@ class SparseTensor(tuple):
     # ---- what a sparse tensor is not -----------------------------------------------------
 
     def __getitem__(self, key):
+        if isinstance(key, slice):  # code that walks tuples (capture's) sees the components
+            return _part(self, key)
         raise dense_only(self, "indexing")
 
     def __len__(self) -> int:
