@@ -84,3 +84,16 @@ def test_add_rows_writes_in_place_only_when_no_one_else_holds_the_buffer():
     assert id(t._data) != first
     np.testing.assert_array_equal(view.numpy()[3], [1, 1])
     np.testing.assert_array_equal(t.numpy()[5], [2, 2])
+
+
+def test_topk_by_partition_equals_the_stable_sort_with_ties():
+    # Long rows take the partition path (kernels/numpy/sorting.py); ties must resolve as the
+    # stable sort resolves them: the lower index first, and the lowest indices kept.
+    rng = np.random.default_rng(3)
+    for largest in (True, False):
+        x = rill.tensor(rng.integers(0, 6, size=(3, 2048)).astype(np.float32))
+        values, idx = rill.topk(x, 300, largest=largest)
+        order = np.argsort(-x.numpy() if largest else x.numpy(), axis=-1, kind="stable")
+        np.testing.assert_array_equal(idx.numpy(), order[:, :300])
+        np.testing.assert_array_equal(values.numpy(), np.take_along_axis(x.numpy(), order,
+                                                                          -1)[:, :300])
