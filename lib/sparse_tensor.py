@@ -39,15 +39,18 @@ _part = tuple.__getitem__
 
 
 def _capturing() -> bool:
+    """True under any interpreter but eager's (a capture, vmap): index values are not data
+    there, so nothing may read them."""
     from .eager.context import current
-    return current().interpreter.capturing
+    interpreter = current().interpreter
+    return interpreter.capturing or getattr(interpreter, "reruns_python", False)
 
 
 def _refuse_in_capture(op: str, instead: str) -> None:
     if _capturing():
         raise CaptureError(f"{op} depends on the sparse tensor's index values (the number of "
-                           f"stored entries is a shape, fixed in a captured graph); {instead}",
-                           op=op)
+                           f"stored entries is a shape, fixed in a captured graph and the "
+                           f"same for every member of a vmap); {instead}", op=op)
 
 
 def dense_only(value, what: str, error=ArgumentError):

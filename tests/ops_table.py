@@ -1557,3 +1557,54 @@ def _top_projector(lib, vectors, k):
     """V_k V_k^T over the last k eigenvectors (ascending order: the top k eigenvalues)."""
     top = vectors[..., -k:]
     return top @ lib.swapaxes(top, -1, -2)
+
+
+# ---- sparse tensors (lib/sparse_tensor.py): the primitives through their public calls -----
+
+_SPARSE_SIZE = (3, 4)
+_CSR_CROW, _CSR_COL = [0, 2, 2, 5], [0, 3, 1, 2, 3]  # row 1 empty
+_COO_SORTED = [[0, 0, 1, 2, 2], [1, 3, 2, 0, 3]]  # coalesced: sorted, distinct
+
+
+def _np_coo_dense(indices, values, size):
+    out = np.zeros(size + values.shape[1:])
+    np.add.at(out, tuple(indices), values)
+    return out
+
+
+def _np_csr_indices():
+    return np.array([np.repeat(np.arange(3), np.diff(_CSR_CROW)), _CSR_COL])
+
+
+def _np_sparse_softmax(values, segments):
+    out = np.empty_like(values)
+    for s in np.unique(segments):
+        e = np.exp(values[segments == s] - values[segments == s].max())
+        out[segments == s] = e / e.sum()
+    return out
+
+
+def _fixed(array):
+    return lambda rng: np.array(array, dtype=np.int64)
+
+
+OPS += [
+    Op("sparse_coo_mm",
+       lambda i, v, d: rill.sparse.mm(rill.sparse_coo_tensor(i, v, _SPARSE_SIZE), d),
+       lambda i, v, d: _np_coo_dense(i, v, _SPARSE_SIZE) @ d,
+       lambda i, v, d: torch.sparse.mm(torch.sparse_coo_tensor(i, v, _SPARSE_SIZE), d),
+       [(ints((2, 6), 0, 3), (6,), (4, 2)), (ints((2, 0), 0, 3), (0,), (4, 5))]),
+    Op("sparse_csr_mm",
+       lambda r, c, v, d: rill.sparse.mm(rill.sparse_csr_tensor(r, c, v, _SPARSE_SIZE), d),
+       lambda r, c, v, d: _np_coo_dense(_np_csr_indices(), v, _SPARSE_SIZE) @ d,
+       lambda r, c, v, d: torch.sparse.mm(
+           torch.sparse_coo_tensor(torch.from_numpy(_np_csr_indices()), v, _SPARSE_SIZE), d),
+       [(_fixed(_CSR_CROW), _fixed(_CSR_COL), (5,), (4, 2))]),
+    Op("segment_softmax",
+       lambda i, v: rill.sparse.softmax(
+           rill.sparse_coo_tensor(i, v, _SPARSE_SIZE, is_coalesced=True), 1).values(),
+       lambda i, v: _np_sparse_softmax(v, i[0]),
+       lambda i, v: torch.sparse.softmax(
+           torch.sparse_coo_tensor(i, v, _SPARSE_SIZE, is_coalesced=True), 1).values(),
+       [(_fixed(_COO_SORTED), (5,))]),
+]
