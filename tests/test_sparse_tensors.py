@@ -366,3 +366,17 @@ def test_saved_graph_with_sparse_values_loads_and_runs(rng, tmp_path):
     rebuilt = SparseCOO(*p)
     np.testing.assert_array_equal(rebuilt.values().numpy(), ep.values().numpy())
     np.testing.assert_array_equal(rebuilt.indices().numpy(), ep.indices().numpy())
+
+
+def test_vmap_over_the_dense_operand_folds_members_into_columns(rng):
+    import warnings
+    from rill.func import vmap
+    indices, values = random_coo(rng)
+    coo = rill.sparse_coo_tensor(indices, values, (5, 7))
+    dense = rill.tensor(rng.standard_normal((4, 7, 3)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a batching rule, not the per-member loop
+        for s in (coo, coo.to_sparse_csr()):
+            got = vmap(lambda d: s @ d)(dense)
+            expected = np.stack([(s @ dense[i]).numpy() for i in range(4)])
+            np.testing.assert_allclose(got.numpy(), expected, rtol=1e-14)

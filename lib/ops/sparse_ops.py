@@ -14,6 +14,8 @@ the components, not a sparse value: the tape, capture and saved graphs see dense
 Gradients: A @ dense is linear in dense (A^T g: the COO product with rows and columns
 swapped, so the transpose needs no sorting) and in the values (g[row] . dense[col] per
 entry). Index inputs get none. There are CPU kernels only (kernels/numpy/sparse.py).
+vmap over the dense operand (or the softmax's values) folds the members into columns; a
+batched index input runs once per member.
 """
 from __future__ import annotations
 
@@ -21,7 +23,8 @@ from .. import dtypes as dt
 from ..eager.bind import bind
 from ..errors import DTypeError, ShapeError
 from . import attrs as A
-from .primitive import primitive
+from . import batching
+from .primitive import PRIMITIVES, primitive
 
 _CPU = ("sparse tensors have CPU kernels only (SciPy or NumPy); move the sparse tensor and "
         "the dense operand with .to('cpu'), or use s.to_dense() on the gpu")
@@ -110,14 +113,41 @@ def _softmax_vjp(g, y, values, segments, *, num_segments):
     return y * (g - take(totals, segments, 0)), None
 
 
+def _batched_only(position: int, fold):
+    """A vmap rule for when only input `position` is batched (else the loop): its batch
+    axis moved to axis 1, where `fold` lets the op treat the members as more columns."""
+    def rule(prim, size, args, dims, attrs):
+        if any(d is not None for i, d in enumerate(dims) if i != position):
+            return batching.loop(prim, size, args, dims, attrs)
+        x = batching.to_front(args[position], dims[position])
+        x = bind(PRIMITIVES["transpose"], x, axes=(1, 0) + tuple(range(2, x.ndim)))
+        return fold(prim, size, list(args[:position]) + [x] + list(args[position + 1:]),
+                    attrs), 1
+    return rule
+
+
+def _as_columns(prim, size, args, attrs):
+    # dense [k, B, n] -> [k, B*n]: one product for every member; the result [m, B, n]
+    dense = args[-1]
+    flat = bind(PRIMITIVES["reshape"], dense, shape=(dense.shape[0], size * dense.shape[2]))
+    out = bind(prim, *args[:-1], flat, **attrs)
+    return bind(PRIMITIVES["reshape"], out, shape=(out.shape[0], size, dense.shape[2]))
+
+
+def _as_dense_axis(prim, size, args, attrs):
+    # values [nnz, B, ...]: a trailing axis, along which the softmax is separate already
+    return bind(prim, *args, **attrs)
+
+
 sparse_coo_mm_p = primitive("sparse_coo_mm", _coo_mm_infer, _coo_mm_vjp, cpu_only=_CPU,
-                            attrs={"n_rows": A.Int(0)})
+                            attrs={"n_rows": A.Int(0)}, batch=_batched_only(3, _as_columns))
 sparse_csr_mm_p = primitive("sparse_csr_mm", _csr_mm_infer, _csr_mm_vjp, cpu_only=_CPU,
-                            attrs={})
+                            attrs={}, batch=_batched_only(3, _as_columns))
 csr_rows_p = primitive("csr_rows", _csr_rows_infer, None, cpu_only=_CPU,
-                       attrs={"nnz": A.Int(0)})
+                       attrs={"nnz": A.Int(0)}, batch=batching.loop)
 segment_softmax_p = primitive("segment_softmax", _softmax_infer, _softmax_vjp, cpu_only=_CPU,
-                              save_output=True, attrs={"num_segments": A.Int(0)})
+                              save_output=True, attrs={"num_segments": A.Int(0)},
+                              batch=_batched_only(0, _as_dense_axis))
 
 
 def coo_mm(rows, cols, values, dense, n_rows: int):
