@@ -10,7 +10,12 @@ for it, and writes on the status board how it ended — the exit code, or the si
 killed it, which a process killed by SIGKILL cannot write itself. The watcher passes a
 request to stop (SIGTERM, SIGINT, SIGHUP, SIGQUIT: mpiexec stopping the job) on to the rank
 as SIGTERM (SIGKILL at a second request, or after 5 s); the rank dies with its watcher, and
-the watcher stops the rank if mpiexec dies.
+the watcher stops the rank if mpiexec dies. Processes the rank started and left running
+(reparented to the watcher, a child subreaper) are ended when the rank ends (process_tree.py).
+
+A rank that fails says why on the board as well as in its output (its last words: the text
+of `sys.exit("message")`, or its exception's first line), so that rill-launch can name the
+reason even when the output was cut short by the job's end.
 """
 from __future__ import annotations
 
@@ -51,7 +56,9 @@ class LabelledLines(io.TextIOBase):
 def watch(path: str, rank: int, size: int) -> None:
     """Fork; return in the child, which runs the rank. The parent waits for it, writes how it
     ended on the status board, and ends the same way (never returns)."""
+    from .process_tree import become_subreaper
     launcher, parent = os.getppid(), os.getpid()
+    become_subreaper()  # the rank's own processes come here when it dies (_end_leftovers)
     child = os.fork()
     if child == 0:
         _die_with(parent, signal.SIGKILL)
@@ -79,11 +86,12 @@ def watch(path: str, rank: int, size: int) -> None:
     signal.alarm(0)
     late = os.WIFSIGNALED(status) and not stops and \
         os.WTERMSIG(status) in STOP_SIGNALS and _stop_follows(stops)
-    for s in STOP_SIGNALS:
-        signal.signal(s, signal.SIG_DFL)
+    for s in STOP_SIGNALS:  # from here on a stop request is only noted
+        signal.signal(s, lambda signum, frame: stops.append(signum))
     if not os.WIFSIGNALED(status):
         code = os.waitstatus_to_exitcode(status)
         board.ended(rank, "exited", code)
+        _end_leftovers()
         os._exit(code)
     killed_by = os.WTERMSIG(status)
     # Stopped: it died of a signal this watcher sent, or of a stop signal sent to the whole
@@ -92,16 +100,31 @@ def watch(path: str, rank: int, size: int) -> None:
     # stop request to the watcher, a user's kill of the rank alone) is what killed it.
     if stops and (killed_by in sent or late):
         board.ended(rank, "stopped", stops[0])
+        _end_leftovers()
         os._exit(128 + stops[0])
     board.ended(rank, "killed", killed_by)
+    _end_leftovers()
     # End as the rank did, so that mpiexec reports and handles it as before (no core file:
     # the rank has written its own if it was going to).
     import resource
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    for s in STOP_SIGNALS:
+        signal.signal(s, signal.SIG_DFL)
     if killed_by not in (signal.SIGKILL, signal.SIGSTOP):
         signal.signal(killed_by, signal.SIG_DFL)
     os.kill(os.getpid(), killed_by)
     os._exit(128 + killed_by)
+
+
+# How long the processes a rank left behind get to end on SIGTERM before SIGKILL.
+LEFTOVER_GRACE_S = 1.0
+
+
+def _end_leftovers() -> None:
+    """End the processes the rank started and left running (reparented to this watcher,
+    its subreaper): they belong to the job, which is over for this rank."""
+    from .process_tree import end_descendants
+    end_descendants(LEFTOVER_GRACE_S)
 
 
 # How long a watcher whose rank died of a stop signal it did not send waits for a stop
@@ -170,6 +193,13 @@ def _let_output_drain() -> None:
             time.sleep(0.01)
 
 
+def _first_line(e: BaseException) -> str:
+    """"ValueError: the first line of its message", as a traceback ends."""
+    import traceback
+    text = "".join(traceback.format_exception_only(type(e), e)).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
 def main() -> None:
     rank = int(os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0")))
     size = int(os.environ.get("PMI_SIZE", os.environ.get("OMPI_COMM_WORLD_SIZE", "1")))
@@ -184,16 +214,21 @@ def main() -> None:
     script, *args = sys.argv[1:]
     sys.argv = [script, *args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
-    code = 0
+    code, words = 0, ""
     try:
         runpy.run_path(script, run_name="__main__")
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    except BaseException:  # noqa: BLE001 - reported here, then the whole job is stopped
+        if not isinstance(e.code, int) and e.code is not None:
+            words = str(e.code)  # Python prints it on the way out; it is ours to print now
+            print(words, file=sys.stderr)
+    except BaseException as e:  # noqa: BLE001 - reported here, then the whole job is stopped
         sys.excepthook(*sys.exc_info())  # rill hides its own frames there
-        code = 1
+        code, words = 1, _first_line(e)
     for s in streams:
         s.close_line()
+    if code and board_path:
+        StatusBoard(board_path, size).say(rank, words)
     if code:
         # One failed rank fails the job: the others may be waiting for it in an exchange,
         # so MPI stops them all now (rill-launch may then start the job again).

@@ -65,6 +65,8 @@ def wait_until(done, w: World, what: str, peers=None, deadline: float | None = N
         else:  # then back off, so that a rank waiting on a slow one idles
             time.sleep(pause)
             pause = min(pause * 1.5, 2e-3)
+    if w.board is not None:
+        w.board.left()
 
 
 _yield = getattr(os, "sched_yield", lambda: time.sleep(0))
@@ -75,7 +77,7 @@ def timeout_error(w: World, what: str, peers=None) -> DistributedError:
     whose process is stopped (SIGSTOP) or gone is named first, wherever it is in the job:
     it holds up every exchange that needs it, so the ranks waited for may only be waiting
     for it in turn. `peers` may be a function of the board's rows."""
-    from .status import process_state
+    from .status import EXCHANGES, process_state
     head = f"{what} on {w.name} (rank {w.rank}) did not complete within {w.timeout:g} s"
     op = what.split(" ")[0]
     if w.board is None:
@@ -90,9 +92,23 @@ def timeout_error(w: World, what: str, peers=None) -> DistributedError:
     halted = [r for r, row in enumerate(rows) if r != w.rank and process_state(row)]
     parts = [describe(w, r, rows[r]) for r in halted] + \
         [describe(w, r, rows[r]) for r in peers if r not in halted]
+    # Ranks in their own code all the time this one waited: a rank waited for may itself be
+    # waiting for one of them (a ps in a synchronous step waits for every worker), which
+    # `peers` cannot tell. Named apart: nothing says this exchange needs them.
+    waited = rows[w.rank].ago or 0.0
+    busy = [r for r, row in enumerate(rows)
+            if r != w.rank and r not in halted and r not in peers and row.ending == "running"
+            and row.left_ago is not None and row.operation in EXCHANGES
+            and row.ago is not None and row.ago >= waited - 0.05]
+    tail = ""
+    if busy:
+        named = [describe(w, r, rows[r]) for r in busy[:8]]
+        more = f"; and {len(busy) - 8} more" if len(busy) > 8 else ""
+        tail = (". In their own code, entering no exchange, all the time this rank waited "
+                f"(what the ranks above may be waiting for): {'; '.join(named)}{more}")
     if not parts:
-        return DistributedError(head, op=op)
-    return DistributedError(f"{head}: waiting for {'; '.join(parts)}", op=op)
+        return DistributedError(head + tail, op=op)
+    return DistributedError(f"{head}: waiting for {'; '.join(parts)}{tail}", op=op)
 
 
 def describe(w: World, r: int, row) -> str:
@@ -109,8 +125,9 @@ def describe(w: World, r: int, row) -> str:
         how = f", {row.outcome()} {row.ended_ago or 0:.1f} s ago"
     else:
         how = ""
+    doing = row.doing(_name(w, r)) if not state and row.ending == "running" else ""
     return (f"rank {r} ({_name(w, r)}){how}, last seen entering {row.operation} "
-            f"(its collective #{row.collectives}{when})")
+            f"(its collective #{row.collectives}{when}){', ' + doing if doing else ''}")
 
 
 def _name(w: World, rank: int) -> str:

@@ -38,9 +38,11 @@ than one node, point the status board at a shared filesystem (status.py).
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -48,7 +50,11 @@ import threading
 import time
 
 from rich.console import Console
-from rich.table import Table
+
+from .job_report import board_rows, outcome, rank_table, role_of, settle
+from .job_stop import JobStop
+from .process_tree import become_subreaper, end_descendants, parent_death_signal
+from .world import DEFAULT_TIMEOUT_S
 
 
 def find_mpiexec(given: str | None = None) -> str:
@@ -62,10 +68,6 @@ def find_mpiexec(given: str | None = None) -> str:
         raise SystemExit("rill-launch: no mpiexec found; install one with "
                          "pip install 'rill[distributed]' (mpi4py and the MPICH wheel)")
     return found
-
-
-def role_of(rank: int, num_ps: int) -> str:
-    return f"ps{rank}" if rank < num_ps else f"worker{rank - num_ps}"
 
 
 # Set where a host file or a resource manager lets mpiexec spread the job over hosts.
@@ -83,20 +85,78 @@ def slurm_launcher() -> list[str] | None:
     return [srun, *mpi, "--export=ALL", "--kill-on-bad-exit=1", "--quit-on-interrupt"]
 
 
-def process_manager(given: str | None) -> tuple[list[str], dict]:
-    """(the command that starts the ranks, given -n N after it; environment it adds). An
+def network_env(iface: str | None) -> dict:
+    """The ranks' MPI network layers (UCX, libfabric) bound to one interface."""
+    return {k: iface for k in LOOPBACK_ENV} if iface else {}
+
+
+def process_manager(given: str | None, hosts: str | None = None, hostfile: str | None = None,
+                    iface: str | None = None) -> tuple[list[str], dict]:
+    """(the command that starts the ranks, given -n N after it; environment it adds). With
+    hosts (--hosts, --hostfile): Hydra's mpiexec over them (gforker runs one host only). An
     mpiexec given is used as is; in a Slurm allocation, srun; on one host with the mpiexec
     found here, MPICH's mpiexec.gforker beside it when there is one, and the ranks on
-    loopback only."""
+    loopback only. `iface` binds the ranks' network layers (and Hydra) to that interface."""
+    if hosts or hostfile:
+        mpiexec = find_mpiexec(given)
+        if os.path.basename(mpiexec).startswith("mpiexec.gforker"):
+            raise SystemExit("rill-launch: --hosts and --hostfile need Hydra's mpiexec (MPICH's "
+                             f"gforker runs every rank on this host), not {mpiexec}")
+        where = ["-hosts", hosts] if hosts else ["-f", hostfile]
+        return [mpiexec, *where, *(["-iface", iface] if iface else [])], network_env(iface)
     srun = None if given else slurm_launcher()
+    if srun is not None:
+        return srun, network_env(iface)
     if srun is not None:
         return srun, {}
     mpiexec = find_mpiexec(given)
     if given or not sys.platform.startswith("linux") or any(k in os.environ
                                                             for k in CLUSTER_ENV):
-        return [mpiexec], {}
+        return [mpiexec, *(["-iface", iface] if iface and not given else [])], \
+            network_env(iface)
     forker = os.path.join(os.path.dirname(mpiexec), "mpiexec.gforker")
     return [forker if os.path.exists(forker) else mpiexec], dict(LOOPBACK_ENV)
+
+
+def seconds(text: str) -> float:
+    """--timeout's type: a positive, finite number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: the timeout must be a positive, finite "
+                                         "number of seconds (e.g. 60)")
+    return value
+
+
+def check_script(path: str) -> str | None:
+    """Why the script cannot run (None if it can): checked before any rank starts, so that a
+    typo costs one line, not N tracebacks. A directory or zip file with a __main__.py runs as
+    `python path` would run it."""
+    import zipfile
+    if not os.path.exists(path):
+        return f"no such file: {path}"
+    if os.path.isdir(path):
+        main_file = os.path.join(path, "__main__.py")
+        if not os.path.isfile(main_file):
+            return f"{path} is a directory without a __main__.py"
+        path = main_file
+    if not os.access(path, os.R_OK):
+        return f"{path} is not readable (permissions: {stat.filemode(os.stat(path).st_mode)})"
+    if zipfile.is_zipfile(path):
+        return None
+    try:
+        with open(path, "rb") as f:
+            compile(f.read(), path, "exec", dont_inherit=True)
+    except OSError as e:
+        return f"cannot read {path}: {e.strerror}"
+    except SyntaxError as e:  # the caret lines Python itself would print
+        import traceback
+        return "".join(traceback.format_exception_only(type(e), e)).rstrip()
+    except ValueError as e:  # e.g. a NUL byte in the source
+        return f"{path} is not Python source: {e}"
+    return None
 
 
 def parse(argv):
@@ -105,12 +165,21 @@ def parse(argv):
     p.add_argument("--ps", type=int, default=0, help="how many of them are parameter servers")
     p.add_argument("--max-restarts", type=int, default=0,
                    help="start a failed job again at most this many times")
-    p.add_argument("--timeout", type=float, default=300.0,
+    p.add_argument("--timeout", type=seconds, default=DEFAULT_TIMEOUT_S,
                    help="seconds any blocking exchange may wait before it fails, naming the "
-                        "ranks that did not arrive")
+                        "ranks that did not arrive (default %(default)g; raise it for jobs "
+                        "where a rank works alone for longer between exchanges)")
     p.add_argument("--mpiexec", default=None,
                    help="the mpiexec to run (default: srun inside a Slurm allocation, else "
                         "the one found)")
+    p.add_argument("--hosts", default=None, metavar="HOST[:N],...",
+                   help="spread the ranks over these hosts with Hydra's mpiexec (its -hosts; "
+                        "N ranks on a host before the next)")
+    p.add_argument("--hostfile", default=None, metavar="FILE",
+                   help="the same, from a file of 'host[:N]' lines (Hydra's -f)")
+    p.add_argument("--iface", default=None, metavar="NAME",
+                   help="the network interface the ranks talk over (e.g. eth1): Hydra's "
+                        "-iface, and UCX_NET_DEVICES / FI_TCP_IFACE for the ranks")
     p.add_argument("script", help="the Python script every rank runs")
     p.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
     a = p.parse_args(argv)
@@ -118,15 +187,22 @@ def parse(argv):
         p.error(f"-n must be at least 1, got {a.n}")
     if not 0 <= a.ps < a.n:
         p.error(f"--ps {a.ps} leaves no worker among {a.n} processes")
-    if a.max_restarts < 0 or a.timeout <= 0:
-        p.error("--max-restarts must be >= 0 and --timeout > 0")
+    if a.max_restarts < 0:
+        p.error(f"--max-restarts must be >= 0, got {a.max_restarts}")
+    if a.hosts and a.hostfile:
+        p.error("give --hosts or --hostfile, not both")
+    if a.hostfile and not os.path.isfile(a.hostfile):
+        p.error(f"--hostfile {a.hostfile}: no such file")
+    problem = check_script(a.script)
+    if problem is not None:
+        p.error(f"the script cannot run, so no rank was started:\n{problem}")
     return a
 
 
 def run_once(a, launcher: list[str], extra_env: dict, status: str, attempt: int,
-             console: Console) -> int:
-    """Run the job once; returns its exit code, and prints the rank table and, if it failed,
-    which ranks caused it."""
+             console: Console, stop: JobStop) -> int:
+    """Run the job once; returns its exit code, and prints the rank table and, if it failed
+    or was stopped, a line per rank saying how it ended."""
     env = dict(os.environ, RILL_LAUNCHED="1", RILL_NUM_PS=str(a.ps), RILL_TIMEOUT=str(a.timeout),
                RILL_STATUS_FILE=status, RILL_ATTEMPT=str(attempt), PYTHONUNBUFFERED="1",
                **extra_env)
@@ -135,9 +211,15 @@ def run_once(a, launcher: list[str], extra_env: dict, status: str, attempt: int,
            a.script, *a.args]
     segments = _shared_segments()
     try:
-        return _run(a, cmd, env, status, console)
+        return _run(a, cmd, env, status, console, stop, manager_name(launcher))
     finally:
         _remove_orphans(_shared_segments() - segments)
+
+
+def manager_name(launcher: list[str]) -> str:
+    """"mpiexec" (MPICH's gforker or Hydra), "srun", or the program given."""
+    name = os.path.basename(launcher[0])
+    return "mpiexec" if name.startswith("mpiexec") else name
 
 
 # MPICH's shared-memory segments, named after the job (its process manager's key-value space
@@ -174,36 +256,75 @@ def _remove_orphans(names) -> None:
             pass
 
 
-def _run(a, cmd, env, status: str, console: Console) -> int:
+# How long the processes still there after mpiexec ended get to end on their own (a watcher
+# ends its rank's processes within 1 s), then to end on SIGTERM.
+LEFTOVER_PATIENCE_S, LEFTOVER_GRACE_S = 1.5, 2.0
+
+
+def _run(a, cmd, env, status: str, console: Console, stop: JobStop, manager: str) -> int:
     terminal = console.is_terminal
-    proc = subprocess.Popen(cmd, env=env, **(dict(stdout=subprocess.PIPE,
-                                                  stderr=subprocess.STDOUT, text=True,
-                                                  bufsize=1) if terminal else {}))
+    # A session of its own: a terminal's Ctrl-C reaches rill-launch only, which stops the
+    # job itself (job_stop.py); and the job gets SIGTERM if rill-launch dies, even by SIGKILL.
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True,
+                            preexec_fn=parent_death_signal(signal.SIGTERM),
+                            **(dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    text=True, bufsize=1) if terminal else {}))
+    stop.attach(proc)
     watch = Watchdog(a, status, proc)
     watch.start()
+    live = pump = None
+    causes: list = []
     try:
-        if not terminal:
-            rc, causes = outcome(a, status, proc.wait(), watch.finish())
-            console.print(rank_table(a, status, f"exited with {rc}"))
-        else:  # the ranks' lines scroll above a live table of the ranks
+        if terminal:  # the ranks' lines scroll above a live table of the ranks
             from rich.live import Live
 
             class Running:  # re-read at every refresh, so a silent job's table still moves
                 def __rich__(self):
                     return rank_table(a, status, "running")
 
-            with Live(Running(), console=console, refresh_per_second=4) as live:
-                for line in proc.stdout:
-                    live.console.print(line.rstrip("\n"), markup=False, highlight=False)
-                rc, causes = outcome(a, status, proc.wait(), watch.finish())
-                live.update(rank_table(a, status, f"exited with {rc}"))
-    finally:
+            live = Live(Running(), console=console, refresh_per_second=4)
+            live.start()
+            pump = threading.Thread(target=_pump, args=(proc.stdout, live.console),
+                                    daemon=True, name="rill-launch output")
+            pump.start()
+        rc = proc.wait()
         watch.finish()
-        if proc.poll() is None:  # the launcher itself was interrupted
+        settle(a, status)
+        # What is still running belongs to no rank that will end it: the ranks' own
+        # processes whose watcher was killed (reparented here), a rank whose watcher is gone.
+        left = end_descendants(LEFTOVER_GRACE_S, patience=LEFTOVER_PATIENCE_S)
+        if pump is not None:
+            pump.join(2.0)  # the ranks' last lines (the processes holding the pipe are gone)
+        rc, causes = outcome(a, status, rc, watch, stop, manager)
+        by = "rill-launch" if stop.received is not None else \
+            manager if rc else None
+        table = rank_table(a, status, "stopped" if stop.received else f"exited with {rc}",
+                           by)
+        if live is not None:
+            live.update(table)
+        else:
+            console.print(table)
+        if left:
+            causes.append(f"ended {len(left)} process(es) the job left running: " +
+                          ", ".join(f"pid {p} ({cmd})" for p, cmd in left[:8]) +
+                          (", ..." if len(left) > 8 else ""))
+    finally:
+        stop.detach()
+        watch.finish()
+        if live is not None:
+            live.stop()
+        if proc.poll() is None:  # an error in rill-launch itself: leave nothing behind
             proc.kill()
+            end_descendants(0.5)
     for cause in causes:
         console.print(f"rill-launch: {cause}", markup=False, highlight=False, soft_wrap=True)
     return rc
+
+
+def _pump(stream, console) -> None:
+    """Print the ranks' output lines (above the live table) until the pipe closes."""
+    for line in stream:
+        console.print(line.rstrip("\n"), markup=False, highlight=False)
 
 
 # How long past the job's timeout a rank may stay in MPI shutdown once every rank has met at
@@ -265,118 +386,31 @@ class Watchdog(threading.Thread):
         return self
 
 
-def board_rows(a, status: str) -> list:
-    from .status import Row, StatusBoard
-    if os.path.getsize(status):
-        return StatusBoard(status, a.n).read()
-    return [Row(0, "not started", None, 0, "running", 0, None)] * a.n
-
-
-def outcome(a, status: str, rc: int, watch: Watchdog | None = None) -> tuple[int, list]:
-    """(the job's exit code, what made it fail). The status board, not mpiexec's exit code,
-    says which ranks failed and how: mpiexec.gforker exits 0 when a rank is killed, and
-    Hydra's mpiexec reports a pid. A rank stopped (SIGSTOP) while the job ran comes first:
-    the others time out waiting for it. Then a rank killed by a signal, or that failed or
-    exited non-zero on its own, is a cause; ranks stopped because of it are not (they are
-    named only when there is no cause)."""
-    from .status import signal_name
-    # mpiexec may end before the ranks' watchers do (when it is killed): let them finish
-    # (a stopped rank's watcher ends it with SIGKILL after 5 s).
-    deadline = time.monotonic() + 7
-    while time.monotonic() < deadline and any(
-            row.ending == "running" and row.pid and _alive(row.pid)
-            for row in board_rows(a, status)):
-        time.sleep(0.05)
-    rows = board_rows(a, status)
-    failed = rc != 0 or any(row.ending in ("killed", "stopped") or row.code or
-                            row.ending == "running" and row.pid and not _alive(row.pid)
-                            for row in rows)
-    stopped = watch.stopped if watch is not None and failed else {}
-    causes, consequences = [], []
-    if watch is not None and watch.hung:
-        causes.append((0.0, 1, watch.hung))
-    end = time.monotonic()
-    for rank, (since, then) in stopped.items():
-        causes.append((-float("inf"), 128 + signal.SIGSTOP,
-                       f"rank {rank} ({role_of(rank, a.ps)}) was stopped (process state T, as "
-                       f"after SIGSTOP) for the last {end - since:.1f} s of the job, last seen "
-                       f"entering {then.operation} (its collective #{then.collectives}); the "
-                       "other ranks could not go on without it"))
-    for rank, row in enumerate(rows):
-        if rank in stopped:
-            continue
-        who = f"rank {rank} ({role_of(rank, a.ps)})"
-        seen = f"last seen entering {row.operation} (its collective #{row.collectives})"
-        if row.ending == "killed":
-            causes.append((-(row.ended_ago or 0), 128 + row.code,
-                           f"{who} was killed by {signal_name(row.code)} (pid {row.pid}), "
-                           f"{seen}"))
-        elif row.ending == "exited" and row.code:
-            failed = row.operation == "failed"
-            causes.append((-(row.ended_ago or 0), row.code,
-                           f"{who} failed with exit code {row.code}" +
-                           (" (see its output above)" if failed else f", {seen}")))
-        elif failed and row.ending == "exited" and row.operation not in ("finished",
-                                                                          "failed"):
-            # exit 0 without passing the barrier before MPI shutdown (os._exit, or a
-            # process that left MPI some other way): the others cannot finish without it
-            causes.append((-(row.ended_ago or 0), 1,
-                           f"{who} exited (code 0) without reaching the job's end, {seen}"))
-        elif row.ending == "stopped":
-            consequences.append((0, 1, f"{who} was stopped ({signal_name(row.code)}), {seen}"))
-        elif row.ending == "running" and row.pid and not _alive(row.pid):
-            consequences.append((0, 1, f"{who}: its process (pid {row.pid}) is gone and left "
-                                       f"no exit status, {seen}"))
-    if causes:  # the earliest first; its exit code is the job's (128 + n for signal n)
-        causes.sort(key=lambda c: c[0])
-        return causes[0][1], [text for _, _, text in causes]
-    if rc == 0 and consequences:
-        rc = 1
-    return rc, [text for _, _, text in consequences] if rc else []
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def rank_table(a, status: str, state: str) -> Table:
-    """Each rank's role, the exchange it last entered, how many collectives it made, and
-    how its process ended."""
-    table = Table(title=f"rill-launch: {os.path.basename(a.script)} {state}",
-                  title_justify="left")
-    for col in ("rank", "role", "last operation", "collectives", "process"):
-        table.add_column(col)
-    from .status import process_state
-    for rank, row in enumerate(board_rows(a, status)):
-        state = process_state(row)
-        table.add_row(str(rank), role_of(rank, a.ps), row.operation, str(row.collectives),
-                      {"gone": "gone (no exit status)", "stopped": "stopped (state T)"}.get(
-                          state, row.outcome()))
-    return table
-
-
 def main(argv=None) -> int:
-    a = parse(sys.argv[1:] if argv is None else argv)
-    launcher, extra_env = process_manager(a.mpiexec)
     console = Console(stderr=True)
-    rc = 1
-    with tempfile.TemporaryDirectory(prefix="rill-launch-") as tmp:
-        for attempt in range(a.max_restarts + 1):
-            status = os.path.join(tmp, f"status-{attempt}")
-            open(status, "wb").close()
-            rc = run_once(a, launcher, extra_env, status, attempt, console)
-            if rc == 0:
-                break
-            if attempt < a.max_restarts:
-                console.print(f"rill-launch: the job failed (exit {rc}); starting it again "
-                              f"({attempt + 1} of {a.max_restarts} restarts)")
-    return rc
+    stop = JobStop(console).install()  # before anything slow: no KeyboardInterrupt traceback
+    try:
+        a = parse(sys.argv[1:] if argv is None else argv)
+        if stop.received is not None:
+            return 128 + stop.received
+        launcher, extra_env = process_manager(a.mpiexec, a.hosts, a.hostfile, a.iface)
+        # The job's orphans (a rank's processes whose watcher died) come here, not to PID 1,
+        # and are ended with the job.
+        become_subreaper()
+        rc = 1
+        with tempfile.TemporaryDirectory(prefix="rill-launch-") as tmp:
+            for attempt in range(a.max_restarts + 1):
+                status = os.path.join(tmp, f"status-{attempt}")
+                open(status, "wb").close()
+                rc = run_once(a, launcher, extra_env, status, attempt, console, stop)
+                if rc == 0 or stop.received is not None:
+                    break
+                if attempt < a.max_restarts:
+                    console.print(f"rill-launch: the job failed (exit {rc}); starting it again "
+                                  f"({attempt + 1} of {a.max_restarts} restarts)")
+        return 128 + stop.received if stop.received is not None else rc
+    finally:
+        stop.restore()
 
 
 if __name__ == "__main__":

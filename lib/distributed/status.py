@@ -27,13 +27,20 @@ import time
 import zlib
 from typing import NamedTuple
 
-ACTIVITY = struct.Struct("<qqd")  # collectives entered, operation code, wall time
+# collectives entered, operation code, wall time it entered the operation, and when it
+# left it (0.0 while inside: waiting in an exchange, not in its own code)
+ACTIVITY = struct.Struct("<qqdd")
 # pid, ending code, exit code or signal, wall time of the end, the machine (HOST)
 PROCESS = struct.Struct("<qqqdq")
-SLOT = ACTIVITY.size + PROCESS.size
+# Why a rank failed, in its own words: its sys.exit("message"), or its exception's first line
+# (UTF-8, NUL-padded), which rill-launch shows even where the rank's output was cut short.
+WORDS = 2000
+SLOT = ACTIVITY.size + PROCESS.size + WORDS
 # "finalize": in the job's final barrier, before MPI shutdown (world.py); "finished": past it
 OPERATIONS = ("starting", "all_reduce", "broadcast", "all_gather", "reduce_scatter",
               "barrier", "send", "recv", "pull", "push", "finished", "failed", "finalize")
+# The operations that wait for other ranks (the others say where a rank is in its script).
+EXCHANGES = frozenset(OPERATIONS) - {"starting", "finished", "failed", "finalize"}
 # How a rank's process ended. "killed": by a signal it was sent; "stopped": by its watcher,
 # because the job was being stopped (another rank had failed, or the user interrupted it).
 ENDINGS = ("running", "exited", "killed", "stopped")
@@ -49,6 +56,18 @@ class Row(NamedTuple):
     code: int               # the exit code, or the signal's number
     ended_ago: float | None
     host: int = 0           # the machine its process runs on (HOST of the watcher)
+    words: str = ""         # why it failed, in its own words (StatusBoard.say)
+    left_ago: float | None = None  # seconds since it left `operation` (None: still in it)
+
+    def doing(self, role: str) -> str:
+        """"still in it" (waiting in the exchange it entered), "out of it for 6.1 s: in its
+        own code" (for a ps: its serve loop), or "" (not an exchange)."""
+        if self.operation not in EXCHANGES:
+            return ""
+        if self.left_ago is None:
+            return "still in it"
+        where = "its serve loop" if role.startswith("ps") else "its own code"
+        return f"out of it for {self.left_ago:.1f} s: in {where}"
 
     def outcome(self) -> str:
         """'running', 'exit 0', 'killed by SIGKILL', 'stopped (SIGINT)', 'not started'."""
@@ -128,8 +147,12 @@ class StatusBoard:
         if collective:
             self.collectives += 1
         ACTIVITY.pack_into(self.map, SLOT * self.rank, self.collectives,
-                           OPERATIONS.index(operation), time.time())
+                           OPERATIONS.index(operation), time.time(), 0.0)
         return self.collectives
+
+    def left(self) -> None:
+        """Say that this rank's exchange is over: it is back in its own code."""
+        struct.pack_into("<d", self.map, SLOT * self.rank + ACTIVITY.size - 8, time.time())
 
     def started(self, rank: int, pid: int) -> None:
         """The watcher: `pid` now runs `rank`."""
@@ -143,16 +166,27 @@ class StatusBoard:
         if current == 0:
             PROCESS.pack_into(self.map, at, pid, ENDINGS.index(ending), code, time.time(), host)
 
+    def say(self, rank: int, text: str) -> None:
+        """The rank's last words: why it is failing (cut to WORDS bytes, with …)."""
+        data = text.encode("utf-8")
+        if len(data) >= WORDS:
+            data = data[:WORDS - 4].decode("utf-8", "ignore").encode("utf-8") + "…".encode()
+        at = SLOT * rank + ACTIVITY.size + PROCESS.size
+        self.map[at:at + WORDS] = data.ljust(WORDS, b"\0")
+
     def read(self) -> list:
         """[Row] per rank."""
         now = time.time()
         out = []
         for r in range(self.size):
-            count, code, when = ACTIVITY.unpack_from(self.map, SLOT * r)
+            count, code, when, left = ACTIVITY.unpack_from(self.map, SLOT * r)
             pid, ending, value, ended, host = PROCESS.unpack_from(self.map,
                                                                   SLOT * r + ACTIVITY.size)
+            at = SLOT * r + ACTIVITY.size + PROCESS.size
+            words = bytes(self.map[at:at + WORDS]).split(b"\0", 1)[0]
             out.append(Row(count, OPERATIONS[code] if 0 <= code < len(OPERATIONS) else "?",
                            now - when if when else None, pid,
                            ENDINGS[ending] if 0 <= ending < len(ENDINGS) else "running",
-                           value, now - ended if ended else None, host))
+                           value, now - ended if ended else None, host,
+                           words.decode("utf-8", "replace"), now - left if left else None))
         return out

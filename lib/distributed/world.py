@@ -12,7 +12,7 @@ MPICH wheel that is PMI-2, `srun --mpi=pmi2` (or SLURM_MPI_TYPE=pmi2, or MpiDefa
 slurm.conf; the wheel has no PMIx). A step of several tasks without it fails at init() with
 that fix rather than run every task as its own rank 0. rill-launch's settings come from the
 environment, which srun passes on: RILL_NUM_PS (how many of the ranks are parameter servers,
-default 0) and RILL_TIMEOUT (seconds, default 300), e.g.
+default 0) and RILL_TIMEOUT (seconds, default DEFAULT_TIMEOUT_S), e.g.
 
     RILL_NUM_PS=1 srun --mpi=pmi2 -n 4 python train.py
 
@@ -28,6 +28,11 @@ from ..errors import ArgumentError, DistributedError
 # rill-launch: MPI can find the job's other processes, so it is worth initializing.
 _LAUNCHED_BY = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "RILL_LAUNCHED")
 # The fix, when the tasks srun started have no way to find each other.
+# How long a blocking exchange waits for the ranks it needs before it fails naming them
+# (rill-launch --timeout; RILL_TIMEOUT): long enough for a rank's own work between two
+# exchanges (an evaluation, a checkpoint) on the models rill trains, short enough that a
+# stuck rank is named within a minute at a terminal.
+DEFAULT_TIMEOUT_S = 60.0
 _SRUN_FIX = ("start it with srun --mpi=pmi2 (or export SLURM_MPI_TYPE=pmi2, or set "
              "MpiDefault=pmi2 in slurm.conf): the MPICH wheel that rill[distributed] installs "
              "reaches srun's tasks through PMI-2")
@@ -82,7 +87,8 @@ def init(timeout: float | None = None) -> World:
     global _WORLD
     if _WORLD is not None:
         return _WORLD
-    timeout = float(timeout if timeout is not None else os.environ.get("RILL_TIMEOUT", 300))
+    timeout = float(timeout if timeout is not None else
+                    os.environ.get("RILL_TIMEOUT", DEFAULT_TIMEOUT_S))
     num_ps = int(os.environ.get("RILL_NUM_PS", 0))
     task = srun_task()
     if not any(k in os.environ for k in _LAUNCHED_BY):

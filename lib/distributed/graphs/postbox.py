@@ -66,6 +66,8 @@ class Postbox:
         with self.sending:
             self.pending.append((self.comm.Isend([buffer, MPI.BYTE], dest, tag), buffer))
             self._reap()
+        if self.world.board is not None:  # posted, not waited for: back in its own code
+            self.world.board.left()
 
     def send(self, dest: int, key: str, step: int, buffer, global_step: int | None = None):
         """Post `buffer` (a host array, or None for a go-ahead) as value `key` of `step`."""
@@ -229,6 +231,8 @@ class Postbox:
             else:
                 time.sleep(pause)
                 pause = min(pause * 1.5, 1e-3)
+        if self.world.board is not None:
+            self.world.board.left()
 
 
 def error_text(message) -> str:
