@@ -15,6 +15,10 @@ class Layout:
     def __init__(self, name: str):
         self.name = name
 
+    @property
+    def __name__(self) -> str:  # what layout= arguments are checked by (ops/torch_methods.py)
+        return self.name
+
     def __repr__(self) -> str:
         return f"rill.{self.name}"
 

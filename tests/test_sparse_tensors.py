@@ -58,6 +58,7 @@ def test_coo_holds_what_pytorch_holds(rng):
     np.testing.assert_allclose(s.to_dense().numpy(), scipy_of(indices, values, (5, 7)).toarray(),
                                rtol=1e-15)
     assert rill.ones(2).layout is rill.strided and repr(rill.sparse_csr) == "rill.sparse_csr"
+    assert rill.ones(2).new_zeros(3, layout=rill.strided).shape == (3,)  # PyTorch's spelling
 
 
 def test_size_is_inferred_and_indices_are_checked():
