@@ -1,0 +1,342 @@
+"""Calibrate the step model (simulate.py) on this machine with real rill-launch jobs, then
+check it: simulated against measured step times at 2, 3 and 4 processes (1 ps + 1-3 workers).
+
+What is measured (jobs.py), and what it sets:
+  pingpong 8 B and 4 MiB   MPI round trips between two ranks -> the local link's latency
+                           and bandwidth (shared memory: this host is not the multi-host bed)
+  apply 64 Ki, 4 Mi elems  SGD's update alone -> apply_fixed, apply_rate
+  compute                  the validation MLP's forward and backward alone -> the workers'
+                           compute distribution (the measured times, bootstrapped)
+  null scalar, 1-3 workers captured null steps -> step_overhead, ps_msg and spin, fitted
+  null 1 Mi elements       a 4 MiB null step, 1 worker -> byte_cpu (copies per byte)
+  busy cores               /proc/stat over a second before each job: the CPU other
+                           processes of the machine use (`background` in the model)
+Message sizes are read from the partitioned graph of the captured step (`traffic_of`): the
+ps's part cut by rill's own replicas.split into pull / serve / contribute / apply.
+
+Validation: the MLP step (jobs.py `model`, sync) at 1-3 workers, median step time measured
+against simulated with the calibrated parameters and the background measured before it.
+
+This is one host with 2 cores shared with other work: every rank's waits compete with the
+others' compute, which the model's processor sharing stands for. It is not the multi-host bed;
+`validate_on_bed` is what the bed calls with its measured link and step times at 2-6 hosts.
+
+    python bench/scale/calibrate.py          # about 2 minutes; writes results/*.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict, replace
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from simulate import Compute, Link, Setup, Traffic, simulate  # noqa: E402
+
+RESULTS = os.path.join(HERE, "results")
+JOBS = os.path.join(HERE, "jobs.py")
+ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+# ---- message sizes from the partitioned graph ----------------------------------------------
+
+def _bytes(values) -> float:
+    return float(sum(math.prod(v.shape) * v.dtype.itemsize for v in values))
+
+
+def traffic_of(step, *args, mode: str = "async") -> list:
+    """[Traffic per ps] of a captured step whose variables are on ps tasks: each ps's part
+    of the partitioned graph, cut as a ps cuts it (replicas.split): its pull's sends and
+    serve's sends go to the worker, serve's and contribute's recvs come from it, apply's
+    assigns (or row updates) are what its update writes. A prefix send (a sharded lookup's
+    rows) counts its static shape, the most it can send."""
+    from rill.distributed.graphs import replicas
+    out = {}
+    for device, part in step.partitions_for(*args).items():
+        if not device.startswith("ps:"):
+            continue
+        pull, serve, contribute, apply = replicas.split(part, mode)
+        sends = [v for g in (pull, serve) for n in g.nodes if n.op == "send" for v in n.inputs]
+        request = [v for n in serve.nodes if n.op == "recv" for v in n.outputs]
+        push = [v for n in contribute.nodes if n.op == "recv" for v in n.outputs]
+        written = [n.inputs[0] for n in apply.nodes if n.op in ("assign", "add_rows")]
+        task = int(device.split("/")[0].split(":")[1])
+        out[task] = Traffic(request_bytes=_bytes(request), pull_bytes=_bytes(sends),
+                            push_bytes=_bytes(push),
+                            apply_bytes=_bytes(written))
+    return [out[k] for k in sorted(out)]
+
+
+def mlp_traffic(ps: int = 1) -> list:
+    """The validation MLP's step (jobs.py) with its parameters on `ps` tasks."""
+    import rill
+    import rill.distributed as dist
+    from rill import nn
+    import jobs
+    model = jobs.mlp()
+    dist.place_on_ps(model, ps_tasks=ps)
+    opt = rill.optim.SGD(model.parameters(), lr=0.01)
+
+    @rill.capture
+    def step(x, y):
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    return traffic_of(step, *jobs.batch(), mode="sync")
+
+
+def embedding_traffic(rows: int, dim: int, batch: int, sparse: bool) -> Traffic:
+    """A step that looks up `batch` ids in a rows x dim float32 table on one ps and updates
+    it: sparse through ShardedEmbedding (ids go, their rows come back, row gradients go),
+    dense as an nn.Embedding on the ps (the table comes whole, a dense gradient goes back).
+    Read from graphs of small tables (1024 and 2048 rows) and extended linearly to `rows`
+    (each byte count is affine in the table's rows: the two readings fix the line)."""
+    import rill
+    import rill.distributed as dist
+    from rill import nn
+    from rill.distributed.graphs.embedding import ShardedEmbedding
+
+    def read(n):
+        if sparse:
+            table = ShardedEmbedding(n, dim, shards=["ps:0/cpu"])
+        else:
+            table = nn.Embedding(n, dim)
+            dist.place_on_ps(table, ps_tasks=1)
+        opt = rill.optim.SGD(table.parameters(), lr=0.1)
+
+        @rill.capture
+        def step(ids):
+            opt.zero_grad()
+            loss = table(ids).sum()  # returned: the rows themselves are needed, not only
+            loss.backward()          # their gradient (which is ones, whatever they hold)
+            opt.step()
+            return loss
+        ids = rill.tensor(np.arange(batch) % n)
+        return asdict(traffic_of(step, ids, mode="async")[0])
+
+    a, b = read(1024), read(2048)
+    return Traffic(**{k: a[k] + (b[k] - a[k]) * (rows - 1024) / 1024 for k in a})
+
+
+# ---- running the jobs ----------------------------------------------------------------------
+
+def busy_cores(seconds: float = 1.0) -> float:
+    """Cores' worth of CPU the machine's processes used over `seconds` (/proc/stat)."""
+    def sample():
+        with open("/proc/stat") as f:
+            fields = [float(x) for x in f.readline().split()[1:]]
+        return sum(fields), fields[3] + fields[4]  # total, idle + iowait
+    t0, i0 = sample()
+    time.sleep(seconds)
+    t1, i1 = sample()
+    return (os.cpu_count() or 1) * (1 - (i1 - i0) / max(t1 - t0, 1e-9))
+
+
+def _env() -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "RILL_"))}
+    env.pop("OPENBLAS_CORETYPE", None)
+    env.pop("OPENBLAS_L2_SIZE", None)
+    env.update(ONE_THREAD)
+    return env
+
+
+def measure(job: str, workers: int = 0, steps: int = 100, **options) -> dict:
+    """Step times (s) of a jobs.py job: under rill-launch with 1 ps + `workers` (0: local,
+    one process; pingpong: 2 ranks, no ps), with the background measured just before."""
+    background = busy_cores()
+    args = [JOBS, job, "--steps", str(steps)] + \
+        [x for k, v in options.items() for x in (f"--{k}", str(v))]
+    if job == "pingpong":
+        cmd = [sys.executable, "-m", "rill.distributed.launch", "-n", "2", "--timeout", "60"]
+    elif workers:
+        cmd = [sys.executable, "-m", "rill.distributed.launch", "-n", str(workers + 1),
+               "--ps", "1", "--timeout", "60"]
+    else:
+        cmd = [sys.executable]
+    proc = subprocess.run(cmd + args, capture_output=True, text=True, timeout=300, env=_env())
+    for line in proc.stdout.splitlines():
+        body = line.split(" | ", 1)[-1]
+        if body.startswith("RESULT "):
+            times = np.asarray(json.loads(body[7:])["times"])
+            return {"job": job, "workers": workers, "options": options, "times": times,
+                    "median": float(np.median(times)), "background": background,
+                    "load": os.getloadavg()[0]}
+    raise SystemExit(f"{job} ({workers} workers) failed:\n{proc.stdout[-2000:]}"
+                     f"{proc.stderr[-2000:]}")
+
+
+# ---- the fit -------------------------------------------------------------------------------
+
+def one_host(params: dict, workers: int, traffic: list, compute: Compute,
+             background: float) -> Setup:
+    """The model of a job on this host: 1 ps + `workers`, all on host 0, sync."""
+    return Setup(workers=workers, traffic=traffic, compute=compute, mode="sync",
+                 local=Link(params["latency"], params["bandwidth"]),
+                 step_overhead=params["step_overhead"], ps_msg=params["ps_msg"],
+                 byte_cpu=params["byte_cpu"], apply_fixed=params["apply_fixed"],
+                 apply_rate=params["apply_rate"], hosts=[0] * (workers + 1),
+                 cores=params["cores"], background=background, spin=params["spin"])
+
+
+def _rate(cores: float, background: float) -> float:
+    """The share of a core one busy process gets beside `background` busy ones."""
+    return min(1.0, cores / (1.0 + background))
+
+
+def _solve(f, target: float, lo: float, hi: float) -> float:
+    """x in [lo, hi] with f(x) ~ target, f increasing (bisection on a log scale)."""
+    for _ in range(30):
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if f(mid) < target else (lo, mid)
+    return math.sqrt(lo * hi)
+
+
+def fit(m: dict, steps: int = 60) -> dict:
+    """The model's parameters from the measurements `m` (see the module docstring)."""
+    small, big = m["ping_small"], m["ping_big"]
+    params = {"cores": float(os.cpu_count() or 1), "byte_cpu": 0.0,
+              "latency": small["median"] / 2,
+              "bandwidth": 2 * 4 * 2 ** 20 / max(big["median"] - small["median"], 1e-9)}
+    a0, a1 = m["apply_small"], m["apply_big"]
+    n0, n1 = 4 * 2 ** 16, 4 * 2 ** 22
+    w0 = a0["median"] * _rate(params["cores"], a0["background"])
+    w1 = a1["median"] * _rate(params["cores"], a1["background"])
+    params["apply_rate"] = (n1 - n0) / max(w1 - w0, 1e-9)
+    params["apply_fixed"] = max(w0 - n0 / params["apply_rate"], 0.0)
+    scalar = [Traffic(pull_bytes=4, push_bytes=4, apply_bytes=4)]
+    nothing = Compute()
+    best = None
+    for spin in (0.0, 0.1, 0.25, 0.5, 1.0):
+        for ratio in (0.25, 0.5, 1.0, 2.0):
+            trial = dict(params, spin=spin)
+
+            def one(overhead, n=1):
+                p = dict(trial, step_overhead=overhead, ps_msg=ratio * overhead)
+                run = m["null"][n]
+                return simulate(one_host(p, n, scalar, nothing, run["background"]),
+                                steps).median_step
+            overhead = _solve(one, m["null"][1]["median"], 1e-7, 1e-1)
+            trial.update(step_overhead=overhead, ps_msg=ratio * overhead)
+            error = sum(math.log(one(overhead, n) / m["null"][n]["median"]) ** 2
+                        for n in (2, 3))
+            if best is None or error < best[0]:
+                best = (error, trial)
+    params = best[1]
+    dense = m["null_dense"]
+    size = 4 * 2 ** 20
+    traffic = [Traffic(pull_bytes=size, push_bytes=size, apply_bytes=size)]
+
+    def with_bytes(byte_cpu):
+        p = dict(params, byte_cpu=byte_cpu)
+        return simulate(one_host(p, 1, traffic, nothing, dense["background"]), 20).median_step
+    floor = with_bytes(0.0)
+    params["byte_cpu"] = 0.0 if dense["median"] <= floor else \
+        _solve(with_bytes, dense["median"], 1e-13, 1e-7)
+    return params
+
+
+def compute_of(run: dict, cores: float) -> Compute:
+    """A worker's compute as core-seconds: the measured times, scaled to what one process
+    with a core of its own would take (they were measured beside `background`)."""
+    return Compute(samples=tuple(run["times"]), scale=_rate(cores, run["background"]))
+
+
+def validate(params: dict, compute_run: dict, model_runs: dict, traffic: list) -> list:
+    """[{processes, measured_ms, simulated_ms, error}] of the MLP step at 1-3 workers."""
+    rows = []
+    compute = compute_of(compute_run, params["cores"])
+    for n, run in sorted(model_runs.items()):
+        sim = simulate(one_host(params, n, traffic, compute, run["background"]), 200)
+        rows.append({"processes": n + 1, "workers": n, "measured_ms": 1e3 * run["median"],
+                     "simulated_ms": 1e3 * sim.median_step,
+                     "error": sim.median_step / run["median"] - 1,
+                     "background_cores": run["background"], "load": run["load"]})
+    return rows
+
+
+def validate_on_bed(bandwidth: float, latency: float, measured: dict, params: dict,
+                    compute: Compute, traffic: list, cores: float = math.inf,
+                    mode: str = "sync", backups: int = 0) -> list:
+    """For the multi-host bed: `measured` is {hosts: median step seconds} of the MLP step
+    (jobs.py `model`) with the ps on host 0 and one worker on each other host, over links of
+    the bed's measured `bandwidth` (bytes/s) and one-way `latency` (s). The per-message and
+    per-step costs come from this host's calibration (`params`, calibration.json), the
+    compute from `compute`. Returns [{hosts, measured_ms, simulated_ms, error}]; the issue
+    asks |error| <= 15 % at 2-6 hosts."""
+    rows = []
+    for hosts, seconds in sorted(measured.items()):
+        workers = hosts - 1
+        setup = Setup(workers=workers, traffic=traffic, compute=compute, mode=mode,
+                      backups=backups, network=Link(latency, bandwidth),
+                      local=Link(params["latency"], params["bandwidth"]),
+                      step_overhead=params["step_overhead"], ps_msg=params["ps_msg"],
+                      byte_cpu=params["byte_cpu"], apply_fixed=params["apply_fixed"],
+                      apply_rate=params["apply_rate"], hosts=list(range(hosts)), cores=cores)
+        sim = simulate(setup, 100).median_step
+        rows.append({"hosts": hosts, "measured_ms": 1e3 * seconds, "simulated_ms": 1e3 * sim,
+                     "error": sim / seconds - 1})
+    return rows
+
+
+# ---- the driver ----------------------------------------------------------------------------
+
+def run_all(quick: bool) -> dict:
+    s = 20 if quick else 1
+    m = {"ping_small": measure("pingpong", steps=400 // s, size=2),
+         "ping_big": measure("pingpong", steps=60 // s + 5, size=2 ** 20),
+         "apply_small": measure("apply", steps=200 // s + 5, size=2 ** 16),
+         "apply_big": measure("apply", steps=40 // s + 5, size=2 ** 22),
+         "null": {n: measure("null", n, steps=300 // s + 10) for n in (1, 2, 3)},
+         "null_dense": measure("null", 1, steps=60 // s + 10, size=2 ** 20)}
+    m["compute"] = measure("compute", steps=100 // s + 10)
+    m["model"] = {n: measure("model", n, steps=100 // s + 10) for n in (1, 2, 3)}
+    return m
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="few steps (figures not meaningful)")
+    a = p.parse_args(argv)
+    started, load0 = time.strftime("%Y-%m-%d %H:%M:%S"), os.getloadavg()
+    m = run_all(a.quick)
+    params = fit(m)
+    traffic = mlp_traffic()
+    rows = validate(params, m["compute"], m["model"], traffic)
+    os.makedirs(RESULTS, exist_ok=True)
+
+    def plain(run):
+        return {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in run.items()}
+    measured = {k: ({n: plain(r) for n, r in v.items()} if isinstance(v, dict) and 1 in v
+                    else plain(v)) for k, v in m.items()}
+    out = {"started": started, "uptime_load_before": load0, "uptime_load_after":
+           os.getloadavg(), "cores": os.cpu_count(), "quick": a.quick, "params": params,
+           "traffic_mlp": [asdict(t) for t in traffic], "validation": rows,
+           "compute_ms": {"median": 1e3 * m["compute"]["median"],
+                          "fit": asdict(replace(Compute.fit(m["compute"]["times"])))},
+           "measured": measured}
+    with open(os.path.join(RESULTS, "calibration.json"), "w") as f:
+        json.dump(out, f, indent=1)
+    print(f"load average before {load0[0]:.2f}, after {os.getloadavg()[0]:.2f} "
+          f"({os.cpu_count()} cores)")
+    print("params: " + ", ".join(f"{k}={v:.3g}" for k, v in params.items()))
+    print(f"null scalar medians ms: " + ", ".join(
+        f"{n}w {1e3 * r['median']:.3f}" for n, r in m["null"].items()))
+    print(f"MLP traffic per step (ps 0): {asdict(traffic[0])}")
+    print("processes  measured ms  simulated ms  error  background cores")
+    for r in rows:
+        print(f"{r['processes']:9d}  {r['measured_ms']:11.2f}  {r['simulated_ms']:12.2f}  "
+              f"{100 * r['error']:+5.1f}%  {r['background_cores']:.2f}")
+
+
+if __name__ == "__main__":
+    main()
