@@ -668,6 +668,22 @@ def _np_poisson(x, y, log_input, full):
     return loss
 
 
+def _lstm_layer(lib, reverse=False):
+    """One LSTM layer from its input projections, step by step (NumPy or torch)."""
+    sig = (lambda a: 1 / (1 + np.exp(-a))) if lib is np else torch.sigmoid
+
+    def run(proj, h, c, w, b):
+        hs = [None] * proj.shape[0]
+        for t in (range(proj.shape[0] - 1, -1, -1) if reverse else range(proj.shape[0])):
+            gates = proj[t] + h @ w.T + b
+            i, f, g, o = (gates[:, k * w.shape[1]:(k + 1) * w.shape[1]] for k in range(4))
+            c = sig(f) * c + sig(i) * lib.tanh(g)
+            h = sig(o) * lib.tanh(c)
+            hs[t] = h
+        return lib.stack(hs), h, c
+    return run
+
+
 NN_OPS = [
     # ---- convolutions ----------------------------------------------------------------------
     conv2d_row("conv2d", [((2, 3, 4, 5), (4, 3, 3, 3), (4,)), ((1, 2, 3, 3), (3, 2, 3, 3)),
@@ -1097,6 +1113,13 @@ NN_OPS = [
           ("linear", 7, False, [(2, 3, 4)]), ("linear", 2, True, [(2, 3, 5)]),
           ("bilinear", (5, 3), False, [(1, 2, 3, 4)]), ("bilinear", (4, 6), True, [(2, 1, 3, 4)]),
           ("trilinear", (3, 4, 2), False, [(1, 1, 2, 3, 3)]))],
+    *[Op(f"lstm_sequence{'_reverse' if rev else ''}",
+         (lambda r: lambda p, h, c, w, b: rill.ops.lstm_sequence.lstm_sequence(
+             p, h, c, w, b, reverse=r))(rev),
+         _lstm_layer(np, rev), _lstm_layer(torch, rev),
+         [((4, 3, 8), (3, 2), (3, 2), (8, 2), (8,)), ((1, 1, 4), (1, 1), (1, 1), (4, 1), (4,))],
+         dtypes=("float32",))
+      for rev in (False, True)],
 ]
 
 

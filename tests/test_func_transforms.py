@@ -257,3 +257,20 @@ def test_bad_transform_arguments_are_rill_errors():
         F.jacrev(rill.sin, argnums=(0, 4))(rill.ones(2))
     with pytest.raises(rill.ArgumentError, match="integer|floating"):
         F.jacfwd(lambda v: v * 2)(rill.tensor([1, 2]))
+
+
+def test_a_non_leaf_primal_read_through_a_view_keeps_its_gradient():
+    # x * 2 is taped; indexing it reads a snapshot of it (a view op's second handle). Found
+    # by identity alone, its gradient went missing: the outer derivative was silently zero.
+    x = np.array([0.5, -1.0, 2.0])
+
+    def ours(v):
+        return F.jvp(lambda u: (u[0] * rill.sin(u)).sum(), (v * 2,),
+                     (rill.ones(3, dtype=v.dtype),))[1]
+
+    def theirs(v):
+        return torch.func.jvp(lambda u: (u[0] * torch.sin(u)).sum(), (v * 2,),
+                              (torch.ones(3, dtype=v.dtype),))[1]
+
+    np.testing.assert_allclose(F.grad(ours)(rill.tensor(x)).numpy(),
+                               torch.func.grad(theirs)(torch.tensor(x)).numpy(), rtol=1e-12)

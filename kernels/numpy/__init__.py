@@ -8,5 +8,5 @@ from . import creation, elementwise, indexing, linalg, random, reduce, shape, so
 from . import activation, checks, conv, normalization, pooling, rows, updates  # noqa: F401
 from . import decompositions  # noqa: F401
 from . import attention  # noqa: F401
-from . import batch_norm, lstm_cell, prefix  # noqa: F401
+from . import batch_norm, lstm_cell, lstm_sequence, prefix  # noqa: F401
 from . import gamma_grad  # noqa: F401

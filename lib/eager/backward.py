@@ -21,8 +21,9 @@ def not_differentiable(t: Tensor, op: str) -> GradientError:
                          "required grad, or it ran under no_grad)", op=op)
 
 
-def _toposort(roots, targets):
-    """Nodes behind `roots`, parents first; with `targets`, only nodes that lead to one."""
+def _toposort(roots, targets, positions=frozenset()):
+    """Nodes behind `roots`, parents first; with `targets` (ids, and the tape positions
+    (node, index) of the non-leaf ones), only nodes that lead to one."""
     order, state = [], {}
     useful = {}
     for root in roots:
@@ -35,9 +36,9 @@ def _toposort(roots, targets):
                 state[node] = 2
                 order.append(node)
                 if targets is not None:
-                    useful[node] = any(id(i) in targets or (i._node is not None and
-                                                            useful.get(i._node, False))
-                                       for i in node.inputs if i.requires_grad)
+                    useful[node] = any(id(i) in targets or (i._node is not None and (
+                        useful.get(i._node, False) or (i._node, i._index) in positions))
+                        for i in node.inputs if i.requires_grad)
                 continue
             if node in state:
                 continue
@@ -123,6 +124,11 @@ def gradients(roots, cotangents, targets=None, *, create_graph=False, retain_gra
     `reducers` (backward() passes GRAD_REDUCERS): told of each hooked leaf's final
     cotangent as soon as the walk has it."""
     target_ids = None if targets is None else {id(t) for t in targets}
+    # A non-leaf target may reach the tape through a second handle on its value (a view op
+    # reads a snapshot of a taped base: ops/views.py:source), so it is found by its tape
+    # position too; by identity alone its gradient would silently be missing.
+    positions = {} if targets is None else \
+        {(t._node, t._index): t for t in targets if t._node is not None}
     collected: dict[int, list] = {}
 
     def collect(t, ct):
@@ -151,13 +157,17 @@ def gradients(roots, cotangents, targets=None, *, create_graph=False, retain_gra
         wanted = target_ids is None if t._node is None else t._retains_grad
         if wanted or (target_ids is not None and id(t) in target_ids):
             collect(t, ct)
+        elif positions and t._node is not None:
+            target = positions.get((t._node, t._index))
+            if target is not None:
+                collect(target, ct)
         if t._node is not None:
             push(t, ct)
 
     for root, ct in zip(roots, cotangents):
         route(root, ct)
 
-    order = _toposort(roots, target_ids)
+    order = _toposort(roots, target_ids, positions)
     # Leaves someone waits on (a distributed strategy reducing gradients during backward):
     # how many uses each has left in the walk; at 0 its cotangent is final.
     uses = _uses_of_hooked_leaves(order, reducers) if reducers else None

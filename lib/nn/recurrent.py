@@ -15,6 +15,7 @@ from ..errors import ArgumentError, DTypeError, ShapeError
 from ..tensor import Tensor
 from ..ops.creation import empty, zeros
 from ..ops.lstm_cell import lstm_cell
+from ..ops.lstm_sequence import fits as lstm_sequence_fits, lstm_sequence
 from ..ops.elementwise import relu, sigmoid, tanh
 from ..ops.shape import concat, expand_dims, reshape, split, squeeze, stack, swapaxes
 from . import functional as F
@@ -259,9 +260,7 @@ class _Sequence(_Recurrent):
                 state = tuple(getitem(s, index) for s in states)
                 # One matmul projects every time step's input; only h @ W_hh is sequential.
                 proj = F.linear(x, w_ih, b_ih)
-                # Captured: one scan node whatever the length (its gradient, a reversed scan).
-                loop = self._scan if current().interpreter.capturing else self._python_loop
-                state, hs = loop(proj, state, step_weights, reverse=bool(direction))
+                state, hs = self._layer(proj, state, step_weights, reverse=bool(direction))
                 outputs.append(hs)
                 for final, s in zip(finals, state):
                     final.append(s)
@@ -269,6 +268,12 @@ class _Sequence(_Recurrent):
             if self.dropout and self.training and layer < self.num_layers - 1:
                 x = F.dropout(x, self.dropout, training=True)
         return x, tuple(stack(f, axis=0) for f in finals)
+
+    def _layer(self, proj, state, step_weights, reverse: bool):
+        """(final state, every step's h) of one layer in one direction: a step at a time,
+        or, captured, one scan node whatever the length (its gradient, a reversed scan)."""
+        loop = self._scan if current().interpreter.capturing else self._python_loop
+        return loop(proj, state, step_weights, reverse=reverse)
 
     def _python_loop(self, proj, state, step_weights, reverse: bool):
         steps = proj.shape[0]
@@ -366,6 +371,14 @@ class LSTM(_Sequence):
 
     def _step(self, x_proj, state, w_hh, b_hh, w_hr=None):
         return lstm_step(x_proj, state[0], state[1], w_hh, b_hh, w_hr)
+
+    def _layer(self, proj, state, step_weights, reverse: bool):
+        """The whole layer as one lstm_sequence op where it has a kernel (ops/lstm_sequence.py:
+        one dispatch, one weight-gradient product), else a step at a time."""
+        if len(step_weights) == 2 and lstm_sequence_fits(proj, *state, *step_weights):
+            hs, h, c = lstm_sequence(proj, *state, *step_weights, reverse=reverse)
+            return (h, c), hs
+        return super()._layer(proj, state, step_weights, reverse)
 
     def forward(self, x, hx=None):
         output, (h, c) = self._sequence(x, hx, 2)

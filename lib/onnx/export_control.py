@@ -150,4 +150,30 @@ def _while(b, node, ins):
     return outs if isinstance(outs, list) else [outs]
 
 
-CONTROL = {"switch": _switch, "scan": _scan, "while": _while}
+def _lstm_sequence(b, node, ins):
+    """A fused LSTM layer (lib/ops/lstm_sequence.py) as a Loop of its cell over the steps:
+    carried h and c, each step's h stacked (in trip order: reversed for a reverse layer).
+    Its residual outputs serve rill's backward only: None."""
+    from ..ops.lstm_cell_onnx import cell
+    steps, _, four_h = node.inputs[0].shape
+    reverse = node.attrs["reverse"]
+    w_t = b.op("Transpose", [ins[3]], perm=[1, 0])
+    bias = ins[4] if len(ins) > 4 else None
+    state = [node.inputs[1], node.inputs[2]]
+
+    def emit_body(cb, trip, cond, carried):
+        t = cb.op("Sub", [cb.const(np.asarray(steps - 1, np.int64)), trip]) if reverse else trip
+        h, c = cell(cb, cb.op("Gather", [ins[0], t], axis=0), carried[0], carried[1], w_t,
+                    bias, four_h // 4)
+        return cond, [(h, state[0]), (c, state[1]), (cb.op("Identity", [h]), state[0])]
+
+    graph = _loop_body(b, node, "lstm_body", state, [], emit_body)
+    h, c, hs = b.op("Loop", [b.const(np.asarray(steps, np.int64)), "", ins[1], ins[2]],
+                    n_out=3, body=graph)
+    if reverse:
+        hs = b.slice(hs, [-1], [INT64_MIN], [0], [-1])
+    return [hs, h, c, None, None, None]
+
+
+CONTROL = {"switch": _switch, "scan": _scan, "while": _while,
+           "lstm_sequence": _lstm_sequence}
