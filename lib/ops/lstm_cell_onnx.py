@@ -10,7 +10,7 @@ def export_lstm_cell(b, node, ins):
     The residual outputs (acts, tanh_c') serve rill's backward only: None."""
     w_t = b.op("Transpose", [ins[3]], perm=[1, 0])
     h_new, c_new = cell(b, ins[0], ins[1], ins[2], w_t, ins[4] if len(ins) > 4 else None,
-                         node.inputs[2].shape[1])
+                        node.inputs[2].shape[1])
     return [h_new, c_new, None, None]
 
 
@@ -24,4 +24,3 @@ def cell(b, x_proj, h, c, w_t, bias, hidden):
                          b.op("Mul", [b.op("Sigmoid", [i]), b.op("Tanh", [g])])])
     h_new = b.op("Mul", [b.op("Sigmoid", [o]), b.op("Tanh", [c_new])])
     return h_new, c_new
-

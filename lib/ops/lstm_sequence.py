@@ -130,4 +130,3 @@ def lstm_sequence(proj, h0, c0, w_hh, b_hh=None, *, reverse: bool = False):
     bias = () if b_hh is None else (b_hh,)
     hs, h_t, c_t, _, _, _ = bind(lstm_sequence_p, proj, h0, c0, w_hh, *bias, reverse=reverse)
     return hs, h_t, c_t
-
