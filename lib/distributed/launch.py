@@ -12,6 +12,16 @@ named by its cause ("rank 2 (worker2) was killed by SIGKILL ...") and started ag
 --max-restarts times; the script resumes from its latest checkpoint (RILL_ATTEMPT tells it
 which attempt this is).
 
+rill-launch stops the whole job on SIGTERM, SIGINT (Ctrl-C) and SIGHUP — mpiexec, the ranks
+and the processes they started — removes its shared memory, says for each rank who stopped
+it, and exits with 128 + the signal (job_stop.py); it refuses a script that cannot run
+before any rank starts; and when a job fails it prints a line per rank (job_report.py).
+
+    rill-launch -n 8 --hosts node1:4,node2:4 --iface eth1 train.py
+
+runs the job over hosts with MPICH's Hydra mpiexec (-hosts, or -f for --hostfile; -iface),
+which reaches the other hosts over ssh (README, "On a cluster").
+
 On one host (no --mpiexec given, and no host file or resource manager in the environment)
 nothing of the job listens beyond the loopback interface: rill-launch runs MPICH's
 single-host process manager, mpiexec.gforker, which talks to the ranks over inherited
