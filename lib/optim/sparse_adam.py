@@ -48,11 +48,12 @@ class SparseAdam(Optimizer):
                 continue
             if not isinstance(g, SparseRows) and current().interpreter.capturing:
                 raise CaptureError(
-                    "SparseAdam updates only the rows a batch looked up, and how many that is "
-                    "is data, which a captured graph (fixed shapes) cannot hold: inside a "
-                    "capture gradients are dense. Use rill.optim.Adam in a captured step (the "
-                    "same update for rows a batch touches; untouched rows' moments decay), or "
-                    "run SparseAdam's step eagerly", op=self._name)
+                    "SparseAdam updates only the rows a batch looked up, and this captured "
+                    f"step gives a dense gradient (on {p.device}, gathers' gradients are dense "
+                    "inside a capture; on the CPU they keep their rows). Use rill.optim.Adam "
+                    "in a captured step there (the same update for rows a batch touches; "
+                    "untouched rows' moments decay), or run SparseAdam's step eagerly",
+                    op=self._name)
             if not isinstance(g, SparseRows):
                 raise ArgumentError(f"SparseAdam takes sparse gradients only (SparseRows, from "
                                     f"embedding lookups); a parameter of shape {p.shape} has a "
