@@ -7,10 +7,11 @@ What is measured (jobs.py), and what it sets:
   apply 64 Ki, 4 Mi elems  SGD's update alone -> apply_fixed, apply_rate
   compute                  the validation MLP's forward and backward alone -> the workers'
                            compute distribution (the measured times, bootstrapped)
-  null scalar, 1-3 workers captured null steps -> step_overhead, ps_msg and spin, fitted
+  null scalar, 1-3 workers captured null steps -> step_overhead (= ps_msg: a message's
+                           handling in Python), spin and handoff, fitted
   null 1 Mi elements       a 4 MiB null step, 1 worker -> byte_cpu (copies per byte)
-  busy cores               /proc/stat over a second before each job: the CPU other
-                           processes of the machine use (`background` in the model)
+  background               while each job runs, the other processes of the machine that
+                           want a core (state R), sampled every 20 ms (`background`)
 Message sizes are read from the partitioned graph of the captured step (`traffic_of`): the
 ps's part cut by rill's own replicas.split into pull / serve / contribute / apply.
 
@@ -31,6 +32,7 @@ import math
 import os
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, replace
 
@@ -130,16 +132,54 @@ def embedding_traffic(rows: int, dim: int, batch: int, sparse: bool) -> Traffic:
 
 # ---- running the jobs ----------------------------------------------------------------------
 
-def busy_cores(seconds: float = 1.0) -> float:
-    """Cores' worth of CPU the machine's processes used over `seconds` (/proc/stat)."""
-    def sample():
-        with open("/proc/stat") as f:
-            fields = [float(x) for x in f.readline().split()[1:]]
-        return sum(fields), fields[3] + fields[4]  # total, idle + iowait
-    t0, i0 = sample()
-    time.sleep(seconds)
-    t1, i1 = sample()
-    return (os.cpu_count() or 1) * (1 - (i1 - i0) / max(t1 - t0, 1e-9))
+class Background:
+    """Counts, every `period` s while a job runs, the processes of the machine that want a
+    core (state R in /proc/PID/stat) and are not this process or its descendants (the job):
+    the mean is the other work our ranks shared the cores with (`background` in the model).
+    Taken during the job, since on a shared machine the load before it says little."""
+
+    def __init__(self, period: float = 0.02):
+        self.period, self.counts, self.stop = period, [], threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        me = os.getpid()
+        while not self.stop.wait(self.period):
+            parent, running = {}, []
+            for name in os.listdir("/proc"):
+                if not name.isdigit():
+                    continue
+                try:
+                    with open(f"/proc/{name}/stat") as f:
+                        fields = f.read().rsplit(")", 1)[1].split()
+                except OSError:
+                    continue
+                pid = int(name)
+                parent[pid] = int(fields[1])
+                if fields[0] == "R":
+                    running.append(pid)
+
+            def ours(pid):
+                for _ in range(64):
+                    if pid == me:
+                        return True
+                    if pid not in parent or pid <= 1:
+                        return False
+                    pid = parent[pid]
+                return False
+            self.counts.append(sum(not ours(p) for p in running))
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(self.counts)) if self.counts else 0.0
 
 
 def _env() -> dict:
@@ -152,8 +192,7 @@ def _env() -> dict:
 
 def measure(job: str, workers: int = 0, steps: int = 100, **options) -> dict:
     """Step times (s) of a jobs.py job: under rill-launch with 1 ps + `workers` (0: local,
-    one process; pingpong: 2 ranks, no ps), with the background measured just before."""
-    background = busy_cores()
+    one process; pingpong: 2 ranks, no ps), with the background measured meanwhile."""
     args = [JOBS, job, "--steps", str(steps)] + \
         [x for k, v in options.items() for x in (f"--{k}", str(v))]
     if job == "pingpong":
@@ -163,13 +202,15 @@ def measure(job: str, workers: int = 0, steps: int = 100, **options) -> dict:
                "--ps", "1", "--timeout", "60"]
     else:
         cmd = [sys.executable]
-    proc = subprocess.run(cmd + args, capture_output=True, text=True, timeout=300, env=_env())
+    with Background() as background:
+        proc = subprocess.run(cmd + args, capture_output=True, text=True, timeout=300,
+                              env=_env())
     for line in proc.stdout.splitlines():
         body = line.split(" | ", 1)[-1]
         if body.startswith("RESULT "):
             times = np.asarray(json.loads(body[7:])["times"])
             return {"job": job, "workers": workers, "options": options, "times": times,
-                    "median": float(np.median(times)), "background": background,
+                    "median": float(np.median(times)), "background": background.mean,
                     "load": os.getloadavg()[0]}
     raise SystemExit(f"{job} ({workers} workers) failed:\n{proc.stdout[-2000:]}"
                      f"{proc.stderr[-2000:]}")
@@ -185,7 +226,8 @@ def one_host(params: dict, workers: int, traffic: list, compute: Compute,
                  step_overhead=params["step_overhead"], ps_msg=params["ps_msg"],
                  byte_cpu=params["byte_cpu"], apply_fixed=params["apply_fixed"],
                  apply_rate=params["apply_rate"], hosts=[0] * (workers + 1),
-                 cores=params["cores"], background=background, spin=params["spin"])
+                 cores=params["cores"], background=background, spin=params["spin"],
+                 handoff=params["handoff"])
 
 
 def _rate(cores: float, background: float) -> float:
@@ -216,21 +258,23 @@ def fit(m: dict, steps: int = 60) -> dict:
     scalar = [Traffic(pull_bytes=4, push_bytes=4, apply_bytes=4)]
     nothing = Compute()
     best = None
-    for spin in (0.0, 0.1, 0.25, 0.5, 1.0):
-        for ratio in (0.25, 0.5, 1.0, 2.0):
-            trial = dict(params, spin=spin)
+    for spin in (0.0, 0.25, 0.5, 1.0):
+        trial = dict(params, spin=spin)
 
-            def one(overhead, n=1):
-                p = dict(trial, step_overhead=overhead, ps_msg=ratio * overhead)
-                run = m["null"][n]
-                return simulate(one_host(p, n, scalar, nothing, run["background"]),
-                                steps).median_step
-            overhead = _solve(one, m["null"][1]["median"], 1e-7, 1e-1)
-            trial.update(step_overhead=overhead, ps_msg=ratio * overhead)
-            error = sum(math.log(one(overhead, n) / m["null"][n]["median"]) ** 2
-                        for n in (2, 3))
+        def null(overhead, handoff, n):
+            p = dict(trial, step_overhead=overhead, ps_msg=overhead, handoff=handoff)
+            run = m["null"][n]
+            return simulate(one_host(p, n, scalar, nothing, run["background"]),
+                            steps).median_step
+
+        for handoff in (0.0, 1e-6, 3e-6, 1e-5, 3e-5, 1e-4, 3e-4):
+            overhead = _solve(lambda o: null(o, handoff, 1), m["null"][1]["median"], 1e-8,
+                              1e-1)
+            error = sum(math.log(null(overhead, handoff, n) / m["null"][n]["median"]) ** 2
+                        for n in (1, 2, 3))
             if best is None or error < best[0]:
-                best = (error, trial)
+                best = (error, dict(trial, step_overhead=overhead, ps_msg=overhead,
+                                    handoff=handoff))
     params = best[1]
     dense = m["null_dense"]
     size = 4 * 2 ** 20
@@ -252,15 +296,27 @@ def compute_of(run: dict, cores: float) -> Compute:
 
 
 def validate(params: dict, compute_run: dict, model_runs: dict, traffic: list) -> list:
-    """[{processes, measured_ms, simulated_ms, error}] of the MLP step at 1-3 workers."""
-    rows = []
+    """[{processes, measured_ms, simulated_ms, error, ...}] of the MLP step at 1-3 workers,
+    twice: `simulated_ms` predicts from the local compute measurement alone;
+    `refit_ms` first scales the compute so that 1 worker (2 processes) matches, then
+    predicts 3 and 4 processes (what a step costs inside a job beyond its kernels: the
+    worker's partitioned program, its threads, decoding the pulled values)."""
     compute = compute_of(compute_run, params["cores"])
+
+    def median(n, scale=1.0):
+        c = replace(compute, scale=compute.scale * scale)
+        return simulate(one_host(params, n, traffic, c, model_runs[n]["background"]),
+                        200).median_step
+    first = min(model_runs)
+    in_job = _solve(lambda k: median(first, k), model_runs[first]["median"], 0.1, 20.0)
+    rows = []
     for n, run in sorted(model_runs.items()):
-        sim = simulate(one_host(params, n, traffic, compute, run["background"]), 200)
+        plain, refit = median(n), median(n, in_job)
         rows.append({"processes": n + 1, "workers": n, "measured_ms": 1e3 * run["median"],
-                     "simulated_ms": 1e3 * sim.median_step,
-                     "error": sim.median_step / run["median"] - 1,
-                     "background_cores": run["background"], "load": run["load"]})
+                     "simulated_ms": 1e3 * plain, "error": plain / run["median"] - 1,
+                     "refit_ms": 1e3 * refit, "refit_error": refit / run["median"] - 1,
+                     "compute_scale": in_job, "background_procs": run["background"],
+                     "load": run["load"]})
     return rows
 
 
@@ -303,12 +359,28 @@ def run_all(quick: bool) -> dict:
     return m
 
 
+def _measurements(saved: dict) -> dict:
+    """calibration.json's "measured" back as run_all made it (arrays, int worker keys)."""
+    def run(r):
+        return dict(r, times=np.asarray(r["times"]))
+    return {k: ({int(n): run(r) for n, r in v.items()} if "times" not in v else run(v))
+            for k, v in saved.items()}
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="few steps (figures not meaningful)")
+    p.add_argument("--refit", action="store_true",
+                   help="fit and validate again from the measurements in calibration.json")
     a = p.parse_args(argv)
     started, load0 = time.strftime("%Y-%m-%d %H:%M:%S"), os.getloadavg()
-    m = run_all(a.quick)
+    if a.refit:
+        with open(os.path.join(RESULTS, "calibration.json")) as f:
+            old = json.load(f)
+        started, load0 = old["started"], old["uptime_load_before"]
+        m = _measurements(old["measured"])
+    else:
+        m = run_all(a.quick)
     params = fit(m)
     traffic = mlp_traffic()
     rows = validate(params, m["compute"], m["model"], traffic)
@@ -332,10 +404,13 @@ def main(argv=None) -> None:
     print(f"null scalar medians ms: " + ", ".join(
         f"{n}w {1e3 * r['median']:.3f}" for n, r in m["null"].items()))
     print(f"MLP traffic per step (ps 0): {asdict(traffic[0])}")
-    print("processes  measured ms  simulated ms  error  background cores")
+    print(f"compute scaled x{rows[0]['compute_scale']:.2f} in the refit (matched at 2 "
+          "processes)")
+    print("processes  measured ms  simulated ms  error  refit ms  error  background procs")
     for r in rows:
         print(f"{r['processes']:9d}  {r['measured_ms']:11.2f}  {r['simulated_ms']:12.2f}  "
-              f"{100 * r['error']:+5.1f}%  {r['background_cores']:.2f}")
+              f"{100 * r['error']:+5.1f}%  {r['refit_ms']:8.2f}  {100 * r['refit_error']:+5.1f}%"
+              f"  {r['background_procs']:.2f}")
 
 
 if __name__ == "__main__":

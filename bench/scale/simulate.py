@@ -23,8 +23,10 @@ the sender never waiting for the receiver: buffers, as TCP has). Messages within
 the `local` link and no NIC. Every CPU cost runs on its host's CPU, shared by processor sharing:
 with `cores` cores, `background` other busy processes, and each idle task of ours counting
 as `spin` of a busy one (rill's waits yield-spin for a few ms before they sleep), a job
-progresses at min(1, cores / (busy + background + spin * idle)). `cores=inf` (the default,
-a cluster of dedicated machines) makes every CPU cost its plain duration.
+progresses at min(1, cores / (busy + background + spin * idle)), and a message waits
+`handoff` per process beyond the cores before its receiver runs (an oversubscribed host's
+scheduling delay). `cores=inf` (the default, a cluster of dedicated machines) makes every
+CPU cost its plain duration and a message's arrival immediate.
 
 The engine is a heap of (time, sequence, callback); `Simulation.run(steps)` returns the
 chief's step times and the throughput. Everything is seconds and bytes.
@@ -133,6 +135,7 @@ class Setup:
     cores: float = math.inf              # per host
     background: float = 0.0              # busy processes per host that are not ours
     spin: float = 0.0                    # an idle task's weight on its host's CPU
+    handoff: float = 0.0                 # a message's wait per process beyond the cores
     batch: int = 1                       # examples per worker step (for throughput)
     seed: int = 0
 
@@ -160,6 +163,16 @@ class Host:
         idle = max(self.tasks - len(self.jobs), 0)
         return min(1.0, self.cores / max(len(self.jobs) + self.background + self.spin * idle,
                                          1e-12))
+
+    def handoff_delay(self, per_excess: float) -> float:
+        """How long a message waits for its receiver to be scheduled: `per_excess` for each
+        process wanting a core beyond the cores (ours, idle ones counting as spinning, and
+        the background); nothing on a host with a core for everyone."""
+        if not per_excess or math.isinf(self.cores):
+            return 0.0
+        idle = max(self.tasks - len(self.jobs), 0)
+        excess = len(self.jobs) + self.spin * idle + self.background - self.cores
+        return per_excess * max(excess, 0.0)
 
     def run(self, work: float, done) -> None:
         """Run `work` seconds of CPU here, then call done()."""
@@ -200,11 +213,18 @@ class Network:
         s = self.setup
         a, b = self.hosts[src], self.hosts[dst]
 
-        def arrived():
+        def received():
             if s.byte_cpu and nbytes:
                 b.run(nbytes * s.byte_cpu, done)
             else:
                 done()
+
+        def arrived():  # the receiver must get a core to notice it
+            wait = b.handoff_delay(s.handoff)
+            if wait:
+                engine.after(wait, received)
+            else:
+                received()
 
         def transfer():
             if src == dst:
