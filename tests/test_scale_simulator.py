@@ -5,7 +5,6 @@ import math
 import pathlib
 import sys
 
-import numpy as np
 import pytest
 from scipy.stats import norm
 

@@ -401,7 +401,7 @@ def main(argv=None) -> None:
     print(f"load average before {load0[0]:.2f}, after {os.getloadavg()[0]:.2f} "
           f"({os.cpu_count()} cores)")
     print("params: " + ", ".join(f"{k}={v:.3g}" for k, v in params.items()))
-    print(f"null scalar medians ms: " + ", ".join(
+    print("null scalar medians ms: " + ", ".join(
         f"{n}w {1e3 * r['median']:.3f}" for n, r in m["null"].items()))
     print(f"MLP traffic per step (ps 0): {asdict(traffic[0])}")
     print(f"compute scaled x{rows[0]['compute_scale']:.2f} in the refit (matched at 2 "
