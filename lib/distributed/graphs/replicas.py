@@ -7,7 +7,8 @@ gradients), and updates the variables from it. The ps cuts that part in three gr
     pull        everything the part's sends need (reads, and anything computed from them
                 alone): run when the worker starts a step;
     serve       sends that answer what the worker sent within the step (a sharded
-                embedding's rows for its ids), with what they need;
+                embedding's rows for its ids), with what they need; cut again into
+                independent rounds (`rounds`), each run once its own values are here;
     contribute  each value received from the worker, handed to an `accumulate` node: the
                 worker's contribution to the step;
     apply       everything the part's assigns need, with each received value replaced by a
@@ -91,6 +92,54 @@ def split(part: Graph, mode: str = "async"):
     for graph, kind in ((pull, "pull"), (serve, "serve"), (apply, "apply")):
         graph.name = f"{part.name}.{kind}"
     return pull, serve, contribute, apply
+
+
+def rounds(serve: Graph) -> list:
+    """The serve graph cut into independent graphs, one per group of sends (and the
+    accumulates kept for the update) that share work other than reads and constants.
+
+    A step may look up several tables held by one ps (an input embedding and a sampled
+    softmax's rows): the worker sends the second lookup's ids only once the first one's
+    rows have come back, so the ps answers each lookup as soon as its own ids arrive
+    rather than waiting for every value the serve phase receives (which deadlocks)."""
+    roots = [n for n in serve.nodes if n.op in ("send", "accumulate")]
+    if len(roots) <= 1:
+        return [serve] if serve.nodes else []
+    group = list(range(len(roots)))
+
+    def find(i):
+        while group[i] != i:
+            group[i] = group[group[i]]
+            i = group[i]
+        return i
+    owner: dict = {}  # a node two roots need joins them (reads and constants are copied)
+    for i, root in enumerate(roots):
+        for node in _needed(root):
+            if node.op in ("read", "constant"):
+                continue
+            j = owner.setdefault(node, i)
+            group[find(i)] = find(j)
+    members: dict = {}
+    for i, root in enumerate(roots):
+        members.setdefault(find(i), []).append(root)
+    out = []
+    for k, grouped in enumerate(members.values()):
+        g = _closure(serve, grouped, {})
+        g.name = f"{serve.name}.{k}" if len(members) > 1 else serve.name
+        out.append(g)
+    return out
+
+
+def _needed(root) -> set:
+    """`root` and every node it needs (inputs and `after` edges)."""
+    needed, stack = set(), [root]
+    while stack:
+        node = stack.pop()
+        if node not in needed:
+            needed.add(node)
+            stack.extend(v.node for v in node.inputs)
+            stack.extend(node.after)
+    return needed
 
 
 def _rows_in_place(apply: Graph) -> Graph:

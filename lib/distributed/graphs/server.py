@@ -41,6 +41,10 @@ class Registered:
         self.parts = {"pull": pull, "serve": serve, "contribute": contribute, "apply": apply}
         for kind, g in self.parts.items():
             setattr(self, kind, Program(g.lint(), parallel=False) if g.nodes else None)
+        # the serve phase in independent rounds, each run once its own values are here
+        self.rounds = [(Program(g.lint(), parallel=False),
+                        [n.attrs["key"] for n in g.nodes if n.op == "recv"])
+                       for g in replicas.rounds(serve)]
         self.names = sorted(n.attrs["name"] for g in (serve, contribute) for n in g.nodes
                             if n.op == "accumulate")
         # the worker's values each phase needs before it runs (keys of its recvs)
@@ -79,6 +83,7 @@ class StepRun:
     def __init__(self, part, step: int, global_step: int, args):
         self.part, self.step, self.global_step, self.args = part, step, global_step, args
         self.phase = 0  # index into PHASES
+        self.served: set = set()  # the serve rounds run so far
 
 
 PHASES = ("pull", "serve", "contribute")
@@ -295,16 +300,29 @@ class GraphServer:
             run = self.running[worker] = StepRun(part, message.step, s, args)
         while run.phase < len(PHASES):
             phase = PHASES[run.phase]
-            if not self.box.has_all(worker, run.part.waits_for[phase], run.step):
-                return False
-            program = getattr(run.part, phase)
-            if program is not None:
-                program(run.args)
+            if phase == "serve":
+                if not self._serve(worker, run):
+                    return False
+            else:
+                if not self.box.has_all(worker, run.part.waits_for[phase], run.step):
+                    return False
+                program = getattr(run.part, phase)
+                if program is not None:
+                    program(run.args)
             run.phase += 1
         if run.part.apply is not None:
             run.part.group.commit(run.args.contribution, lambda g: run.part.apply(run.args))
         self.box.discard(worker, run.step)  # go-aheads nobody waits for
         return True
+
+    def _serve(self, worker: int, run) -> bool:
+        """Run each serve round whose values have arrived, in whatever order they come;
+        True once every round has run."""
+        for i, (program, keys) in enumerate(run.part.rounds):
+            if i not in run.served and self.box.has_all(worker, keys, run.step):
+                program(run.args)
+                run.served.add(i)
+        return len(run.served) == len(run.part.rounds)
 
     def _waiting_for(self, worker: int, kind: str) -> str:
         run = self.running.get(worker)
