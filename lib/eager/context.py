@@ -70,8 +70,8 @@ def inference_mode(mode=True):
     """As `no_grad` (mode=True) or `enable_grad` (mode=False): a context manager, or a
     decorator, also written without parentheses (`@rill.inference_mode`).
 
-    Unlike PyTorch's, tensors made inside are ordinary tensors: rill's buffers are never
-    written in place, so PyTorch's reason to refuse them later in autograd (a version
+    Unlike PyTorch's, tensors made inside are ordinary tensors: rill counts versions of
+    every tensor, inside too, so PyTorch's reason to refuse them later in autograd (a version
     counter they skip) does not arise, and using them later is allowed and correct.
 
     >>> import rill
