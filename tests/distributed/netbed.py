@@ -499,28 +499,34 @@ def measure_link(bed: Bed, sizes=(8, 1 << 10, 1 << 16, 1 << 20, 1 << 23),
                          ",".join(map(str, sizes)), repeats, timeout=120)
     if rc != 0:
         raise RuntimeError(f"ping-pong failed:\n{out}")
-    line = next(l for l in out.splitlines() if "pingpong " in l)
+    line = next(t for t in out.splitlines() if "pingpong " in t)
     points = json.loads(line.split("pingpong ", 1)[1])
     small, large = points[0], points[-1]
     return {"latency_s": small[1], "bandwidth_Bps": large[0] / large[1], "points": points}
 
 
 def measure_steps(hosts=(2, 3, 4, 5, 6), steps: int = 30, backups: int = 0) -> dict:
-    """Median step time of a synchronous parameter-server job (graph_training.py's model,
-    captured) with the ps on host 0 and one worker on each of hosts 1..k, for each k+1 in
-    `hosts` (the number of hosts): {hosts: {"median_s", "steps_s": [...]}}."""
+    """Step times of a synchronous parameter-server job (multihost_jobs.py steptime: a
+    captured step of a 5-16-3 MLP, its variables on the ps) with the ps alone on host 0 and
+    one worker on each other host, for each number of hosts in `hosts`: {hosts: {"workers",
+    "mean_s" (a worker's wall time over its steps / steps, averaged over workers),
+    "median_s", "per_worker": [{"host", "steps_s", ...}]}}."""
+    import statistics
     out = {}
     for n in hosts:
         with Bed(n) as bed:
-            per_host = [1] * n
-            per_host[0] = 2 if n == 1 else 1
-            result = bed.tmp / "steps.json"
-            rc, text = bed.launch([1] + [1] * (n - 1), "--ps", 1, "--timeout", 60,
-                                  HERE / "multihost_jobs.py", "steptime", result, steps,
-                                  backups, timeout=300)
+            result = bed.tmp / "steps"
+            rc, text = bed.launch([1] * n, "--ps", 1, "--timeout", 60, HERE /
+                                  "multihost_jobs.py", "steptime", result, steps, backups,
+                                  timeout=300)
             if rc != 0:
                 raise RuntimeError(f"step-time job on {n} hosts failed:\n{text}")
-            out[n] = json.loads(result.read_text())
+            runs = [json.loads(p.read_text()) for p in sorted(bed.tmp.glob("steps-worker*"))]
+        out[n] = {"workers": len(runs),
+                  "mean_s": statistics.mean(r["wall_s"] / max(len(r["steps_s"]), 1)
+                                            for r in runs),
+                  "median_s": statistics.median(t for r in runs for t in r["steps_s"]),
+                  "per_worker": runs}
     return out
 
 
@@ -542,6 +548,8 @@ def main(argv=None) -> int:
     with Bed(2) as bed:
         link = measure_link(bed)
     steps = measure_steps(tuple(int(h) for h in a.hosts.split(",")), a.steps)
+    for n, r in steps.items():  # the per-step lists are long: summaries only
+        r.pop("per_worker")
     print(json.dumps({"link": link, "steps": steps}, indent=1))
     return 0
 

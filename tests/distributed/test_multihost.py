@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import glob
 import json
-import os
 import pathlib
 import sys
 import time
@@ -57,8 +56,8 @@ def test_eager_parameter_servers_sync_async_and_a_backup_worker_over_hosts(netbe
     assert "ps1     | sparse ok: rows [17] of [10, 20) changed" in out
 
 
-def test_a_captured_sync_step_over_hosts_equals_the_one_host_run_bit_for_bit(netbed,
-                                                                            tmp_path):
+def test_a_captured_sync_step_over_hosts_equals_the_one_host_run_bit_for_bit(
+        netbed, tmp_path):
     here, there = tmp_path / "one", tmp_path / "bed"
     here.mkdir(), there.mkdir()
     rc, out = launch_here("-n", 3, "--ps", 1, "--timeout", 30, HERE / "graph_training.py",
@@ -84,8 +83,7 @@ def test_a_sharded_embedding_across_tasks_on_four_hosts(netbed, tmp_path):
     assert out.count("'applied': 120, 'contributions': 120, 'dropped': 0") == 2, out
 
 
-def test_a_killed_ps_host_restarts_every_task_from_the_distributed_checkpoint(netbed,
-                                                                             tmp_path):
+def test_a_killed_ps_restarts_every_task_from_the_distributed_checkpoint(netbed, tmp_path):
     bed = netbed(3)
     rc, out = bed.launch([1, 1, 1], "--ps", 1, "--max-restarts", 1, "--timeout", 20,
                          HERE / "graph_fault.py", tmp_path / "ckpt", timeout=90)
