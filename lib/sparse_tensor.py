@@ -67,18 +67,18 @@ def _host(t: Tensor) -> np.ndarray:
 
 
 def _int_tensor(x, like_device, what: str, op: str) -> Tensor:
-    from .ops.creation import tensor
-    if not isinstance(x, Tensor):
-        x = tensor(np.asarray(x, dtype=np.int64), device=like_device)
+    from .ops.arguments import as_tensor
+    x = as_tensor(x, what, op)  # a rill error for what is not numbers (callers move it)
     if not x.dtype.is_integer:
         raise ArgumentError(f"{what} must be integers, got {x.dtype}", op=op)
     return x
 
 
 def _values_tensor(v, dtype, device, op: str) -> Tensor:
+    from .ops.arguments import as_tensor
     from .ops.creation import tensor
     if not isinstance(v, Tensor):
-        v = tensor(v, dtype=dtype, device=device)
+        v = tensor(as_tensor(v, "values", op), dtype=dtype, device=device)
     elif dtype is not None:
         v = v.to(dtype)
     if device is not None:
@@ -482,9 +482,10 @@ def sparse_coo_tensor(indices, values, size=None, *, dtype=None, device=None,
     op = "sparse_coo_tensor"
     values = _values_tensor(values, dtype, device, op)
     indices = _int_tensor(indices, values.device, "indices", op)
-    if indices.ndim != 2 or indices.shape[1] != values.shape[0]:
-        raise ShapeError(f"indices must be [sparse_dim, nnz] with nnz = len(values) = "
-                         f"{values.shape[0]}, got {list(indices.shape)}", op=op)
+    if values.ndim == 0 or indices.ndim != 2 or indices.shape[1] != values.shape[0]:
+        raise ShapeError(f"indices must be [sparse_dim, nnz] and values [nnz, ...], got "
+                         f"indices {list(indices.shape)} and values {list(values.shape)}",
+                         op=op)
     if indices.device is not values.device:
         indices = indices.to(values.device)
     k = indices.shape[0]

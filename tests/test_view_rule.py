@@ -364,7 +364,7 @@ def _torch_counterpart(name: str, method: bool):
 
 def _shares_memory(out, x) -> bool:
     outs = out if isinstance(out, (tuple, list)) else (out,)
-    return any(isinstance(o, torch.Tensor) and o.numel() and
+    return any(isinstance(o, torch.Tensor) and o.layout == torch.strided and o.numel() and
                o.untyped_storage().data_ptr() == x.untyped_storage().data_ptr() for o in outs)
 
 
