@@ -133,6 +133,7 @@ class Setup:
     apply_rate: float = math.inf         # bytes/s of an update
     hosts: list | None = None            # host of each task: ps 0.., then workers; None: own
     cores: float = math.inf              # per host
+    shared_cpu: bool = False             # every host on the same cores (the bed: one machine)
     background: float = 0.0              # busy processes per host that are not ours
     spin: float = 0.0                    # an idle task's weight on its host's CPU
     handoff: float = 0.0                 # a message's wait per process beyond the cores
@@ -396,8 +397,12 @@ class Simulation:
         if len(placed) != len(tasks):
             raise ValueError(f"hosts names {len(placed)} tasks, the job has {len(tasks)}")
         self.where = dict(zip(tasks, placed))
-        self.hosts = [Host(self.engine, setup.cores, setup.background, setup.spin)
-                      for _ in range(max(placed) + 1)]
+        if setup.shared_cpu:  # one CPU (and one NIC: the machine's kernel does the copying)
+            self.hosts = [Host(self.engine, setup.cores, setup.background, setup.spin)] * \
+                (max(placed) + 1)
+        else:
+            self.hosts = [Host(self.engine, setup.cores, setup.background, setup.spin)
+                          for _ in range(max(placed) + 1)]
         for h in placed:
             self.hosts[h].tasks += 1
         self.net = Network(setup, self.hosts)

@@ -13,6 +13,13 @@ as SIGTERM (SIGKILL at a second request, or after 5 s); the rank dies with its w
 the watcher stops the rank if mpiexec dies. Processes the rank started and left running
 (reparented to the watcher, a child subreaper) are ended when the rank ends (process_tree.py).
 
+Under Hydra's mpiexec (over hosts: rill-launch sets RILL_WATCH_APART) the process mpiexec
+starts is only a stand-in for the watcher, which it forks into a process group of its own:
+when a host fails, the proxies on the other hosts SIGKILL the processes they started, and a
+watcher killed so could not say how its rank ended, leaving the lost host's ranks looking
+like everyone else's. With the stand-in killed instead, each surviving watcher stops its rank
+and writes "stopped", and the ranks left without an account are those of the lost host.
+
 A rank that fails says why on the board as well as in its output (its last words: the text
 of `sys.exit("message")`, or its exception's first line), so that rill-launch can name the
 reason even when the output was cut short by the job's end.
@@ -116,6 +123,31 @@ def watch(path: str, rank: int, size: int) -> None:
     os._exit(128 + killed_by)
 
 
+def stand_in() -> None:
+    """Fork; return in the child, the watcher-to-be, in a process group of its own. The
+    parent passes stop requests (and its own launcher's death, as SIGHUP) on to it, waits
+    for it, and ends as it ended (never returns)."""
+    child = os.fork()
+    if child == 0:
+        os.setpgid(0, 0)
+        return  # watch() makes this process die with its parent's death as a SIGHUP
+    for s in STOP_SIGNALS:
+        signal.signal(s, lambda signum, frame: _kill(child, signum))
+    _die_with(os.getppid(), signal.SIGHUP)
+    _, status = os.waitpid(child, 0)
+    if not os.WIFSIGNALED(status):
+        os._exit(os.waitstatus_to_exitcode(status))
+    import resource
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    for s in STOP_SIGNALS:
+        signal.signal(s, signal.SIG_DFL)
+    killed_by = os.WTERMSIG(status)
+    if killed_by not in (signal.SIGKILL, signal.SIGSTOP):
+        signal.signal(killed_by, signal.SIG_DFL)
+    os.kill(os.getpid(), killed_by)
+    os._exit(128 + killed_by)
+
+
 # How long the processes a rank left behind get to end on SIGTERM before SIGKILL.
 LEFTOVER_GRACE_S = 1.0
 
@@ -206,6 +238,8 @@ def main() -> None:
     num_ps = int(os.environ.get("RILL_NUM_PS", "0"))
     board_path = os.environ.get("RILL_STATUS_FILE")
     if board_path and sys.platform.startswith("linux"):
+        if os.environ.get("RILL_WATCH_APART"):
+            stand_in()
         watch(board_path, rank, size)
     width = max(len(role_of(r, num_ps)) for r in range(size))
     label = role_of(rank, num_ps).ljust(width)

@@ -6,6 +6,15 @@ and `async_op=True` returns the Handle instead. A missed deadline raises Distrib
 naming the ranks that did not arrive and what each was last doing (see status.py) — a job
 never hangs without a message.
 
+When every rank has arrived and the data still does not pass (a host's link is down, or so
+slow that nothing gets through), no rank is missing, so a late collective also probes the
+ranks it waits with: halfway to its deadline it sends each of them a small message, and every
+rank waiting in an exchange answers the probes it finds (Probes). The ranks that did not
+answer are named, with their hosts: the board cannot tell, since it is a file that a cut-off
+host may still write (one kernel in the test bed, a shared filesystem on a cluster), but a
+probe travels the way the job's data does. Probes cost a step nothing: a rank sends them
+only past half its timeout, and looks for them only once it has waited a millisecond.
+
 Tensors travel through host memory (a device tensor is copied to the host and back); results
 are new tensors: rill's buffers are never written in place. In a world of one, collectives
 return copies of their input and point-to-point calls have no peer.
@@ -13,6 +22,7 @@ return copies of their input and point-to-point calls have no peer.
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 import numpy as np
@@ -53,30 +63,87 @@ def wait_until(done, w: World, what: str, peers=None, deadline: float | None = N
     a blocking call cannot be given up on."""
     start = time.monotonic()
     deadline = start + w.timeout if deadline is None else deadline
+    probe_at = deadline - w.timeout / 2
+    probes = None
     pause = 2e-5
     while not done():
         now = time.monotonic()
         if now > deadline:
-            raise timeout_error(w, what, peers)
+            raise timeout_error(w, what, peers, probes)
         if now - start < 1e-3:
             # The first millisecond only yields the core (most exchanges end within it):
             # sched_yield, as sleep(0) would sleep for the timer slack, ~50-100 us on Linux.
             _yield()
-        else:  # then back off, so that a rank waiting on a slow one idles
-            time.sleep(pause)
-            pause = min(pause * 1.5, 2e-3)
+            continue
+        # then back off, so that a rank waiting on a slow one idles, answering probes
+        if w.board is not None and w.shutdown_comm is not None:
+            if probes is None and now >= probe_at and peers is None:
+                probes = Probes.send(w)
+            Probes.answer(w, probes)
+        time.sleep(pause)
+        pause = min(pause * 1.5, 2e-3)
     if w.board is not None:
         w.board.left()
+
+
+class Probes:
+    """The probes of one late collective: sent to the ranks that entered it too (the others
+    are named as not arrived anyway), answered by every rank that waits in an exchange. They
+    travel on init's duplicate of the world's communicator (World.shutdown_comm) as
+    point-to-point messages, which never match its barrier nor the user's messages."""
+
+    PING, PONG = 0x7E11, 0x7E12
+    _sending: list = []  # (buffer, request) of sends not yet complete: MPI reads the buffers
+    _lock = threading.Lock()  # a step's threads may wait at once
+
+    def __init__(self, ident: int, ranks):
+        self.ident, self.sent_at = ident, time.monotonic()
+        self.probed, self.answered = frozenset(ranks), set()
+
+    @classmethod
+    def send(cls, w: World) -> "Probes":
+        rows = w.board.read()
+        mine = rows[w.rank].collectives
+        probes = cls(mine, [r for r, row in enumerate(rows)
+                            if r != w.rank and row.collectives >= mine])
+        for r in sorted(probes.probed):
+            cls._post(w, np.array([mine], np.int64), r, cls.PING)
+        return probes
+
+    @classmethod
+    def _post(cls, w: World, buf, dest: int, tag: int) -> None:
+        from mpi4py import MPI
+        with cls._lock:
+            cls._sending = [(b, q) for b, q in cls._sending if not q.Test()]
+            cls._sending.append((buf, w.shutdown_comm.Isend([buf, MPI.INT64_T], dest, tag)))
+
+    @classmethod
+    def answer(cls, w: World, probes: "Probes | None") -> None:
+        """Answer the probes that have come; note the answers to `probes`."""
+        from mpi4py import MPI
+        comm, status = w.shutdown_comm, MPI.Status()
+        while True:  # a matched probe: another thread cannot take the message meanwhile
+            message = comm.Improbe(MPI.ANY_SOURCE, MPI.ANY_TAG, status)
+            if message is None:
+                return
+            source, tag = status.Get_source(), status.Get_tag()
+            buf = np.empty(1, np.int64)
+            message.Recv([buf, MPI.INT64_T])
+            if tag == cls.PING:
+                cls._post(w, buf, source, cls.PONG)
+            elif tag == cls.PONG and probes is not None and int(buf[0]) == probes.ident:
+                probes.answered.add(source)
 
 
 _yield = getattr(os, "sched_yield", lambda: time.sleep(0))
 
 
-def timeout_error(w: World, what: str, peers=None) -> DistributedError:
+def timeout_error(w: World, what: str, peers=None, probes=None) -> DistributedError:
     """What a missed deadline says: who did not arrive and what each was last doing. A rank
     whose process is stopped (SIGSTOP) or gone is named first, wherever it is in the job:
     it holds up every exchange that needs it, so the ranks waited for may only be waiting
-    for it in turn. `peers` may be a function of the board's rows."""
+    for it in turn. `peers` may be a function of the board's rows. `probes`: the ranks that
+    entered the exchange too and did not answer a probe are named last, with their hosts."""
     from .status import EXCHANGES, process_state
     head = f"{what} on {w.name} (rank {w.rank}) did not complete within {w.timeout:g} s"
     op = what.split(" ")[0]
@@ -90,8 +157,8 @@ def timeout_error(w: World, what: str, peers=None) -> DistributedError:
     if peers is None:  # a collective: the ranks that have not entered this one yet
         peers = [r for r, row in enumerate(rows) if r != w.rank and row.collectives < mine]
     halted = [r for r, row in enumerate(rows) if r != w.rank and process_state(row)]
-    parts = [describe(w, r, rows[r]) for r in halted] + \
-        [describe(w, r, rows[r]) for r in peers if r not in halted]
+    parts = [describe(w, r, rows[r], rows) for r in halted] + \
+        [describe(w, r, rows[r], rows) for r in peers if r not in halted]
     # Ranks in their own code all the time this one waited: a rank waited for may itself be
     # waiting for one of them (a ps in a synchronous step waits for every worker), which
     # `peers` cannot tell. Named apart: nothing says this exchange needs them.
@@ -102,16 +169,42 @@ def timeout_error(w: World, what: str, peers=None) -> DistributedError:
             and row.ago is not None and row.ago >= waited - 0.05]
     tail = ""
     if busy:
-        named = [describe(w, r, rows[r]) for r in busy[:8]]
+        named = [describe(w, r, rows[r], rows) for r in busy[:8]]
         more = f"; and {len(busy) - 8} more" if len(busy) > 8 else ""
         tail = (". In their own code, entering no exchange, all the time this rank waited "
                 f"(what the ranks above may be waiting for): {'; '.join(named)}{more}")
+    if probes is not None:
+        w.board.heard(probes.probed, probes.answered)
+        tail += _unanswered(w, rows, probes)
     if not parts:
         return DistributedError(head + tail, op=op)
     return DistributedError(f"{head}: waiting for {'; '.join(parts)}{tail}", op=op)
 
 
-def describe(w: World, r: int, row) -> str:
+def _unanswered(w: World, rows, probes) -> str:
+    """". No answer to a probe sent 2.0 s ago from these ranks, which had entered it too:
+    rank 2 (worker2) on h2; answered: rank 1 on h1 — ...": who stopped answering."""
+    silent = sorted(probes.probed - probes.answered)
+    if not silent:
+        return ""
+    ago = time.monotonic() - probes.sent_at
+    named = "; ".join(f"rank {r} ({_name(w, r)}){_on(rows, r)}" for r in silent[:8])
+    more = f"; and {len(silent) - 8} more" if len(silent) > 8 else ""
+    heard = sorted(probes.answered)
+    answered = ("; answered: " + ", ".join(f"rank {r}{_on(rows, r)}" for r in heard[:8]) +
+                (", ..." if len(heard) > 8 else "")) if heard else ""
+    return (f". No answer to a probe sent {ago:.1f} s ago from these ranks, which had entered "
+            f"it too: {named}{more}{answered} — their host, or the network to it, stopped "
+            "answering (or they are busy in their own code with this exchange posted)")
+
+
+def _on(rows, r: int) -> str:
+    """" on h2": where rank r runs, when the ranks are not all on one host."""
+    names = {row.hostname for row in rows if row.hostname}
+    return f" on {rows[r].hostname}" if len(names) > 1 and rows[r].hostname else ""
+
+
+def describe(w: World, r: int, row, rows=None) -> str:
     """"rank 2 (worker1), stopped (process state T, as after SIGSTOP), last seen entering
     all_reduce (its collective #3, 4.0 s ago)": a rank as an error names it."""
     from .status import process_state
@@ -126,7 +219,10 @@ def describe(w: World, r: int, row) -> str:
     else:
         how = ""
     doing = row.doing(_name(w, r)) if not state and row.ending == "running" else ""
-    return (f"rank {r} ({_name(w, r)}){how}, last seen entering {row.operation} "
+    if rows is None:
+        rows = w.board.read() if w.board is not None else None
+    return (f"rank {r} ({_name(w, r)}){_on(rows, r) if rows else ''}{how}, "
+            f"last seen entering {row.operation} "
             f"(its collective #{row.collectives}{when}){', ' + doing if doing else ''}")
 
 

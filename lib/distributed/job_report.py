@@ -9,6 +9,13 @@ own words: its sys.exit message or its exception's first line), or gone before t
 end; and a hang in MPI shutdown. Then every other rank, saying who stopped it: the process
 manager after a cause, rill-launch after a signal it received (JobStop), or a signal from
 outside (a resource manager's).
+
+Over several hosts every line names the rank's host too (its watcher writes the host name on
+the board). A host that fails takes its ranks and their watchers with it, so they leave no
+account, while the watchers elsewhere write theirs ("stopped"): ranks left without one, all
+of a host's and none of another's, are named as lost with their host. And when ranks timed
+out in an exchange every rank had entered, the probes they sent (collectives.py) say which
+host the others stopped hearing from.
 """
 from __future__ import annotations
 
@@ -45,18 +52,99 @@ def alive(pid: int) -> bool:
     return True
 
 
+def running_here(row) -> bool | None:
+    """Whether the rank's process still runs: None where this process cannot look (it runs
+    on another machine)."""
+    from .status import HOST
+    if row.host and row.host != HOST:
+        return None
+    return alive(row.pid)
+
+
+# How long rill-launch waits for the watchers of other machines to write how their ranks
+# ended (it cannot look at their processes; those of a lost host never will): until no new
+# account has come for REMOTE_QUIET_S, REMOTE_SETTLE_S at most.
+REMOTE_SETTLE_S, REMOTE_QUIET_S = 3.0, 1.0
+
+
 def settle(a, status: str, limit: float = 7.0) -> None:
     """Give the ranks' watchers time to write how their ranks ended: the process manager
     may end before they do (when it is killed; a stopped rank's watcher ends it with SIGKILL
     after 5 s)."""
     from .process_tree import reap
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
+    start = changed = time.monotonic()
+    accounted = None
+    while time.monotonic() < start + limit:
         reap()  # ranks whose watcher died are this process's children now
-        if not any(row.ending == "running" and row.pid and alive(row.pid)
-                   for row in board_rows(a, status)):
+        rows = board_rows(a, status)
+        now = time.monotonic()
+        ended = sum(row.ending != "running" for row in rows)
+        if ended != accounted:
+            accounted, changed = ended, now
+        remote = now < start + REMOTE_SETTLE_S and now < changed + REMOTE_QUIET_S
+        if not any(row.ending == "running" and row.pid and
+                   (running_here(row) or running_here(row) is None and remote)
+                   for row in rows):
             return
         time.sleep(0.05)
+
+
+def hosts_of(rows) -> dict:
+    """{host name: [ranks]} when the ranks ran on more than one host, else {}."""
+    hosts: dict = {}
+    for rank, row in enumerate(rows):
+        if row.hostname:
+            hosts.setdefault(row.hostname, []).append(rank)
+    return hosts if len(hosts) > 1 else {}
+
+
+def rank_on_host(a, rank: int, rows) -> str:
+    """"rank 2 (worker1)", and " on h2" over several hosts."""
+    on = f" on {rows[rank].hostname}" if hosts_of(rows) and rows[rank].hostname else ""
+    return f"rank {rank} ({role_of(rank, a.ps)}){on}"
+
+
+def lost_hosts(rows) -> dict:
+    """{host: [ranks]} of the hosts whose ranks all ended without an account while ranks of
+    another host have one: the host failed (its processes died at once, watchers with them)."""
+    hosts = hosts_of(rows)
+
+    def silent(r):
+        row = rows[r]
+        return row.pid and row.ending == "running" and not running_here(row)
+    lost = {h: ranks for h, ranks in hosts.items() if all(silent(r) for r in ranks)}
+    if not lost or len(lost) == len(hosts):
+        return {}
+    accounted = any(rows[r].ending != "running" for h, ranks in hosts.items()
+                    if h not in lost for r in ranks)
+    return lost if accounted else {}
+
+
+def unheard(a, rows) -> list:
+    """The hosts the others stopped hearing from, from the probes of ranks that timed out
+    in an exchange every rank had entered: ["rill-launch: ..."] lines (none if the probes do
+    not single a host out)."""
+    hosts = hosts_of(rows)
+    where = {r: h for h, ranks in hosts.items() for r in ranks}
+    reach: dict = {}  # (from host, to host) -> answered at least once
+    for r, row in enumerate(rows):
+        for p in row.probed:
+            if r in where and p in where and where[r] != where[p]:
+                key = (where[r], where[p])
+                reach[key] = reach.get(key, False) or p in row.answered
+    lines = []
+    for h in hosts:
+        into = [k for k in reach if k[1] == h]
+        others = {k[0] for k in into}
+        # no probe into h answered, and the hosts that probed it heard each other (or one
+        # another host), so the fault is h's, not theirs
+        heard_elsewhere = any(ok for (x, y), ok in reach.items() if h not in (x, y))
+        if into and not any(reach[k] for k in into) and heard_elsewhere:
+            ranks = ", ".join(f"rank {r} ({role_of(r, a.ps)})" for r in hosts[h])
+            lines.append(f"host {h} stopped answering: no probe from {', '.join(sorted(others))} "
+                         f"reached its ranks ({ranks}) while the other hosts answered each "
+                         "other: its network link (or the host) failed")
+    return lines
 
 
 def doing(a, rank: int, row) -> str:
@@ -82,7 +170,8 @@ def outcome(a, status: str, rc: int, watch=None, stop=None,
     if stop is not None and stop.received is not None:
         return 128 + stop.received, _stopped_lines(a, rows, stop)
     failed = rc != 0 or any(row.ending in ("killed", "stopped") or row.code or
-                            row.ending == "running" and row.pid and not alive(row.pid)
+                            row.ending == "running" and row.pid and
+                            running_here(row) is False
                             for row in rows)
     if not failed:
         return rc, []
@@ -97,10 +186,20 @@ def outcome(a, status: str, rc: int, watch=None, stop=None,
                        f"as after SIGSTOP) for the last {end - since:.1f} s of the job, last "
                        f"seen entering {then.operation} (its collective #{then.collectives}); "
                        "the other ranks could not go on without it"))
+    lost = lost_hosts(rows)
+    for host, ranks in lost.items():
+        causes.append((-float("inf"), 1, ranks[0],
+                       f"host {host} was lost: " + "; ".join(
+                           f"rank {r} ({role_of(r, a.ps)}), pid {rows[r].pid}, last seen "
+                           f"entering {rows[r].operation} (its collective "
+                           f"#{rows[r].collectives})" for r in ranks) +
+                       " — its processes ended together and left no account, while the "
+                       f"other hosts' ranks were stopped by {manager} (the host failed, or "
+                       "all its processes were killed)"))
     for rank, row in enumerate(rows):
-        if rank in stopped:
+        if rank in stopped or any(rank in ranks for ranks in lost.values()):
             continue
-        who = f"rank {rank} ({role_of(rank, a.ps)})"
+        who = rank_on_host(a, rank, rows)
         seen = f"last seen entering {row.operation} (its collective #{row.collectives})"
         words = f": {row.words}" if row.words else ""
         if row.ending == "killed":
@@ -119,15 +218,17 @@ def outcome(a, status: str, rc: int, watch=None, stop=None,
             causes.append((-(row.ended_ago or 0), 1, rank,
                            f"{who} exited (code 0) without reaching the job's end, {seen}"))
     causes.sort(key=lambda c: c[0])
-    named = {c[2] for c in causes}
-    first = next((f"rank {c[2]} ({role_of(c[2], a.ps)})" for c in causes if c[2] is not None),
+    named = {c[2] for c in causes} | {r for ranks in lost.values() for r in ranks}
+    host_of_cause = {ranks[0]: host for host, ranks in lost.items()}
+    first = next((f"host {host_of_cause[c[2]]}" if c[2] in host_of_cause else
+                  f"rank {c[2]} ({role_of(c[2], a.ps)})" for c in causes if c[2] is not None),
                  None)
     after = f"after the failure of {first}" if first else "after the job's failure"
     others = []
     for rank, row in enumerate(rows):
         if rank in named:
             continue
-        who = f"rank {rank} ({role_of(rank, a.ps)})"
+        who = rank_on_host(a, rank, rows)
         if row.ending == "stopped":
             by = (f"stopped by {manager} {after}" if causes else
                   f"stopped ({signal_name(row.code)}) by a signal from outside rill-launch "
@@ -140,9 +241,10 @@ def outcome(a, status: str, rc: int, watch=None, stop=None,
             others.append(f"{who}: finished (exit 0)")
         elif not row.pid:
             others.append(f"{who}: not started")
+    verdict = unheard(a, rows)
     if causes:
-        return causes[0][1], [c[3] for c in causes] + others
-    return rc or 1, others
+        return causes[0][1], verdict + [c[3] for c in causes] + others
+    return rc or 1, verdict + others
 
 
 def _stopped_lines(a, rows, stop) -> list:
@@ -152,7 +254,7 @@ def _stopped_lines(a, rows, stop) -> list:
     after = f"after {stop.name}"
     lines = []
     for rank, row in enumerate(rows):
-        who = f"rank {rank} ({role_of(rank, a.ps)})"
+        who = rank_on_host(a, rank, rows)
         ended = time.time() - (row.ended_ago or 0.0)
         before = row.ending != "running" and ended < stop.at
         words = f": {row.words}" if row.words else ""
@@ -184,9 +286,12 @@ def rank_table(a, status: str, state: str, stopped_by: str | None = None) -> Tab
     from .status import process_state
     table = Table(title=f"rill-launch: {os.path.basename(a.script)} {state}",
                   title_justify="left")
-    for col in ("rank", "role", "last operation", "collectives", "process"):
+    rows = board_rows(a, status)
+    several = bool(hosts_of(rows))
+    for col in ("rank", "role", *(("host",) if several else ()), "last operation",
+                "collectives", "process"):
         table.add_column(col)
-    for rank, row in enumerate(board_rows(a, status)):
+    for rank, row in enumerate(rows):
         found = process_state(row)
         if found == "gone":
             shown = "gone (no exit status)"
@@ -196,6 +301,6 @@ def rank_table(a, status: str, state: str, stopped_by: str | None = None) -> Tab
             shown = f"stopped by {stopped_by}"
         else:
             shown = row.outcome()
-        table.add_row(str(rank), role_of(rank, a.ps), row.operation, str(row.collectives),
-                      shown)
+        table.add_row(str(rank), role_of(rank, a.ps), *((row.hostname,) if several else ()),
+                      row.operation, str(row.collectives), shown)
     return table

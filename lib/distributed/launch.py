@@ -82,6 +82,9 @@ def find_mpiexec(given: str | None = None) -> str:
 
 # Set where a host file or a resource manager lets mpiexec spread the job over hosts.
 CLUSTER_ENV = ("HYDRA_HOST_FILE", "SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID", "PE_HOSTFILE")
+# Under Hydra each rank's watcher lives apart from the process mpiexec starts (bootstrap.py's
+# stand_in): Hydra's proxies SIGKILL that process when another host fails.
+HYDRA_ENV = {"RILL_WATCH_APART": "1"}
 # On one host the ranks' MPI network layers (UCX or libfabric) bind to loopback only.
 LOOPBACK_ENV = {"UCX_NET_DEVICES": "lo", "FI_TCP_IFACE": "lo", "FI_SOCKETS_IFACE": "lo"}
 
@@ -113,7 +116,8 @@ def process_manager(given: str | None, hosts: str | None = None, hostfile: str |
             raise SystemExit("rill-launch: --hosts and --hostfile need Hydra's mpiexec (MPICH's "
                              f"gforker runs every rank on this host), not {mpiexec}")
         where = ["-hosts", hosts] if hosts else ["-f", hostfile]
-        return [mpiexec, *where, *(["-iface", iface] if iface else [])], network_env(iface)
+        return [mpiexec, *where, *(["-iface", iface] if iface else [])], \
+            dict(network_env(iface), **HYDRA_ENV)
     srun = None if given else slurm_launcher()
     if srun is not None:
         return srun, network_env(iface)
@@ -122,8 +126,10 @@ def process_manager(given: str | None, hosts: str | None = None, hostfile: str |
     mpiexec = find_mpiexec(given)
     if given or not sys.platform.startswith("linux") or any(k in os.environ
                                                             for k in CLUSTER_ENV):
+        hydra = {} if given or os.path.basename(mpiexec).startswith("mpiexec.gforker") \
+            else HYDRA_ENV
         return [mpiexec, *(["-iface", iface] if iface and not given else [])], \
-            network_env(iface)
+            dict(network_env(iface), **hydra)
     forker = os.path.join(os.path.dirname(mpiexec), "mpiexec.gforker")
     return [forker if os.path.exists(forker) else mpiexec], dict(LOOPBACK_ENV)
 

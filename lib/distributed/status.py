@@ -14,7 +14,10 @@ small watcher that waits for it and writes the exit code, or the signal that kil
 rill-launch then names the rank, its role and the signal when a job fails. The slot also
 names the machine the process runs on, so that a reader on the same machine can look the
 process up in /proc: a rank stopped by SIGSTOP answers nothing and ends nothing, and only its
-process state ('T') tells it from a slow one.
+process state ('T') tells it from a slow one; and, for people, that machine's host name.
+
+A rank whose exchange is late probes the ranks it is waiting with (collectives.py); which of
+them answered is on the board too, so that rill-launch can say which host stopped answering.
 """
 from __future__ import annotations
 
@@ -35,7 +38,16 @@ PROCESS = struct.Struct("<qqqdq")
 # Why a rank failed, in its own words: its sys.exit("message"), or its exception's first line
 # (UTF-8, NUL-padded), which rill-launch shows even where the rank's output was cut short.
 WORDS = 2000
-SLOT = ACTIVITY.size + PROCESS.size + WORDS
+# The host name of the machine (socket.gethostname(), UTF-8, NUL-padded), for messages.
+NAME = 64
+# The ranks this rank probed in its last late exchange, and those that answered: two bit sets
+# of PROBE_RANKS bits (ranks beyond are not recorded).
+PROBE_RANKS = 1024
+PROBES = 2 * PROBE_RANKS // 8
+SLOT = ACTIVITY.size + PROCESS.size + NAME + PROBES + WORDS
+_AT_NAME = ACTIVITY.size + PROCESS.size
+_AT_PROBES = _AT_NAME + NAME
+_AT_WORDS = _AT_PROBES + PROBES
 # "finalize": in the job's final barrier, before MPI shutdown (world.py); "finished": past it
 OPERATIONS = ("starting", "all_reduce", "broadcast", "all_gather", "reduce_scatter",
               "barrier", "send", "recv", "pull", "push", "finished", "failed", "finalize")
@@ -58,6 +70,9 @@ class Row(NamedTuple):
     host: int = 0           # the machine its process runs on (HOST of the watcher)
     words: str = ""         # why it failed, in its own words (StatusBoard.say)
     left_ago: float | None = None  # seconds since it left `operation` (None: still in it)
+    hostname: str = ""      # the host name of its machine ("": not written yet)
+    probed: frozenset = frozenset()    # the ranks it probed in its last late exchange
+    answered: frozenset = frozenset()  # those of them that answered
 
     def doing(self, role: str) -> str:
         """"still in it" (waiting in the exchange it entered), "out of it for 6.1 s: in its
@@ -96,6 +111,17 @@ def _host_id() -> int:
 
 
 HOST = _host_id()
+HOSTNAME = socket.gethostname()
+
+
+def _bits(ranks) -> bytes:
+    value = sum(1 << r for r in ranks if 0 <= r < PROBE_RANKS)
+    return value.to_bytes(PROBE_RANKS // 8, "little")
+
+
+def _ranks(data: bytes) -> frozenset:
+    value = int.from_bytes(data, "little")
+    return frozenset(r for r in range(PROBE_RANKS) if value >> r & 1) if value else frozenset()
 
 
 def process_state(row: Row) -> str | None:
@@ -136,6 +162,7 @@ class StatusBoard:
             at = SLOT * rank + ACTIVITY.size
             struct.pack_into("<q", self.map, at, os.getpid())
             struct.pack_into("<q", self.map, at + PROCESS.size - 8, HOST)
+            self._name(rank)
             self.note("starting", collective=False)
 
     def note(self, operation: str, collective: bool = True) -> int:
@@ -157,6 +184,17 @@ class StatusBoard:
     def started(self, rank: int, pid: int) -> None:
         """The watcher: `pid` now runs `rank`."""
         PROCESS.pack_into(self.map, SLOT * rank + ACTIVITY.size, pid, 0, 0, 0.0, HOST)
+        self._name(rank)
+
+    def _name(self, rank: int) -> None:
+        at = SLOT * rank + _AT_NAME
+        data = HOSTNAME.encode("utf-8")[:NAME - 1]
+        self.map[at:at + NAME] = data.ljust(NAME, b"\0")
+
+    def heard(self, probed, answered) -> None:
+        """This rank probed `probed` (ranks) in a late exchange, and `answered` answered."""
+        at = SLOT * self.rank + _AT_PROBES
+        self.map[at:at + PROBES] = _bits(probed) + _bits(answered)
 
     def ended(self, rank: int, ending: str, code: int) -> None:
         """How rank's process ended. The first account stands: a rank that reported its own
@@ -171,7 +209,7 @@ class StatusBoard:
         data = text.encode("utf-8")
         if len(data) >= WORDS:
             data = data[:WORDS - 4].decode("utf-8", "ignore").encode("utf-8") + "…".encode()
-        at = SLOT * rank + ACTIVITY.size + PROCESS.size
+        at = SLOT * rank + _AT_WORDS
         self.map[at:at + WORDS] = data.ljust(WORDS, b"\0")
 
     def read(self) -> list:
@@ -182,11 +220,16 @@ class StatusBoard:
             count, code, when, left = ACTIVITY.unpack_from(self.map, SLOT * r)
             pid, ending, value, ended, host = PROCESS.unpack_from(self.map,
                                                                   SLOT * r + ACTIVITY.size)
-            at = SLOT * r + ACTIVITY.size + PROCESS.size
-            words = bytes(self.map[at:at + WORDS]).split(b"\0", 1)[0]
+            at = SLOT * r
+            words = bytes(self.map[at + _AT_WORDS:at + _AT_WORDS + WORDS]).split(b"\0", 1)[0]
+            name = bytes(self.map[at + _AT_NAME:at + _AT_NAME + NAME]).split(b"\0", 1)[0]
+            half = PROBES // 2
+            probes = bytes(self.map[at + _AT_PROBES:at + _AT_PROBES + PROBES])
             out.append(Row(count, OPERATIONS[code] if 0 <= code < len(OPERATIONS) else "?",
                            now - when if when else None, pid,
                            ENDINGS[ending] if 0 <= ending < len(ENDINGS) else "running",
                            value, now - ended if ended else None, host,
-                           words.decode("utf-8", "replace"), now - left if left else None))
+                           words.decode("utf-8", "replace"), now - left if left else None,
+                           name.decode("utf-8", "replace"), _ranks(probes[:half]),
+                           _ranks(probes[half:])))
         return out

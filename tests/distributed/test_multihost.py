@@ -181,8 +181,14 @@ def test_a_host_whose_processes_are_all_killed(netbed, tmp_path):
     rc, out, failed_after, total = _fault_job(bed, tmp_path, lambda: bed.kill_host(2))
     _ok(rc, out)
     _resumed_exactly(out)
-    # Hydra notices its proxy's connection close at once and ends the job
+    # Hydra notices its proxy's connection close at once and ends the job; the other hosts'
+    # watchers, apart from what Hydra kills, say their ranks were stopped, and h2's ranks,
+    # left without an account, are named as lost with their host
     assert failed_after < FAULT_TIMEOUT, (failed_after, out)
+    assert "rill-launch: host h2 was lost: rank 2 (worker2), pid" in out, out
+    for k in (0, 1):
+        assert f"rank {k} (worker{k}) on h{k}: stopped by mpiexec after the failure of " \
+            "host h2" in out, out
     print(f"host killed: failure after {failed_after:.1f} s, job {total:.1f} s")
 
 
@@ -192,8 +198,17 @@ def test_a_host_whose_link_goes_down(netbed, tmp_path):
                                               on_failure=lambda: bed.link(2, True))
     _ok(rc, out)
     _resumed_exactly(out)
-    # nothing breaks a TCP connection whose link is down: the job's deadline ends it
+    # nothing breaks a TCP connection whose link is down: the job's deadline ends it. Every
+    # rank had entered the all-reduce, so none is missing: the probes name the one that
+    # stopped answering, with its host, and rill-launch the host the others lost
     assert "did not complete within 4 s" in out, out
+    for k in (0, 1):
+        assert f"all_reduce on worker{k} (rank {k}) did not complete within 4 s. No answer " \
+            "to a probe" in out, out
+        assert "which had entered it too: rank 2 (worker2) on h2; answered: rank " \
+            f"{1 - k} on h{1 - k}" in out, out
+    assert "rill-launch: host h2 stopped answering: no probe from h0, h1 reached its ranks " \
+        "(rank 2 (worker2))" in out, out
     assert failed_after < FAULT_TIMEOUT + 10, (failed_after, out)
     print(f"link down: failure after {failed_after:.1f} s, job {total:.1f} s")
 
@@ -254,4 +269,6 @@ def test_a_capped_link_slows_the_job_but_not_past_its_deadline(netbed, tmp_path)
     rc, out = bed.launch([1, 1, 1], "--timeout", 3, JOBS, "probe", tmp_path, timeout=60)
     took = time.monotonic() - start
     assert rc != 0 and "did not complete within 3 s" in out, out
+    # the probes queue behind the 1 MiB on h1's link: h1 is named as not answering
+    assert "rill-launch: host h1 stopped answering" in out, out
     assert took < 3 + 20, took

@@ -1,0 +1,202 @@
+"""Check the step model (simulate.py) against real jobs on the multi-host test bed
+(tests/distributed/netbed.py: network namespaces joined by veth pairs, TCP between them) at
+2-6 hosts: the ps alone on host 0, one worker on each other host, synchronous.
+
+Measured here, as root (the bed makes and removes its own namespaces):
+  link     netbed.measure_link: ping-pong between two hosts -> latency, bandwidth
+  mlp784   jobs.py `model` (784-256-256-10, batch 64, 1.08 MB each way per worker step)
+  mlp5     multihost_jobs.py `steptime` (5-16-3, what `netbed.py measure` runs: 600 B)
+  compute  each model's forward and backward alone, in this process (jobs.py `compute`,
+           and the same for the small MLP), with the machine's background
+Each job runs `--rounds` times, the hosts in turn; a job's figure is the median step of its
+chief (mlp784) or of every worker (mlp5), and the figure kept is the median over rounds.
+While each job runs the other busy processes of the machine are sampled (`Background`).
+
+Simulated (calibrate.validate_on_bed) with the one-host calibration (results/
+calibration.json: per-message and per-step costs, spin, handoff), the bed's link, and:
+  dedicated     every host a machine of its own (cores=inf): what validate_on_bed assumed
+  one machine   the hosts share this machine's cores (shared_cpu), beside the background
+                measured during that job, with the compute measured alone; and the same with
+                the compute scaled by the in-job factor fitted on one host (calibration.json)
+
+    sudo python bench/scale/bed_validate.py [--hosts 2,3,4,5,6] [--rounds 2]
+writes results/bed_validation.json and prints the table BENCHMARKS.md shows.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from dataclasses import asdict, replace
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(ROOT, "tests", "distributed"))
+import calibrate  # noqa: E402
+import netbed  # noqa: E402
+
+
+def small_mlp():
+    from rill import nn
+    return nn.Sequential(nn.Linear(5, 16), nn.Tanh(), nn.Linear(16, 3))
+
+
+def small_traffic() -> list:
+    """multihost_jobs.py steptime's step, read from its partitioned graph."""
+    import rill
+    import rill.distributed as dist
+    from rill import nn
+    model = small_mlp()
+    dist.place_on_ps(model)
+    opt = rill.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+    @rill.capture
+    def step(x, y):
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+    x, y = rill.randn(24, 5), rill.randint(0, 3, (24,))
+    return calibrate.traffic_of(step, x, y, mode="sync")
+
+
+def small_compute(batch: int, steps: int = 300) -> dict:
+    """The small MLP's captured forward and backward alone (a worker's batch of 48 split
+    over its workers), timed here beside the background."""
+    import rill
+    from rill import nn
+    model = small_mlp()
+    params = list(model.parameters())
+
+    @rill.capture
+    def grads(x, y):
+        model.zero_grad()
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        return [p.grad for p in params]
+    x, y = rill.randn(batch, 5), rill.randint(0, 3, (batch,))
+    with calibrate.Background() as background:
+        times = _timed(lambda: grads(x, y), steps)
+    times = np.asarray(times[10:])
+    return {"times": times, "median": float(np.median(times)), "background": background.mean}
+
+
+def _timed(fn, steps):
+    out = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def run_on_bed(model: str, hosts: int, steps: int) -> dict:
+    """One job on a fresh bed of `hosts` hosts: {median (s), background, load}."""
+    with netbed.Bed(hosts) as bed:
+        env = bed.env(**calibrate.ONE_THREAD)
+        with calibrate.Background() as background:
+            if model == "mlp784":
+                rc, out = bed.launch([1] * hosts, "--ps", 1, "--timeout", 60, calibrate.JOBS,
+                                     "model", "--steps", steps, timeout=300, env=env)
+            else:
+                result = bed.tmp / "steps"
+                rc, out = bed.launch([1] * hosts, "--ps", 1, "--timeout", 60,
+                                     netbed.HERE / "multihost_jobs.py", "steptime", result,
+                                     steps, 0, timeout=300, env=env)
+        if rc != 0:
+            raise SystemExit(f"{model} on {hosts} hosts failed:\n{out[-3000:]}")
+        if model == "mlp784":
+            line = next(t for t in out.splitlines() if "RESULT " in t)
+            times = json.loads(line.split("RESULT ", 1)[1])["times"]
+        else:
+            times = [t for p in sorted(bed.tmp.glob("steps-worker*"))
+                     for t in json.loads(p.read_text())["steps_s"][5:]]
+    return {"median": float(np.median(times)), "background": background.mean,
+            "load": os.getloadavg()[0], "steps": len(times)}
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--hosts", default="2,3,4,5,6")
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--steps", type=int, default=80)
+    a = p.parse_args(argv)
+    why = netbed.unavailable()
+    if why:
+        raise SystemExit(f"no bed here: {why}")
+    hosts = [int(h) for h in a.hosts.split(",")]
+    started, load0 = time.strftime("%Y-%m-%d %H:%M:%S"), os.getloadavg()
+    with open(os.path.join(calibrate.RESULTS, "calibration.json")) as f:
+        calibration = json.load(f)
+    params = calibration["params"]
+    in_job = calibration["validation"][0]["compute_scale"]
+    with netbed.Bed(2) as bed:
+        link = netbed.measure_link(bed)
+    runs: dict = {m: {n: [] for n in hosts} for m in ("mlp784", "mlp5")}
+    for r in range(a.rounds):
+        for n in hosts if r % 2 == 0 else hosts[::-1]:
+            for model in ("mlp784", "mlp5"):
+                runs[model][n].append(run_on_bed(model, n, a.steps))
+                print(f"round {r} {model} {n} hosts: {runs[model][n][-1]}", flush=True)
+    computes = {"mlp784": calibrate.measure("compute", steps=150)}
+    traffic = {"mlp784": calibrate.mlp_traffic(), "mlp5": small_traffic()}
+    out = {"started": started, "uptime_load_before": load0, "cores": os.cpu_count(),
+           "link": link, "in_job_compute_scale": in_job, "params": params, "models": {}}
+    for model in ("mlp784", "mlp5"):
+        measured = {n: statistics.median(r["median"] for r in rs)
+                    for n, rs in runs[model].items()}
+        background = {n: float(np.mean([r["background"] for r in rs]))
+                      for n, rs in runs[model].items()}
+        rows_by = {}
+        for n in hosts:
+            if model == "mlp784":
+                c = computes["mlp784"]
+            else:  # each worker's share of the 48 examples
+                c = computes.setdefault(("mlp5", n), small_compute(48 // (n - 1)))
+            compute = calibrate.compute_of(c, params["cores"])
+            one = {n: measured[n]}
+            variants = {
+                "dedicated": calibrate.validate_on_bed(
+                    link["bandwidth_Bps"], link["latency_s"], one, params,
+                    replace(compute, scale=1.0), traffic[model]),
+                "one_machine": calibrate.validate_on_bed(
+                    link["bandwidth_Bps"], link["latency_s"], one, params, compute,
+                    traffic[model], cores=params["cores"], shared_cpu=True,
+                    background=background),
+                "one_machine_in_job": calibrate.validate_on_bed(
+                    link["bandwidth_Bps"], link["latency_s"], one, params,
+                    replace(compute, scale=compute.scale * in_job), traffic[model],
+                    cores=params["cores"], shared_cpu=True, background=background)}
+            rows_by[n] = {k: v[0] for k, v in variants.items()}
+            rows_by[n]["background"] = background[n]
+            rows_by[n]["compute_ms"] = 1e3 * c["median"]
+            rows_by[n]["rounds_ms"] = [1e3 * r["median"] for r in runs[model][n]]
+            rows_by[n]["load"] = [r["load"] for r in runs[model][n]]
+        out["models"][model] = {"traffic": [asdict(t) for t in traffic[model]],
+                                "rows": rows_by}
+    out["uptime_load_after"] = os.getloadavg()
+    with open(os.path.join(calibrate.RESULTS, "bed_validation.json"), "w") as f:
+        json.dump(out, f, indent=1, default=str)
+    print(f"link: latency {1e6 * link['latency_s']:.1f} us one way, "
+          f"{link['bandwidth_Bps'] / 1e9:.2f} GB/s; load {load0[0]:.2f} -> "
+          f"{os.getloadavg()[0]:.2f}; in-job compute factor {in_job:.2f}")
+    for model, m in out["models"].items():
+        print(f"{model}: hosts  measured ms (rounds)  dedicated  one machine  "
+              "one machine x in-job  background")
+        for n, row in m["rows"].items():
+            cells = "  ".join(f"{row[k]['simulated_ms']:7.2f} ({100 * row[k]['error']:+5.1f}%)"
+                              for k in ("dedicated", "one_machine", "one_machine_in_job"))
+            rounds = "/".join(f"{t:.2f}" for t in row["rounds_ms"])
+            print(f"  {n}  {row['one_machine']['measured_ms']:6.2f} ({rounds})  {cells}  "
+                  f"{row['background']:.2f}")
+
+
+if __name__ == "__main__":
+    main()
