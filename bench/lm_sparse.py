@@ -20,7 +20,7 @@ warm-up (the first call traces and compiles the step).
     The worker times what it waits for values from the ps and each ps what its programs
     run, so a step splits into worker compute, ps compute and transport.
 
-    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/lm_sparse.py   # ~15 min
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/lm_sparse.py   # ~9 min
     ... python bench/lm_sparse.py --vocab 20000 --dim 128 --steps 6          # a quick look
     ... python bench/lm_sparse.py --only local                               # (a) only
 
