@@ -78,7 +78,7 @@ def wait_until(done, w: World, what: str, peers=None, deadline: float | None = N
         # then back off, so that a rank waiting on a slow one idles, answering probes
         if w.board is not None and w.shutdown_comm is not None:
             if probes is None and now >= probe_at and peers is None:
-                probes = Probes.send(w)
+                probes = Probes.start(w)
             Probes.answer(w, probes)
         time.sleep(pause)
         pause = min(pause * 1.5, 2e-3)
@@ -101,7 +101,7 @@ class Probes:
         self.probed, self.answered = frozenset(ranks), set()
 
     @classmethod
-    def send(cls, w: World) -> "Probes":
+    def start(cls, w: World) -> "Probes":
         rows = w.board.read()
         mine = rows[w.rank].collectives
         probes = cls(mine, [r for r, row in enumerate(rows)
