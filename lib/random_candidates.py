@@ -23,7 +23,10 @@ from __future__ import annotations
 import math
 import threading
 
+import numpy as np
+
 from . import dtypes as dt
+from .eager.context import current
 from .errors import ArgumentError, DTypeError, ShapeError, reports_as
 from .ops import elementwise as E
 from .ops.arguments import as_bool, as_int, as_tensor, describe
@@ -174,13 +177,20 @@ def _true_classes(true_classes, num_true, range_max, op):
 
 
 def check_classes(classes, num_classes: int, what: str, op: str) -> None:
-    """ArgumentError when an (eager) class id lies outside [0, num_classes)."""
-    if _concrete(classes) and classes.size:
-        low, high = int(classes.min()), int(classes.max())
-        if low < 0 or high >= num_classes:
-            bad = low if low < 0 else high
-            raise ArgumentError(f"{what} holds class {bad}, outside [0, {num_classes})",
-                                op=op)
+    """ArgumentError when a class id lies outside [0, num_classes): at once eagerly; in a
+    captured graph, a check node that raises when the graph runs on such data."""
+    if not classes.size:
+        return
+    if current().interpreter.capturing or not _concrete(classes):
+        from .ops.checks import check
+        ok = (classes >= 0) & (classes < num_classes)
+        check(ok, classes, f"{what} holds a class outside [0, {num_classes})", op=op)
+        return
+    host = np.asarray(classes.numpy())
+    low, high = int(host.min()), int(host.max())
+    if low < 0 or high >= num_classes:
+        bad = low if low < 0 else high
+        raise ArgumentError(f"{what} holds class {bad}, outside [0, {num_classes})", op=op)
 
 
 def _generator(seed, op) -> Generator:

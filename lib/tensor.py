@@ -328,8 +328,18 @@ class ElementCount(int):
 def detached_value(t: Tensor) -> Tensor:
     """t's values cut from the tape, as a value of its own: an in-place change of it leaves
     t alone (what rill hands out or keeps: gradients, copies, optimizer slots). The public
-    `t.detach()` is a view of t, as PyTorch's, and writes reach t."""
-    return new_tensor(t._data, t.dtype, t.device)
+    `t.detach()` is a view of t, as PyTorch's, and writes reach t.
+
+    While a capture records, a tensor from outside it is read through the trace (the graph's
+    read of t): wrapped as it is, its buffer would become a second, frozen graph input,
+    stale as soon as t changes between calls."""
+    data = t._data
+    if type(data) is not Value:
+        from .eager.context import current
+        interpreter = current().interpreter
+        if interpreter.capturing and not interpreter.reruns_python:
+            data = interpreter.value_of(t)
+    return new_tensor(data, t.dtype, t.device)
 
 
 def new_tensor(data, dtype: _dt.DType, device: Device) -> Tensor:

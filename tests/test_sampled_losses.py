@@ -492,3 +492,16 @@ def test_bad_sampler_arguments_raise_rill_errors(call, error, words):
     with pytest.raises(error) as info:
         call()
     assert words in str(info.value)
+
+
+def test_labels_from_outside_a_capture_are_checked_in_the_graph():
+    # Labels read from outside are graph state: their range is checked when the graph runs.
+    w, b = rill.randn(10, 4), rill.zeros(10)
+    labels = rill.tensor([[1], [2], [3]])
+    step = rill.capture(lambda h: rill.nn.functional.sampled_softmax_loss(w, b, labels, h, 4,
+                                                                          10))
+    h = rill.randn(3, 4)
+    assert step(h).shape == (3,)
+    rill.ops.methods.assign(labels, rill.tensor([[1], [12], [3]]))
+    with pytest.raises(rill.ArgumentError, match="outside"):
+        step(h)
