@@ -141,6 +141,15 @@ def is_framework_file(filename: str) -> bool:
     return filename.startswith(_roots())
 
 
+def user_stacklevel() -> int:
+    """warnings.warn's stacklevel for the innermost frame outside rill (the user's line), as
+    seen from the caller of this function."""
+    frame, level = sys._getframe(2), 2
+    while frame is not None and is_framework_file(frame.f_code.co_filename):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 def user_location() -> str | None:
     """'file:line' of the innermost frame outside rill, or None if there is none."""
     frame = sys._getframe(1)

@@ -97,3 +97,18 @@ def test_topk_by_partition_equals_the_stable_sort_with_ties():
         np.testing.assert_array_equal(idx.numpy(), order[:, :300])
         np.testing.assert_array_equal(values.numpy(), np.take_along_axis(x.numpy(), order,
                                                                           -1)[:, :300])
+
+
+def test_a_sparse_grad_kept_past_a_captured_step_is_said_once_it_costs_a_table(monkeypatch):
+    from rill.capture import tracer
+    monkeypatch.setattr(tracer, "DENSE_GRAD_WARN_BYTES", 1000)
+    table = nn.Embedding(100, 4)
+    opt = optim.SGD(list(table.parameters()), lr=0.1)
+
+    def step(idx):
+        opt.zero_grad()  # at the start: the step's sparse gradient outlives it
+        table(idx).sum().backward()
+        opt.step()
+
+    with pytest.warns(rill.capture.CaptureWarning, match="zero_grad\\(\\) at the end"):
+        rill.capture(step)(rill.tensor([1, 2]))

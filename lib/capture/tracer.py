@@ -12,6 +12,8 @@ graph's assigns make the same changes each time it runs.
 """
 from __future__ import annotations
 
+import math
+
 import weakref
 
 from ..errors import CaptureError, user_location
@@ -213,7 +215,9 @@ class Tracer:
                 self.cleared.append(owner)
                 continue
             if isinstance(grad, SparseRows):
-                grad = grad.to_dense()  # graphs carry gradients dense (see capture/README)
+                # A .grad kept past the step is a graph variable, of the table's shape.
+                _say_dense_grad_kept(owner, self.changed_at.get((id(owner), "grad")))
+                grad = grad.to_dense()
             if grad is None:  # zero_grad() and no new gradient (a frozen parameter)
                 self.cleared.append(owner)
                 continue
@@ -242,3 +246,23 @@ class Tracer:
                     setattr(owner, name, value)
         for owner, before in self.grads.values():
             owner.grad = before
+
+
+# A sparse gradient kept past a captured step is stored dense, once per call: above this size
+# that costs more than the step's own sparse update, and the user is told how to avoid it.
+DENSE_GRAD_WARN_BYTES = 16 << 20
+
+
+def _say_dense_grad_kept(owner, where) -> None:
+    nbytes = owner.dtype.itemsize * math.prod(owner.shape)
+    if nbytes < DENSE_GRAD_WARN_BYTES:
+        return
+    import warnings
+    from .function import CaptureWarning
+    from ..errors import user_stacklevel
+    set_at = f" (set at {where})" if where else ""
+    warnings.warn(f"the sparse gradient of a {list(owner.shape)} table ({nbytes >> 20} MiB) is "
+                  f"kept as its .grad after the captured step{set_at}, so every call writes "
+                  "it dense, the whole table. Call the optimizer's zero_grad() at the end of "
+                  "the step (after step()) instead of at its start, and the table's update "
+                  "stays its looked-up rows", CaptureWarning, stacklevel=user_stacklevel())

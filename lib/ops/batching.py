@@ -13,11 +13,10 @@ every op and said once, so a missing rule costs speed, never a wrong answer.
 """
 from __future__ import annotations
 
-import sys
 import warnings
 
 from ..eager.bind import bind
-from ..errors import ShapeError, is_framework_file
+from ..errors import ShapeError, user_stacklevel
 from .primitive import PRIMITIVES
 
 
@@ -249,7 +248,7 @@ def loop(prim, size, args, dims, attrs):
         _warned.add(prim.name)
         warnings.warn(f"vmap: {prim.name} has no batching rule for these inputs, so it runs "
                       f"once per batch member ({size} times here)", FallbackWarning,
-                      stacklevel=_user_level())
+                      stacklevel=user_stacklevel())
     from .shape import stack
     results = []
     for i in range(size):
@@ -259,14 +258,6 @@ def loop(prim, size, args, dims, attrs):
         columns = list(zip(*results))
         return tuple(stack(list(c)) for c in columns), tuple(0 for _ in columns)
     return stack(results), 0
-
-
-def _user_level() -> int:
-    """The stacklevel of the innermost frame outside rill (where the user's op is)."""
-    frame, level = sys._getframe(1), 1
-    while frame is not None and is_framework_file(frame.f_code.co_filename):
-        frame, level = frame.f_back, level + 1
-    return level
 
 
 # ---- single primitives ----------------------------------------------------------------------
