@@ -110,5 +110,6 @@ def test_a_sparse_grad_kept_past_a_captured_step_is_said_once_it_costs_a_table(m
         table(idx).sum().backward()
         opt.step()
 
-    with pytest.warns(rill.capture.CaptureWarning, match="zero_grad\\(\\) at the end"):
+    from rill.capture.function import CaptureWarning
+    with pytest.warns(CaptureWarning, match="zero_grad\\(\\) at the end"):
         rill.capture(step)(rill.tensor([1, 2]))
