@@ -64,7 +64,7 @@ from .ops.view_spellings import (
 from .namespace_info import __array_namespace_info__
 
 from .ops.torch_functions import (  # noqa: A004 - PyTorch's meanings; see the module
-    max, min, sort, std, var, cat, concatenate, clamp, numel, mm, bmm, mv, from_numpy,
+    max, min, sort, std, var, cat, concatenate, clamp, numel, mm, spmm, bmm, mv, from_numpy,
     rand_like, randn_like, randint_like, allclose, isclose, unique)
 from .ops.activation import softmax, log_softmax
 from .ops.torch_constructors import (  # PyTorch's legacy constructors, with its meanings

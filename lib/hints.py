@@ -18,7 +18,6 @@ NAMESPACE = {
     "nonzero_static": "rill.nonzero",
     "index_put": "x[index] = values (or rill.index_set)",
     "masked_scatter": "rill.where(mask, values, x)",
-    "sparse_coo_tensor": "rill.SparseRows for row-sparse gradients",
     "save_state_dict": "rill.save(module.state_dict(), path)",
 }
 

@@ -232,7 +232,25 @@ def _matrix_product(name: str, ndim: tuple):
     return product
 
 
-mm = _matrix_product("mm", (2, 2))
+_dense_mm = _matrix_product("mm", (2, 2))
+
+
+def mm(input, mat2):
+    """Matrix product of two 2-d tensors (rill.matmul); with a sparse first operand, as
+    PyTorch's torch.mm(sparse, dense), the sparse product rill.sparse.mm."""
+    from ..sparse_tensor import SparseTensor
+    if isinstance(input, SparseTensor):
+        from ..sparse_functions import mm as sparse_mm
+        return sparse_mm(input, mat2)
+    return _dense_mm(input, mat2)
+
+
+def spmm(input, mat2):
+    """Sparse x dense matrix product (torch.spmm): rill.sparse.mm."""
+    from ..sparse_functions import mm as sparse_mm
+    return sparse_mm(input, mat2)
+
+
 bmm = _matrix_product("bmm", (3, 3))
 mv = _matrix_product("mv", (2, 1))
 
@@ -330,6 +348,6 @@ def unique(input, sorted: bool = True, return_inverse: bool = False,  # noqa: A0
 
 
 __all__ = ["max", "min", "sort", "std", "var", "cat", "concatenate", "clamp", "unsqueeze",
-           "chunk", "unbind", "narrow", "numel", "t", "mm", "bmm", "mv", "from_numpy",
+           "chunk", "unbind", "narrow", "numel", "t", "mm", "spmm", "bmm", "mv", "from_numpy",
            "rand_like", "randn_like", "randint_like", "allclose", "isclose", "equal",
            "values_indices", "unique"]

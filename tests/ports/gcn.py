@@ -68,11 +68,9 @@ class GraphConv(nn.Module):
         nn.init.xavier_normal_(self.weight)
 
     def forward(self, h, adj):
-        if h.layout == torch.sparse_coo:
-            support = torch.sparse.mm(h, self.weight)
-        else:
-            support = torch.mm(h, self.weight)
-        return torch.sparse.mm(adj, support)
+        # As pytorch/examples' gcn writes it: torch.mm takes a sparse first operand too.
+        support = torch.mm(h, self.weight)
+        return torch.spmm(adj, support)
 
 
 class GCN(nn.Module):
