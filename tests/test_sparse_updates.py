@@ -113,3 +113,12 @@ def test_a_sparse_grad_kept_past_a_captured_step_is_said_once_it_costs_a_table(m
     from rill.capture.function import CaptureWarning
     with pytest.warns(CaptureWarning, match="zero_grad\\(\\) at the end"):
         rill.capture(step)(rill.tensor([1, 2]))
+
+
+def test_a_saved_graph_with_new_axes_and_an_ellipsis_loads(tmp_path):
+    # A loaded key is made of new tuples, equal to rill's markers but not the same objects.
+    f = rill.capture(lambda x: x[:, None, ..., 0] * 2)
+    x = rill.tensor(np.arange(24.0).reshape(3, 2, 4))
+    expected = f(x)
+    f.save(tmp_path / "g")
+    np.testing.assert_array_equal(rill.load_graph(tmp_path / "g")(x).numpy(), expected.numpy())

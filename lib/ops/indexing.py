@@ -119,10 +119,11 @@ def _index_tensor(k, x, op):
 
 def _expand_key(static, ndim):
     """The key with Ellipsis expanded and trailing full slices added."""
-    consumed = sum(1 for k in static if k is not NEW and k is not ELLIPSIS)
+    # == rather than is: a key loaded from a saved graph is made of new, equal tuples
+    consumed = sum(1 for k in static if k != NEW and k != ELLIPSIS)
     if consumed > ndim:
         raise IndexingError(f"too many indices ({consumed}) for a tensor with {ndim} dimensions")
-    if sum(1 for k in static if k is ELLIPSIS) > 1:
+    if sum(1 for k in static if k == ELLIPSIS) > 1:
         raise IndexingError("an index can hold only one Ellipsis")
     full = ("slice", None, None, None)
     if ELLIPSIS in static:
@@ -138,7 +139,7 @@ def key_shape(shape, static, array_shapes):
     basic_before, basic_after, advanced, positions = [], [], [], []
     dim = 0
     for pos, k in enumerate(key):
-        if k is NEW:
+        if k == NEW:
             (basic_after if advanced else basic_before).append(1)
             continue
         n = shape[dim]
@@ -173,7 +174,7 @@ def numpy_key(static, arrays):
     arrays = iter(arrays)
     out = []
     for k in static:
-        if k is NEW or k == NEW:
+        if k == NEW:
             out.append(None)
         elif k == ELLIPSIS:
             out.append(Ellipsis)
