@@ -18,6 +18,8 @@ calibration.json: per-message and per-step costs, spin, handoff), the bed's link
   one machine   the hosts share this machine's cores (shared_cpu), beside the background
                 measured during that job, with the compute measured alone; and the same with
                 the compute scaled by the in-job factor fitted on one host (calibration.json)
+  net fitted    and the network stack's CPU per message and per byte between hosts fitted
+                at the fewest hosts (small MLP -> net_msg, large -> net_byte), then predicted
 
     sudo python bench/scale/bed_validate.py [--hosts 2,3,4,5,6] [--rounds 2]
 writes results/bed_validation.json and prints the table BENCHMARKS.md shows.
@@ -53,7 +55,7 @@ def small_traffic() -> list:
     import rill.distributed as dist
     from rill import nn
     model = small_mlp()
-    dist.place_on_ps(model)
+    dist.place_on_ps(model, ps_tasks=1)
     opt = rill.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 
     @rill.capture
@@ -127,6 +129,8 @@ def main(argv=None) -> None:
     p.add_argument("--hosts", default="2,3,4,5,6")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--steps", type=int, default=80)
+    p.add_argument("--refit", action="store_true",
+                   help="simulate again from the measurements in bed_validation.json")
     a = p.parse_args(argv)
     why = netbed.unavailable()
     if why:
@@ -137,62 +141,92 @@ def main(argv=None) -> None:
         calibration = json.load(f)
     params = calibration["params"]
     in_job = calibration["validation"][0]["compute_scale"]
-    with netbed.Bed(2) as bed:
-        link = netbed.measure_link(bed)
-    runs: dict = {m: {n: [] for n in hosts} for m in ("mlp784", "mlp5")}
-    for r in range(a.rounds):
-        for n in hosts if r % 2 == 0 else hosts[::-1]:
-            for model in ("mlp784", "mlp5"):
-                runs[model][n].append(run_on_bed(model, n, a.steps))
-                print(f"round {r} {model} {n} hosts: {runs[model][n][-1]}", flush=True)
+    saved = os.path.join(calibrate.RESULTS, "bed_validation.json")
+    if a.refit:
+        with open(saved) as f:
+            old = json.load(f)
+        started, load0, link = old["started"], old["uptime_load_before"], old["link"]
+        runs = {m: {int(n): rs for n, rs in v.items()} for m, v in old["measured"].items()}
+        hosts = sorted(runs["mlp784"])
+    else:
+        with netbed.Bed(2) as bed:
+            link = netbed.measure_link(bed)
+        runs = {m: {n: [] for n in hosts} for m in ("mlp784", "mlp5")}
+        for r in range(a.rounds):
+            for n in hosts if r % 2 == 0 else hosts[::-1]:
+                for model in ("mlp784", "mlp5"):
+                    runs[model][n].append(run_on_bed(model, n, a.steps))
+                    print(f"round {r} {model} {n} hosts: {runs[model][n][-1]}", flush=True)
+        with open(saved, "w") as f:  # kept first: the simulation below may be redone
+            json.dump({"started": started, "uptime_load_before": load0, "link": link,
+                       "measured": runs}, f, indent=1)
     computes = {"mlp784": calibrate.measure("compute", steps=150)}
     traffic = {"mlp784": calibrate.mlp_traffic(), "mlp5": small_traffic()}
     out = {"started": started, "uptime_load_before": load0, "cores": os.cpu_count(),
-           "link": link, "in_job_compute_scale": in_job, "params": params, "models": {}}
+           "link": link, "in_job_compute_scale": in_job, "params": params, "models": {},
+           "measured": runs}
+    measured, background, compute = {}, {}, {}
     for model in ("mlp784", "mlp5"):
-        measured = {n: statistics.median(r["median"] for r in rs)
-                    for n, rs in runs[model].items()}
-        background = {n: float(np.mean([r["background"] for r in rs]))
-                      for n, rs in runs[model].items()}
+        measured[model] = {n: statistics.median(r["median"] for r in rs)
+                           for n, rs in runs[model].items()}
+        background[model] = {n: float(np.mean([r["background"] for r in rs]))
+                             for n, rs in runs[model].items()}
+        for n in hosts:  # mlp5: each worker's share of the 48 examples
+            c = computes["mlp784"] if model == "mlp784" else \
+                computes.setdefault(("mlp5", n), small_compute(48 // (n - 1)))
+            compute[model, n] = (c, calibrate.compute_of(c, params["cores"]))
+
+    def bed(model, n, p, scale=in_job, shared=True):
+        c = compute[model, n][1]
+        c = replace(c, scale=c.scale * scale)
+        if not shared:
+            return calibrate.validate_on_bed(link["bandwidth_Bps"], link["latency_s"],
+                                             {n: measured[model][n]}, p, c, traffic[model])[0]
+        return calibrate.validate_on_bed(link["bandwidth_Bps"], link["latency_s"],
+                                         {n: measured[model][n]}, p, c, traffic[model],
+                                         cores=p["cores"], shared_cpu=True,
+                                         background=background[model])[0]
+
+    # The network stack's CPU per message and per byte (net_msg, net_byte), fitted at the
+    # fewest hosts: the small MLP's step sets the first, the large one's the second.
+    fitted, first = dict(params), hosts[0]
+    for _ in range(3):
+        fitted["net_msg"] = calibrate._solve(
+            lambda x: bed("mlp5", first, dict(fitted, net_msg=x))["simulated_ms"] / 1e3,
+            measured["mlp5"][first], 1e-8, 1e-2)
+        fitted["net_byte"] = calibrate._solve(
+            lambda x: bed("mlp784", first, dict(fitted, net_byte=x))["simulated_ms"] / 1e3,
+            measured["mlp784"][first], 1e-14, 1e-7)
+    out["net_fit"] = {"hosts": first, "net_msg": fitted["net_msg"],
+                      "net_byte": fitted["net_byte"]}
+    for model in ("mlp784", "mlp5"):
         rows_by = {}
         for n in hosts:
-            if model == "mlp784":
-                c = computes["mlp784"]
-            else:  # each worker's share of the 48 examples
-                c = computes.setdefault(("mlp5", n), small_compute(48 // (n - 1)))
-            compute = calibrate.compute_of(c, params["cores"])
-            one = {n: measured[n]}
-            variants = {
-                "dedicated": calibrate.validate_on_bed(
-                    link["bandwidth_Bps"], link["latency_s"], one, params,
-                    replace(compute, scale=1.0), traffic[model]),
-                "one_machine": calibrate.validate_on_bed(
-                    link["bandwidth_Bps"], link["latency_s"], one, params, compute,
-                    traffic[model], cores=params["cores"], shared_cpu=True,
-                    background=background),
-                "one_machine_in_job": calibrate.validate_on_bed(
-                    link["bandwidth_Bps"], link["latency_s"], one, params,
-                    replace(compute, scale=compute.scale * in_job), traffic[model],
-                    cores=params["cores"], shared_cpu=True, background=background)}
-            rows_by[n] = {k: v[0] for k, v in variants.items()}
-            rows_by[n]["background"] = background[n]
-            rows_by[n]["compute_ms"] = 1e3 * c["median"]
-            rows_by[n]["rounds_ms"] = [1e3 * r["median"] for r in runs[model][n]]
-            rows_by[n]["load"] = [r["load"] for r in runs[model][n]]
+            rows_by[n] = {"dedicated": bed(model, n, params, 1.0, shared=False),
+                          "one_machine": bed(model, n, params, 1.0),
+                          "one_machine_in_job": bed(model, n, params),
+                          "net_fitted": bed(model, n, fitted)}
+            c = compute[model, n][0]
+            rows_by[n].update(background=background[model][n], compute_ms=1e3 * c["median"],
+                              rounds_ms=[1e3 * r["median"] for r in runs[model][n]],
+                              load=[r["load"] for r in runs[model][n]])
         out["models"][model] = {"traffic": [asdict(t) for t in traffic[model]],
                                 "rows": rows_by}
     out["uptime_load_after"] = os.getloadavg()
-    with open(os.path.join(calibrate.RESULTS, "bed_validation.json"), "w") as f:
+    with open(saved, "w") as f:
         json.dump(out, f, indent=1, default=str)
     print(f"link: latency {1e6 * link['latency_s']:.1f} us one way, "
           f"{link['bandwidth_Bps'] / 1e9:.2f} GB/s; load {load0[0]:.2f} -> "
-          f"{os.getloadavg()[0]:.2f}; in-job compute factor {in_job:.2f}")
+          f"{os.getloadavg()[0]:.2f}; in-job compute factor {in_job:.2f}; fitted at "
+          f"{first} hosts: net_msg {1e6 * fitted['net_msg']:.1f} us, net_byte "
+          f"{1e9 * fitted['net_byte']:.3f} ns")
     for model, m in out["models"].items():
         print(f"{model}: hosts  measured ms (rounds)  dedicated  one machine  "
-              "one machine x in-job  background")
+              "one machine x in-job  + net fitted  background")
         for n, row in m["rows"].items():
             cells = "  ".join(f"{row[k]['simulated_ms']:7.2f} ({100 * row[k]['error']:+5.1f}%)"
-                              for k in ("dedicated", "one_machine", "one_machine_in_job"))
+                              for k in ("dedicated", "one_machine", "one_machine_in_job",
+                                        "net_fitted"))
             rounds = "/".join(f"{t:.2f}" for t in row["rounds_ms"])
             print(f"  {n}  {row['one_machine']['measured_ms']:6.2f} ({rounds})  {cells}  "
                   f"{row['background']:.2f}")

@@ -331,6 +331,8 @@ def validate_on_bed(bandwidth: float, latency: float, measured: dict, params: di
     `compute`. The bed's hosts are namespaces of one machine: `shared_cpu` with `cores` (the
     machine's) and `background` ({hosts: other busy processes during that job}) model them
     as such, with the calibration's spin and handoff; the defaults model dedicated machines.
+    `params` may carry net_msg and net_byte (the network stack's CPU per message and byte
+    between hosts, fitted on the bed: bed_validate.py).
     Returns [{hosts, measured_ms, simulated_ms, error}]; the issue asks |error| <= 15 %."""
     rows = []
     for hosts, seconds in sorted(measured.items()):
@@ -341,7 +343,8 @@ def validate_on_bed(bandwidth: float, latency: float, measured: dict, params: di
                       step_overhead=params["step_overhead"], ps_msg=params["ps_msg"],
                       byte_cpu=params["byte_cpu"], apply_fixed=params["apply_fixed"],
                       apply_rate=params["apply_rate"], hosts=list(range(hosts)), cores=cores,
-                      shared_cpu=shared_cpu,
+                      shared_cpu=shared_cpu, net_msg=params.get("net_msg", 0.0),
+                      net_byte=params.get("net_byte", 0.0),
                       background=(background or {}).get(hosts, 0.0),
                       spin=params["spin"] if shared_cpu else 0.0,
                       handoff=params["handoff"] if shared_cpu else 0.0)

@@ -129,6 +129,8 @@ class Setup:
     step_overhead: float = 0.0           # worker CPU per step
     ps_msg: float = 0.0                  # ps CPU per message handled (each pull, each push)
     byte_cpu: float = 0.0                # CPU per byte at each end of a message (copies)
+    net_msg: float = 0.0                 # more CPU per message between hosts, at each end
+    net_byte: float = 0.0                # more CPU per byte between hosts, at each end (TCP)
     apply_fixed: float = 0.0             # ps CPU per apply
     apply_rate: float = math.inf         # bytes/s of an update
     hosts: list | None = None            # host of each task: ps 0.., then workers; None: own
@@ -213,10 +215,12 @@ class Network:
         """Move nbytes from host src to host dst (copy costs on both CPUs), then done()."""
         s = self.setup
         a, b = self.hosts[src], self.hosts[dst]
+        # the CPU a message costs at each end: copies, and between hosts the network stack's
+        cpu = nbytes * s.byte_cpu + (s.net_msg + nbytes * s.net_byte if src != dst else 0.0)
 
         def received():
-            if s.byte_cpu and nbytes:
-                b.run(nbytes * s.byte_cpu, done)
+            if cpu:
+                b.run(cpu, done)
             else:
                 done()
 
@@ -236,8 +240,8 @@ class Network:
             b.nic_in = max(a.nic_out, b.nic_in + wire)         # through the receiver's
             engine.at(b.nic_in + s.network.latency, arrived)
 
-        if s.byte_cpu and nbytes:
-            a.run(nbytes * s.byte_cpu, transfer)
+        if cpu:
+            a.run(cpu, transfer)
         else:
             transfer()
 
