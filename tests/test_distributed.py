@@ -2,7 +2,10 @@
 rill-launch (mpiexec of the MPICH wheel), each bounded in time."""
 from __future__ import annotations
 
+import os
 import pathlib
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -120,3 +123,14 @@ def test_a_stateful_optimizer_updates_table_rows_lazily_on_the_ps():
     rc, out = launch("-n", 2, "--ps", 1, "--timeout", 30, SCRIPTS / "ps_sparse_adam.py")
     assert rc == 0, out
     assert "lazy adam on the ps equals SparseAdam" in out
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-3", "0", "soon"])
+def test_a_bad_rill_timeout_is_refused_at_init(value):
+    # srun passes rill-launch's settings through the environment, unchecked by the launcher.
+    code = ("import rill.distributed as d\n"
+            "try:\n    d.init()\nexcept Exception as e:\n    print(type(e).__name__, e)\n")
+    env = dict(os.environ, RILL_TIMEOUT=value)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=60).stdout
+    assert "ArgumentError" in out and "RILL_TIMEOUT must be a positive, finite" in out, out

@@ -38,6 +38,22 @@ _SRUN_FIX = ("start it with srun --mpi=pmi2 (or export SLURM_MPI_TYPE=pmi2, or s
              "reaches srun's tasks through PMI-2")
 
 
+def _timeout(given) -> float:
+    """The exchanges' timeout: `given`, else RILL_TIMEOUT (srun passes rill-launch's), else the
+    default; positive finite seconds, as rill-launch --timeout checks them."""
+    import math
+    where = "init(timeout=...)" if given is not None else "RILL_TIMEOUT"
+    raw = given if given is not None else os.environ.get("RILL_TIMEOUT", DEFAULT_TIMEOUT_S)
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ArgumentError(f"{where} must be a positive, finite number of seconds, got "
+                            f"{raw!r}", op="init")
+    return value
+
+
 class World:
     """rank, size, role ("ps" or "worker"), chief, the ps and worker ranks, the timeout of
     every blocking exchange (seconds), and the MPI communicator (None for a world of one)."""
@@ -87,8 +103,7 @@ def init(timeout: float | None = None) -> World:
     global _WORLD
     if _WORLD is not None:
         return _WORLD
-    timeout = float(timeout if timeout is not None else
-                    os.environ.get("RILL_TIMEOUT", DEFAULT_TIMEOUT_S))
+    timeout = _timeout(timeout)
     num_ps = int(os.environ.get("RILL_NUM_PS", 0))
     task = srun_task()
     if not any(k in os.environ for k in _LAUNCHED_BY):
