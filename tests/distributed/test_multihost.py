@@ -202,11 +202,13 @@ def test_a_host_whose_link_goes_down(netbed, tmp_path):
     # rank had entered the all-reduce, so none is missing: the probes name the one that
     # stopped answering, with its host, and rill-launch the host the others lost
     assert "did not complete within 4 s" in out, out
-    for k in (0, 1):
-        assert f"all_reduce on worker{k} (rank {k}) did not complete within 4 s. No answer " \
-            "to a probe" in out, out
-        assert "which had entered it too: rank 2 (worker2) on h2; answered: rank " \
-            f"{1 - k} on h{1 - k}" in out, out
+    # The first rank to time out ends the job: the other may be stopped before its own
+    # timeout says anything, so one of them naming rank 2 on h2 is what is certain.
+    named = [k for k in (0, 1)
+             if f"all_reduce on worker{k} (rank {k}) did not complete within 4 s. No answer "
+             "to a probe" in out and "which had entered it too: rank 2 (worker2) on h2; "
+             f"answered: rank {1 - k} on h{1 - k}" in out]
+    assert named, out
     assert "rill-launch: host h2 stopped answering: no probe from h0, h1 reached its ranks " \
         "(rank 2 (worker2))" in out, out
     assert failed_after < FAULT_TIMEOUT + 10, (failed_after, out)
