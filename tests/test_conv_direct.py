@@ -26,6 +26,7 @@ RNG = np.random.default_rng(7)
 @pytest.fixture(autouse=True)
 def _compiled_and_split(monkeypatch):
     monkeypatch.setattr(build, "ENABLED", True)
+    monkeypatch.setattr(conv_kernels, "ONEDNN", False)  # these kernels, not oneDNN's
     monkeypatch.setattr(parallel, "MIN_ELEMENTS", 0)  # small batches still split over threads
     monkeypatch.setattr(parallel, "THREADS", max(2, parallel.THREADS))
 

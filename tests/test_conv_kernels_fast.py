@@ -22,6 +22,7 @@ def split_everything(monkeypatch):
     """Every pass split over (at least) two threads, however small: the tests stay fast and
     still run the threaded paths (chunks, BLAS held at one thread, partial sums)."""
     monkeypatch.setattr(parallel, "MIN_ELEMENTS", 0)
+    monkeypatch.setattr(conv_kernels, "ONEDNN", False)  # these kernels, not oneDNN's
     monkeypatch.setattr(parallel, "THREADS", max(2, parallel.THREADS))
 
 

@@ -24,19 +24,27 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from rill.kernels.numpy import conv_direct, conv_per_image, conv_pointwise, parallel
+from rill.kernels.onednn import conv as onednn_conv
 from rill.ops.primitive import register_kernels
 
 # The compiled modules (kernels/native) these kernels may load: built ahead of a captured
 # step's first call (build.prefetch).
 COMPILED = ('conv',)
 
+# float32 convolutions run oneDNN's kernels where the optional library is installed
+# (kernels/onednn: at PyTorch's speed, 1.1-1.4x ahead of the ones below on the Table 1
+# models' and ResNet-18's layers; BENCHMARKS.md), except an input gradient into a few
+# channels (a first layer's, 3 -> 64 at 224x224: 28 ms against 10.5 here), which training
+# rarely asks for. Without it, or where it declines a case:
 # 1x1 convolutions of stride 1 without padding are matrix products (conv_pointwise) where the
 # batch's layout lets BLAS read it in place. Ungrouped float32 2-d convolutions of stride 1
 # run conv_direct's compiled kernels where a C compiler is present; the other ungrouped ones
 # conv_per_image's (faster on these machines
 # than the whole-batch kernels below; see there). Benchmarks set these False to compare.
+ONEDNN = True
 DIRECT = True
 PER_IMAGE = True
+ONEDNN_MIN_INPUT_GRAD_CHANNELS = 16
 
 
 def _per_image(out_size) -> bool:
@@ -150,6 +158,10 @@ def _channels_first(y, n, out_size):
 
 
 def conv(x, w, *bias, stride, padding, dilation, groups):
+    y = onednn_conv.conv(x, w, bias[0] if bias else None, stride, padding, dilation, groups) \
+        if ONEDNN else None
+    if y is not None:
+        return y
     if conv_pointwise.applies(w.shape, stride, padding, dilation, groups):
         y = conv_pointwise.conv(x, w, bias[0] if bias else None)
         if y is not None:
@@ -173,6 +185,10 @@ def conv(x, w, *bias, stride, padding, dilation, groups):
 
 
 def conv_transpose(g, w, input_size, stride, padding, dilation, groups):
+    gx = onednn_conv.conv_transpose(g, w, input_size, stride, padding, dilation, groups) \
+        if ONEDNN and w.shape[1] * groups >= ONEDNN_MIN_INPUT_GRAD_CHANNELS else None
+    if gx is not None:
+        return gx
     if conv_pointwise.applies(w.shape, stride, padding, dilation, groups):
         gx = conv_pointwise.conv_transpose(g, w)
         if gx is not None:
@@ -212,6 +228,10 @@ def conv_transpose(g, w, input_size, stride, padding, dilation, groups):
 
 
 def conv_weight_grad(x, g, kernel_size, stride, padding, dilation, groups):
+    gw = onednn_conv.conv_weight_grad(x, g, kernel_size, stride, padding, dilation, groups) \
+        if ONEDNN else None
+    if gw is not None:
+        return gw
     if conv_pointwise.applies((0, 0) + tuple(kernel_size), stride, padding, dilation, groups):
         gw = conv_pointwise.conv_weight_grad(x, g)
         if gw is not None:
