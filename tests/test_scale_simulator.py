@@ -95,6 +95,18 @@ def test_async_throughput_grows_with_workers_until_the_ps_saturates():
     assert rates[64] == pytest.approx(1 / (2 * m + a), rel=0.02)
 
 
+def test_a_ps_pays_its_end_of_every_message_on_its_one_thread():
+    # CPU m per message between hosts at each end, nothing else costs. The ps's one thread
+    # takes each worker's run and push messages in and its pull out: 3 n m a step, which
+    # sets the step from 4 workers on; below, a step is the chain through it after the
+    # last push arrives: the n pushes and n runs in, a pull out, the worker's receive and
+    # its push out, (2 n + 3) m. Ends paid beside each other would make it n-independent.
+    m = 1e-3
+    for n in (1, 2, 3, 4, 8):
+        got = simulate(Setup(workers=n, net_msg=m), steps=20)
+        assert got.step_times == pytest.approx(max(3 * n, 2 * n + 3) * m, rel=1e-9)
+
+
 def test_processor_sharing_on_one_core():
     # two workers' compute on one host with one core: each runs at half speed
     setup = Setup(workers=2, compute=Compute(median=0.01), hosts=[0, 1, 1], cores=1)

@@ -13,7 +13,10 @@ What runs, per worker and step (rill's captured replicas, lib/distributed/graphs
                   applied together (one apply), a later one for an applied step is dropped
                   (the paper's backup workers, §4.4); a worker pulls again once its own
                   contribution was applied or dropped.
-A ps is one thread: its message handling and applies run one at a time, in arrival order.
+A ps is one thread: its message handling and applies run one at a time, in arrival order,
+and so does its end of every message's CPU (copies, the network stack between hosts): rill's
+ps serves all its workers from one event loop (graphs/server.py), so n workers' messages cost
+it n times one's, while each worker pays its own end beside the others.
 
 Resources: a link is `latency + bytes / bandwidth`; messages between hosts queue on the
 sender's outgoing NIC, then on the receiver's incoming one, each a message at a time (so a ps
@@ -211,18 +214,23 @@ class Network:
     def __init__(self, setup: Setup, hosts: list):
         self.setup, self.hosts = setup, hosts
 
-    def send(self, engine: Engine, src: int, dst: int, nbytes: float, done) -> None:
-        """Move nbytes from host src to host dst (copy costs on both CPUs), then done()."""
+    def send(self, engine: Engine, src: int, dst: int, nbytes: float, done,
+             src_thread: "Serial | None" = None, dst_thread: "Serial | None" = None) -> None:
+        """Move nbytes from host src to host dst (copy costs on both CPUs), then done().
+        An end given a thread (a ps's one thread) pays its CPU there, in turn with the
+        thread's other work; otherwise on its host, beside everything else."""
         s = self.setup
         a, b = self.hosts[src], self.hosts[dst]
         # the CPU a message costs at each end: copies, and between hosts the network stack's
         cpu = nbytes * s.byte_cpu + (s.net_msg + nbytes * s.net_byte if src != dst else 0.0)
 
         def received():
-            if cpu:
-                b.run(cpu, done)
-            else:
+            if not cpu:
                 done()
+            elif dst_thread is not None:
+                dst_thread.submit(cpu, done)
+            else:
+                b.run(cpu, done)
 
         def arrived():  # the receiver must get a core to notice it
             wait = b.handoff_delay(s.handoff)
@@ -240,10 +248,12 @@ class Network:
             b.nic_in = max(a.nic_out, b.nic_in + wire)         # through the receiver's
             engine.at(b.nic_in + s.network.latency, arrived)
 
-        if cpu:
-            a.run(cpu, transfer)
-        else:
+        if not cpu:
             transfer()
+        elif src_thread is not None:
+            src_thread.submit(cpu, transfer, next_up=True)
+        else:
+            a.run(cpu, transfer)
 
 
 class Serial:
@@ -252,8 +262,14 @@ class Serial:
     def __init__(self, host: Host):
         self.host, self.queue, self.busy = host, [], False
 
-    def submit(self, work: float, done) -> None:
-        self.queue.append((work, done))
+    def submit(self, work: float, done, next_up: bool = False) -> None:
+        """Queue `work`; `next_up` runs it before what is queued: the rest of the job that
+        just ended (a send its handling posted, as the ps's event loop posts each answer
+        while handling the request)."""
+        if next_up:
+            self.queue.insert(0, (work, done))
+        else:
+            self.queue.append((work, done))
         if not self.busy:
             self._next()
 
@@ -353,9 +369,11 @@ class Worker:
             t = s.traffic[ps.index]
 
             def at_ps(ps=ps, t=t):
-                ps.pull(self.index, lambda: sim.net.send(sim.engine, ps.host, self.host,
-                                                         t.pull_bytes, self._answered))
-            sim.net.send(sim.engine, self.host, ps.host, t.request_bytes, at_ps)
+                ps.pull(self.index, lambda: sim.net.send(
+                    sim.engine, ps.host, self.host, t.pull_bytes, self._answered,
+                    src_thread=ps.thread))
+            sim.net.send(sim.engine, self.host, ps.host, t.request_bytes, at_ps,
+                         dst_thread=ps.thread)
 
     def _answered(self) -> None:
         self.answers += 1
@@ -368,7 +386,7 @@ class Worker:
         for ps in sim.ps:
             ps.expect(self.index)
             sim.net.send(sim.engine, self.host, ps.host, sim.setup.traffic[ps.index].push_bytes,
-                         lambda ps=ps: ps.push(self.index))
+                         lambda ps=ps: ps.push(self.index), dst_thread=ps.thread)
         self.ends.append(sim.engine.now)
         if not sim.done():
             self.start_step()
