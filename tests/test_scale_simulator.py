@@ -107,6 +107,27 @@ def test_a_ps_pays_its_end_of_every_message_on_its_one_thread():
         assert got.step_times == pytest.approx(max(3 * n, 2 * n + 3) * m, rel=1e-9)
 
 
+def test_streamed_messages_cost_one_end_on_the_path():
+    # overlap 1: a message's receiver copies out while its sender copies in, so a message
+    # between hosts takes m, not 2 m; the ps's thread still pays its end of all three
+    # messages a worker step, 3 n m, which now sets the step at every n
+    m = 1e-3
+    for n in (1, 2, 4):
+        got = simulate(Setup(workers=n, net_msg=m, overlap=1.0), steps=20)
+        assert got.step_times == pytest.approx(3 * n * m, rel=1e-9)
+
+
+def test_an_idle_task_weighs_spin_on_a_shared_core():
+    # one core, a worker computing c while its ps (same host) waits: the waiting ps takes
+    # spin of a busy process's share, so the compute runs at 1 / (1 + spin)
+    c = 0.01
+    for spin in (0.0, 0.25, 1.0):
+        setup = Setup(workers=1, compute=Compute(median=c), hosts=[0, 0], cores=1,
+                      spin=spin)
+        assert simulate(setup, steps=10).step_times == pytest.approx(c * (1 + spin),
+                                                                     rel=1e-9)
+
+
 def test_processor_sharing_on_one_core():
     # two workers' compute on one host with one core: each runs at half speed
     setup = Setup(workers=2, compute=Compute(median=0.01), hosts=[0, 1, 1], cores=1)

@@ -44,6 +44,19 @@ import calibrate  # noqa: E402
 import netbed  # noqa: E402
 
 
+# Measured on the bed (2026-11-29 17:23, 2-6 hosts, 60 steps a job, load 2.9-3.7, the other
+# busy processes 0.0-1.0; BENCHMARKS.md), each rank's main thread timed by its thread clock
+# and /proc/thread-self/schedstat at every wait's ends (a worker's Postbox._wait, a ps
+# event-loop pass that moved nothing):
+#   bed_spin  a waiting worker's CPU per second of wait over a busy rank's share of a core
+#             then: 0.19-0.30 at 3-6 hosts, both models (the ps's idle passes: 0.3-0.6)
+#   net_msg   the ps's busy CPU per worker step of the small MLP (0.27-0.41 ms at 3-6
+#             hosts), less its two handlings (ps_msg), over the three messages it ends
+#   net_byte  the large MLP's ps CPU per worker step (1.74-2.02 ms) less the small one's,
+#             over the 2 x 1.08 MB it ends, less the copies (byte_cpu)
+MEASURED = {"bed_spin": 0.25, "net_msg": 9e-5, "net_byte": 5.3e-10}
+
+
 def small_mlp():
     from rill import nn
     return nn.Sequential(nn.Linear(5, 16), nn.Tanh(), nn.Linear(16, 3))
@@ -146,6 +159,7 @@ def main(argv=None) -> None:
         with open(saved) as f:
             old = json.load(f)
         started, load0, link = old["started"], old["uptime_load_before"], old["link"]
+        load1 = old.get("uptime_load_after")  # the measuring run's, not the refit's
         runs = {m: {int(n): rs for n, rs in v.items()} for m, v in old["measured"].items()}
         hosts = sorted(runs["mlp784"])
     else:
@@ -157,9 +171,10 @@ def main(argv=None) -> None:
                 for model in ("mlp784", "mlp5"):
                     runs[model][n].append(run_on_bed(model, n, a.steps))
                     print(f"round {r} {model} {n} hosts: {runs[model][n][-1]}", flush=True)
+        load1 = os.getloadavg()  # when the jobs ended, not after the simulation
         with open(saved, "w") as f:  # kept first: the simulation below may be redone
             json.dump({"started": started, "uptime_load_before": load0, "link": link,
-                       "measured": runs}, f, indent=1)
+                       "measured": runs, "uptime_load_after": load1}, f, indent=1)
     computes = {"mlp784": calibrate.measure("compute", steps=150)}
     traffic = {"mlp784": calibrate.mlp_traffic(), "mlp5": small_traffic()}
     out = {"started": started, "uptime_load_before": load0, "cores": os.cpu_count(),
@@ -199,20 +214,28 @@ def main(argv=None) -> None:
             measured["mlp784"][first], 1e-14, 1e-7)
     out["net_fit"] = {"hosts": first, "net_msg": fitted["net_msg"],
                       "net_byte": fitted["net_byte"]}
+    # The measured variant: spin and the network stack's CPU from the ranks' own clocks;
+    # overlap (how much of a receiver's CPU streams beside the sender's) is not pinned by
+    # those measurements, so both ends of its range are simulated.
+    measured_params = {o: dict(params, overlap=o, **MEASURED) for o in (0.0, 1.0)}
+    out["measured_params"] = MEASURED
     for model in ("mlp784", "mlp5"):
         rows_by = {}
         for n in hosts:
             rows_by[n] = {"dedicated": bed(model, n, params, 1.0, shared=False),
                           "one_machine": bed(model, n, params, 1.0),
                           "one_machine_in_job": bed(model, n, params),
-                          "net_fitted": bed(model, n, fitted)}
+                          "net_fitted": bed(model, n, fitted),
+                          "measured_cpu": bed(model, n, measured_params[0.0]),
+                          "measured_cpu_streamed": bed(model, n, measured_params[1.0])}
             c = compute[model, n][0]
             rows_by[n].update(background=background[model][n], compute_ms=1e3 * c["median"],
                               rounds_ms=[1e3 * r["median"] for r in runs[model][n]],
                               load=[r["load"] for r in runs[model][n]])
         out["models"][model] = {"traffic": [asdict(t) for t in traffic[model]],
                                 "rows": rows_by}
-    out["uptime_load_after"] = os.getloadavg()
+    # a refit keeps the load of the measuring run (the load now says nothing about it)
+    out["uptime_load_after"] = load1 or os.getloadavg()
     with open(saved, "w") as f:
         json.dump(out, f, indent=1, default=str)
     print(f"link: latency {1e6 * link['latency_s']:.1f} us one way, "
@@ -222,11 +245,12 @@ def main(argv=None) -> None:
           f"{1e9 * fitted['net_byte']:.3f} ns")
     for model, m in out["models"].items():
         print(f"{model}: hosts  measured ms (rounds)  dedicated  one machine  "
-              "one machine x in-job  + net fitted  background")
+              "one machine x in-job  + net fitted  measured CPU  + streamed  background")
         for n, row in m["rows"].items():
             cells = "  ".join(f"{row[k]['simulated_ms']:7.2f} ({100 * row[k]['error']:+5.1f}%)"
                               for k in ("dedicated", "one_machine", "one_machine_in_job",
-                                        "net_fitted"))
+                                        "net_fitted", "measured_cpu",
+                                        "measured_cpu_streamed"))
             rounds = "/".join(f"{t:.2f}" for t in row["rounds_ms"])
             print(f"  {n}  {row['one_machine']['measured_ms']:6.2f} ({rounds})  {cells}  "
                   f"{row['background']:.2f}")

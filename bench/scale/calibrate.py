@@ -332,7 +332,9 @@ def validate_on_bed(bandwidth: float, latency: float, measured: dict, params: di
     machine's) and `background` ({hosts: other busy processes during that job}) model them
     as such, with the calibration's spin and handoff; the defaults model dedicated machines.
     `params` may carry net_msg and net_byte (the network stack's CPU per message and byte
-    between hosts, fitted on the bed: bed_validate.py).
+    between hosts), overlap (the receiver's share of a message's CPU that streams beside
+    the sender's) and bed_spin (a waiting rank's CPU weight on the bed), as bed_validate.py
+    measures or fits them.
     Returns [{hosts, measured_ms, simulated_ms, error}]; the issue asks |error| <= 15 %."""
     rows = []
     for hosts, seconds in sorted(measured.items()):
@@ -345,8 +347,9 @@ def validate_on_bed(bandwidth: float, latency: float, measured: dict, params: di
                       apply_rate=params["apply_rate"], hosts=list(range(hosts)), cores=cores,
                       shared_cpu=shared_cpu, net_msg=params.get("net_msg", 0.0),
                       net_byte=params.get("net_byte", 0.0),
+                      overlap=params.get("overlap", 0.0),
                       background=(background or {}).get(hosts, 0.0),
-                      spin=params["spin"] if shared_cpu else 0.0,
+                      spin=params.get("bed_spin", params["spin"]) if shared_cpu else 0.0,
                       handoff=params["handoff"] if shared_cpu else 0.0)
         sim = simulate(setup, 200).median_step
         rows.append({"hosts": hosts, "measured_ms": 1e3 * seconds, "simulated_ms": 1e3 * sim,
@@ -388,9 +391,11 @@ def main(argv=None) -> None:
         with open(os.path.join(RESULTS, "calibration.json")) as f:
             old = json.load(f)
         started, load0 = old["started"], old["uptime_load_before"]
+        load1 = old.get("uptime_load_after")  # the measuring run's, not the refit's
         m = _measurements(old["measured"])
     else:
         m = run_all(a.quick)
+        load1 = None
     params = fit(m)
     traffic = mlp_traffic()
     rows = validate(params, m["compute"], m["model"], traffic)
@@ -401,7 +406,7 @@ def main(argv=None) -> None:
     measured = {k: ({n: plain(r) for n, r in v.items()} if isinstance(v, dict) and 1 in v
                     else plain(v)) for k, v in m.items()}
     out = {"started": started, "uptime_load_before": load0, "uptime_load_after":
-           os.getloadavg(), "cores": os.cpu_count(), "quick": a.quick, "params": params,
+           load1 or os.getloadavg(), "cores": os.cpu_count(), "quick": a.quick, "params": params,
            "traffic_mlp": [asdict(t) for t in traffic], "validation": rows,
            "compute_ms": {"median": 1e3 * m["compute"]["median"],
                           "fit": asdict(replace(Compute.fit(m["compute"]["times"])))},

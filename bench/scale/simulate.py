@@ -134,6 +134,8 @@ class Setup:
     byte_cpu: float = 0.0                # CPU per byte at each end of a message (copies)
     net_msg: float = 0.0                 # more CPU per message between hosts, at each end
     net_byte: float = 0.0                # more CPU per byte between hosts, at each end (TCP)
+    overlap: float = 0.0                 # of a receiver's CPU for a message between hosts,
+    #                                      the part that runs while the sender's does
     apply_fixed: float = 0.0             # ps CPU per apply
     apply_rate: float = math.inf         # bytes/s of an update
     hosts: list | None = None            # host of each task: ps 0.., then workers; None: own
@@ -218,19 +220,25 @@ class Network:
              src_thread: "Serial | None" = None, dst_thread: "Serial | None" = None) -> None:
         """Move nbytes from host src to host dst (copy costs on both CPUs), then done().
         An end given a thread (a ps's one thread) pays its CPU there, in turn with the
-        thread's other work; otherwise on its host, beside everything else."""
+        thread's other work; otherwise on its host, beside everything else. Between hosts,
+        `overlap` of the receiver's CPU runs while the sender's does (the bytes stream: the
+        receiver copies out what the sender has put in), the rest once all has arrived."""
         s = self.setup
         a, b = self.hosts[src], self.hosts[dst]
         # the CPU a message costs at each end: copies, and between hosts the network stack's
         cpu = nbytes * s.byte_cpu + (s.net_msg + nbytes * s.net_byte if src != dst else 0.0)
+        streamed = s.overlap * cpu if src != dst else 0.0
+
+        def at_receiver(work, then):
+            if not work:
+                then()
+            elif dst_thread is not None:
+                dst_thread.submit(work, then)
+            else:
+                b.run(work, then)
 
         def received():
-            if not cpu:
-                done()
-            elif dst_thread is not None:
-                dst_thread.submit(cpu, done)
-            else:
-                b.run(cpu, done)
+            at_receiver(cpu - streamed, done)
 
         def arrived():  # the receiver must get a core to notice it
             wait = b.handoff_delay(s.handoff)
@@ -241,18 +249,29 @@ class Network:
 
         def transfer():
             if src == dst:
-                engine.after(s.local.time(nbytes), arrived)
+                engine.after(s.local.time(nbytes), landed)
                 return
             wire = nbytes / s.network.bandwidth
             a.nic_out = max(engine.now, a.nic_out) + wire       # leaves the sender's NIC
             b.nic_in = max(a.nic_out, b.nic_in + wire)         # through the receiver's
-            engine.at(b.nic_in + s.network.latency, arrived)
+            engine.at(b.nic_in + s.network.latency, landed)
 
+        pending = [2 if streamed else 1]  # the bytes, and the receiver's streamed part
+
+        def landed():
+            pending[0] -= 1
+            if not pending[0]:
+                arrived()
+
+        def start_streaming():
+            if streamed:
+                at_receiver(streamed, landed)
         if not cpu:
             transfer()
         elif src_thread is not None:
-            src_thread.submit(cpu, transfer, next_up=True)
+            src_thread.submit(cpu, transfer, next_up=True, started=start_streaming)
         else:
+            start_streaming()
             a.run(cpu, transfer)
 
 
@@ -262,14 +281,14 @@ class Serial:
     def __init__(self, host: Host):
         self.host, self.queue, self.busy = host, [], False
 
-    def submit(self, work: float, done, next_up: bool = False) -> None:
+    def submit(self, work: float, done, next_up: bool = False, started=None) -> None:
         """Queue `work`; `next_up` runs it before what is queued: the rest of the job that
         just ended (a send its handling posted, as the ps's event loop posts each answer
-        while handling the request)."""
+        while handling the request). `started()`, if given, is called as the work begins."""
         if next_up:
-            self.queue.insert(0, (work, done))
+            self.queue.insert(0, (work, done, started))
         else:
-            self.queue.append((work, done))
+            self.queue.append((work, done, started))
         if not self.busy:
             self._next()
 
@@ -278,7 +297,9 @@ class Serial:
             self.busy = False
             return
         self.busy = True
-        work, done = self.queue.pop(0)
+        work, done, started = self.queue.pop(0)
+        if started is not None:
+            started()
 
         def finished():
             done()
