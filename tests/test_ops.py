@@ -214,5 +214,7 @@ def test_table_covers_every_primitive():
                 "to_device"}  # covered in test_tensor.py
     creation |= {"to_device_prefix",  # covered in test_sharded_embedding.py
                  "lstm_cell", "lstm_cell_grad"}  # covered in test_speed_lstm_cell.py
+    # float32 through the optional oneDNN only: covered in test_lstm_onednn.py
+    creation |= {"lstm_layer", "lstm_layer_grad"}
     missing = set(PRIMITIVES) - exercised - creation
     assert not missing, f"primitives missing from the op table: {sorted(missing)}"

@@ -56,3 +56,7 @@ def lstm_sequence_grad(g_hs, g_ht, g_ct, h0, c0, w_hh, acts, tanh_cs, cs, *, rev
 
 register_kernels("cpu", {"lstm_sequence": lstm_sequence,
                          "lstm_sequence_grad": lstm_sequence_grad})
+
+# The layer with its projection, lstm_layer (lib/ops/lstm_layer.py), where oneDNN runs it; the
+# module loads no library until a kernel or `fits` asks for one.
+from rill.kernels.onednn import lstm as _onednn_lstm  # noqa: E402,F401

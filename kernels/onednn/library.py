@@ -33,6 +33,14 @@ SCRATCHPAD_USER = 1
 ARG_SRC, ARG_DST, ARG_WEIGHTS, ARG_BIAS, ARG_SCRATCHPAD = 1, 17, 33, 41, 80
 ARG_DIFF_SRC, ARG_DIFF_DST, ARG_DIFF_WEIGHTS = 129, 145, 161
 ARG_FROM, ARG_TO = ARG_SRC, ARG_DST
+# the RNN primitives (LSTM: kernels/onednn/lstm.py)
+U8 = 6
+BACKWARD = 128
+VANILLA_LSTM = 0x2fff
+LEFT2RIGHT, RIGHT2LEFT = 1, 2
+RNN_DIFF_WEIGHTS_OVERWRITE = 0x1
+ARG_SRC_ITER, ARG_SRC_ITER_C, ARG_DST_ITER, ARG_DST_ITER_C = 2, 3, 18, 19
+ARG_WEIGHTS_ITER, ARG_WORKSPACE, ARG_DIFF = 34, 64, 128  # ARG_DIFF + arg: its gradient
 MAX_NDIMS = 12
 
 Dims = ctypes.c_int64 * MAX_NDIMS
@@ -108,6 +116,12 @@ _SIGNATURES = {  # name: argument types (every function returns a dnnl_status_t)
     "dnnl_convolution_backward_weights_primitive_desc_create": (
         (ctypes.POINTER(handle), handle, ctypes.c_int) + (handle,) * 4 +
         (ctypes.POINTER(Dims),) * 4 + (handle, handle)),
+    "dnnl_lstm_forward_primitive_desc_create": (
+        (ctypes.POINTER(handle), handle, ctypes.c_int, ctypes.c_int) + (handle,) * 11 +
+        (ctypes.c_uint, handle)),
+    "dnnl_lstm_backward_primitive_desc_create": (
+        (ctypes.POINTER(handle), handle, ctypes.c_int, ctypes.c_int) + (handle,) * 22 +
+        (ctypes.c_uint, handle, handle)),
 }
 
 

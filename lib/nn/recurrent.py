@@ -15,6 +15,7 @@ from ..errors import ArgumentError, DTypeError, ShapeError
 from ..tensor import Tensor
 from ..ops.creation import empty, zeros
 from ..ops.lstm_cell import lstm_cell
+from ..ops.lstm_layer import fits as lstm_layer_fits, lstm_layer
 from ..ops.lstm_sequence import fits as lstm_sequence_fits, lstm_sequence
 from ..ops.elementwise import relu, sigmoid, tanh
 from ..ops.shape import concat, expand_dims, reshape, split, squeeze, stack, swapaxes
@@ -258,9 +259,8 @@ class _Sequence(_Recurrent):
                 w_ih, b_ih, step_weights = self._weights(layer, direction)
                 index = layer * self.directions + direction
                 state = tuple(getitem(s, index) for s in states)
-                # One matmul projects every time step's input; only h @ W_hh is sequential.
-                proj = F.linear(x, w_ih, b_ih)
-                state, hs = self._layer(proj, state, step_weights, reverse=bool(direction))
+                state, hs = self._input_layer(x, w_ih, b_ih, state, step_weights,
+                                              reverse=bool(direction))
                 outputs.append(hs)
                 for final, s in zip(finals, state):
                     final.append(s)
@@ -268,6 +268,11 @@ class _Sequence(_Recurrent):
             if self.dropout and self.training and layer < self.num_layers - 1:
                 x = F.dropout(x, self.dropout, training=True)
         return x, tuple(stack(f, axis=0) for f in finals)
+
+    def _input_layer(self, x, w_ih, b_ih, state, step_weights, reverse: bool):
+        """(final state, every step's h) of one layer in one direction from its input."""
+        # One matmul projects every time step's input; only h @ W_hh is sequential.
+        return self._layer(F.linear(x, w_ih, b_ih), state, step_weights, reverse=reverse)
 
     def _layer(self, proj, state, step_weights, reverse: bool):
         """(final state, every step's h) of one layer in one direction: a step at a time,
@@ -371,6 +376,19 @@ class LSTM(_Sequence):
 
     def _step(self, x_proj, state, w_hh, b_hh, w_hr=None):
         return lstm_step(x_proj, state[0], state[1], w_hh, b_hh, w_hr)
+
+    def _input_layer(self, x, w_ih, b_ih, state, step_weights, reverse: bool):
+        """The layer with its projection as one lstm_layer op where oneDNN runs it and a
+        gradient will be taken (ops/lstm_layer.py: PyTorch's CPU kernel for training), else
+        as the layers below (inference: no workspace to keep; exports to ONNX as a Loop)."""
+        inputs = (x, *state, w_ih, *step_weights, b_ih)
+        if len(step_weights) == 2 and current().grad_enabled and \
+                any(t is not None and t.requires_grad for t in inputs) and \
+                lstm_layer_fits(x, *state, w_ih, step_weights[0], b_ih, step_weights[1]):
+            hs, h, c = lstm_layer(x, *state, w_ih, step_weights[0], b_ih, step_weights[1],
+                                  reverse=reverse)
+            return (h, c), hs
+        return super()._input_layer(x, w_ih, b_ih, state, step_weights, reverse)
 
     def _layer(self, proj, state, step_weights, reverse: bool):
         """The whole layer as one lstm_sequence op where it has a kernel (ops/lstm_sequence.py:

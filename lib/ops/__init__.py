@@ -2,7 +2,7 @@
 from . import creation, elementwise, indexing, linalg, random, reduce, shape, sorting  # noqa: F401
 from . import activation, checks, conv, normalization, pooling, rows, updates  # noqa: F401
 from . import batch_norm, conversion, data_types, lstm_cell, prefix, searching, sets  # noqa: F401
-from . import lstm_sequence  # noqa: F401
+from . import lstm_layer, lstm_sequence  # noqa: F401
 from . import keywords
 
 # PyTorch's keyword spellings (dim=, keepdim=, input=, ...) for every public function, before
