@@ -59,14 +59,6 @@ def _forward_pd(lib, x_shape, w_shape, b_shape, y_shape, geometry):
             lib.destroy("memory_desc", md)
 
 
-def _prepare(make):
-    """Runs `make()`, or None where oneDNN refuses the case."""
-    try:
-        return make()
-    except dnnl.OneDNNError:
-        return None
-
-
 def _applies(padding) -> bool:
     return all(lo >= 0 and hi >= 0 for lo, hi in padding)
 
@@ -100,7 +92,7 @@ def conv(x, w, bias, stride, padding, dilation, groups):
         if b_md is not None:
             arguments[dnnl.ARG_BIAS] = (b_md, False)
         return Prepared(lib, pd, arguments)
-    prepared = _cache.get(lib, key, lambda: _prepare(make))
+    prepared = _cache.get(lib, key, make)
     if prepared is None:
         return None
     y = np.empty(y_shape, np.float32)
@@ -137,7 +129,7 @@ def conv_transpose(g, w, input_size, stride, padding, dilation, groups):
             dnnl.ARG_DIFF_DST: (user_md(lib, g.shape, g.strides), False),
             dnnl.ARG_WEIGHTS: (user_md(lib, w_shape, w_strides), False),
             dnnl.ARG_DIFF_SRC: (lib.plain_md(x_shape, _contiguous_strides(x_shape)), True)})
-    prepared = _cache.get(lib, key, lambda: _prepare(make))
+    prepared = _cache.get(lib, key, make)
     if prepared is None:
         return None
     dx = np.empty(x_shape, np.float32)
@@ -171,7 +163,7 @@ def conv_weight_grad(x, g, kernel_size, stride, padding, dilation, groups):
             dnnl.ARG_SRC: (user_md(lib, x.shape, x.strides), False),
             dnnl.ARG_DIFF_DST: (user_md(lib, g.shape, g.strides), False),
             dnnl.ARG_DIFF_WEIGHTS: (user_md(lib, w_shape, w_strides), True)})
-    prepared = _cache.get(lib, key, lambda: _prepare(make))
+    prepared = _cache.get(lib, key, make)
     if prepared is None:
         return None
     prepared({dnnl.ARG_SRC: x, dnnl.ARG_DIFF_DST: g, dnnl.ARG_DIFF_WEIGHTS: dw})
