@@ -32,7 +32,7 @@ from rill.ops.primitive import register_kernels
 COMPILED = ('conv',)
 
 # float32 convolutions run oneDNN's kernels where the optional library is installed
-# (kernels/onednn: at PyTorch's speed, 1.1-1.4x ahead of the ones below on the Table 1
+# (kernels/onednn: at PyTorch's speed, 1.0-1.4x ahead of the ones below on the Table 1
 # models' and ResNet-18's layers; BENCHMARKS.md), except an input gradient into a few
 # channels (a first layer's, 3 -> 64 at 224x224: 28 ms against 10.5 here), which training
 # rarely asks for. Without it, or where it declines a case:
