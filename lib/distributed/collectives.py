@@ -193,6 +193,13 @@ def _unanswered(w: World, rows, probes) -> str:
     heard = sorted(probes.answered)
     answered = ("; answered: " + ", ".join(f"rank {r}{_on(rows, r)}" for r in heard[:8]) +
                 (", ..." if len(heard) > 8 else "")) if heard else ""
+    elsewhere = {rows[r].hostname for r in silent if rows[r].hostname} - \
+        {rows[w.rank].hostname}
+    if not heard and len(elsewhere) >= 2:  # the one link all these probes share is ours
+        return (f". No answer to a probe sent {ago:.1f} s ago from any other host's ranks, "
+                f"which had entered it too: {named}{more} — this host "
+                f"({rows[w.rank].hostname}) or its network link most likely failed, not "
+                f"all of theirs")
     return (f". No answer to a probe sent {ago:.1f} s ago from these ranks, which had entered "
             f"it too: {named}{more}{answered} — their host, or the network to it, stopped "
             "answering (or they are busy in their own code with this exchange posted)")

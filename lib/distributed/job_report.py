@@ -139,11 +139,20 @@ def unheard(a, rows) -> list:
         # no probe into h answered, and the hosts that probed it heard each other (or one
         # another host), so the fault is h's, not theirs
         heard_elsewhere = any(ok for (x, y), ok in reach.items() if h not in (x, y))
+        ranks = ", ".join(f"rank {r} ({role_of(r, a.ps)})" for r in hosts[h])
         if into and not any(reach[k] for k in into) and heard_elsewhere:
-            ranks = ", ".join(f"rank {r} ({role_of(r, a.ps)})" for r in hosts[h])
             lines.append(f"host {h} stopped answering: no probe from {', '.join(sorted(others))} "
                          f"reached its ranks ({ranks}) while the other hosts answered each "
                          "other: its network link (or the host) failed")
+            continue
+        # Its own ranks heard from none of two or more other hosts, and nothing says another
+        # host heard from it: the one link all those probes share is h's (a rank on h whose
+        # deadline came first ends the job before the others publish their probes).
+        out = {k[1]: ok for k, ok in reach.items() if k[0] == h}
+        if len(out) >= 2 and not any(out.values()) and not any(reach[k] for k in into):
+            lines.append(f"host {h} stopped answering: its ranks ({ranks}) heard from none of "
+                         f"{', '.join(sorted(out))} while those hosts' ranks were in the same "
+                         "exchange: its network link (or the host) most likely failed")
     return lines
 
 
