@@ -41,6 +41,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests", "distributed"))
 import calibrate  # noqa: E402
+import jobs  # noqa: E402
 import netbed  # noqa: E402
 
 
@@ -65,51 +66,20 @@ def small_mlp():
 def small_traffic() -> list:
     """multihost_jobs.py steptime's step, read from its partitioned graph."""
     import rill
-    import rill.distributed as dist
-    from rill import nn
-    model = small_mlp()
-    dist.place_on_ps(model, ps_tasks=1)
-    opt = rill.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-
-    @rill.capture
-    def step(x, y):
-        opt.zero_grad()
-        loss = nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        return loss
-    x, y = rill.randn(24, 5), rill.randint(0, 3, (24,))
-    return calibrate.traffic_of(step, x, y, mode="sync")
+    return calibrate.model_traffic(small_mlp(), rill.randn(24, 5), rill.randint(0, 3, (24,)),
+                                   lr=0.1, momentum=0.9)
 
 
 def small_compute(batch: int, steps: int = 300) -> dict:
     """The small MLP's captured forward and backward alone (a worker's batch of 48 split
     over its workers), timed here beside the background."""
     import rill
-    from rill import nn
-    model = small_mlp()
-    params = list(model.parameters())
-
-    @rill.capture
-    def grads(x, y):
-        model.zero_grad()
-        loss = nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        return [p.grad for p in params]
+    grads = jobs.captured_grads(small_mlp())
     x, y = rill.randn(batch, 5), rill.randint(0, 3, (batch,))
     with calibrate.Background() as background:
-        times = _timed(lambda: grads(x, y), steps)
+        times = jobs.timed(lambda: grads(x, y), steps)
     times = np.asarray(times[10:])
     return {"times": times, "median": float(np.median(times)), "background": background.mean}
-
-
-def _timed(fn, steps):
-    out = []
-    for _ in range(steps):
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-    return out
 
 
 def run_on_bed(model: str, hosts: int, steps: int) -> dict:

@@ -78,13 +78,18 @@ def traffic_of(step, *args, mode: str = "async") -> list:
 
 def mlp_traffic(ps: int = 1) -> list:
     """The validation MLP's step (jobs.py) with its parameters on `ps` tasks."""
+    import jobs
+    return model_traffic(jobs.mlp(), *jobs.batch(), ps=ps, lr=0.01)
+
+
+def model_traffic(model, x, y, ps: int = 1, **sgd) -> list:
+    """The bytes of a synchronous SGD step (`sgd`: its settings) of `model` on (x, y), its
+    parameters on `ps` tasks, read from the partitioned graph."""
     import rill
     import rill.distributed as dist
     from rill import nn
-    import jobs
-    model = jobs.mlp()
     dist.place_on_ps(model, ps_tasks=ps)
-    opt = rill.optim.SGD(model.parameters(), lr=0.01)
+    opt = rill.optim.SGD(model.parameters(), **sgd)
 
     @rill.capture
     def step(x, y):
@@ -94,7 +99,7 @@ def mlp_traffic(ps: int = 1) -> list:
         opt.step()
         return loss
 
-    return traffic_of(step, *jobs.batch(), mode="sync")
+    return traffic_of(step, x, y, mode="sync")
 
 
 def embedding_traffic(rows: int, dim: int, batch: int, sparse: bool) -> Traffic:

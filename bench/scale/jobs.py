@@ -143,9 +143,16 @@ def pingpong_job(steps: int, size: int) -> None:
 def compute_job(steps: int) -> None:
     """The worker's share of a model step: forward and backward, captured, nothing sent."""
     import rill
-    from rill import nn
     rill.manual_seed(0)
-    model = mlp()
+    grads = captured_grads(mlp())
+    x, y = batch()
+    report(timed(lambda: grads(x, y), steps))
+
+
+def captured_grads(model):
+    """grads(x, y): `model`'s captured forward and backward (cross-entropy), its gradients."""
+    import rill
+    from rill import nn
     params = list(model.parameters())
 
     @rill.capture
@@ -154,9 +161,7 @@ def compute_job(steps: int) -> None:
         loss = nn.functional.cross_entropy(model(x), y)
         loss.backward()
         return [p.grad for p in params]
-
-    x, y = batch()
-    report(timed(lambda: grads(x, y), steps))
+    return grads
 
 
 def apply_job(steps: int, size: int) -> None:
