@@ -48,8 +48,8 @@ def _key(role, *parts):
 def _forward_pd(lib, x_shape, w_shape, b_shape, y_shape, geometry):
     """A forward primitive desc with every layout left to oneDNN (the backward primitives'
     hint too)."""
-    mds = [lib.any_md(s) if s is not None else None for s in (x_shape, w_shape, b_shape,
-                                                                y_shape)]
+    mds = [lib.any_md(s) if s is not None else None
+           for s in (x_shape, w_shape, b_shape, y_shape)]
     try:
         return lib.make("dnnl_convolution_forward_primitive_desc_create", lib.engine,
                         dnnl.FORWARD_TRAINING, dnnl.CONVOLUTION_DIRECT, *mds, *geometry,
@@ -65,8 +65,8 @@ def _applies(padding) -> bool:
 
 def conv(x, w, bias, stride, padding, dilation, groups):
     lib = dnnl.library()
-    if lib is None or not _applies(padding) or not _usable(x, w, *([bias] if bias is not None
-                                                                    else [])):
+    if lib is None or not _applies(padding) or \
+            not _usable(x, w, *([] if bias is None else [bias])):
         return None
     kernel = w.shape[2:]
     out = tuple((s + lo + hi - d * (k - 1) - 1) // st + 1 for s, (lo, hi), d, k, st in
@@ -80,13 +80,13 @@ def conv(x, w, bias, stride, padding, dilation, groups):
 
     def make():
         geometry = _geometry(x.shape[2:], out, kernel, stride, padding, dilation)
+        pd = _forward_pd(lib, x.shape, w_shape, None if bias is None else (w.shape[0],),
+                         y_shape, geometry)  # first: a declined case makes nothing else
         x_md = user_md(lib, x.shape, x.strides)
         w_md = user_md(lib, w_shape, w_strides)
         y_md = lib.plain_md(y_shape, _contiguous_strides(y_shape))
         b_md = lib.plain_md((w.shape[0],), (bias.strides[0] // 4,)) if bias is not None \
             else None
-        pd = _forward_pd(lib, x.shape, w_shape, None if bias is None else (w.shape[0],),
-                         y_shape, geometry)
         arguments = {dnnl.ARG_SRC: (x_md, False), dnnl.ARG_WEIGHTS: (w_md, False),
                      dnnl.ARG_DST: (y_md, True)}
         if b_md is not None:

@@ -3,9 +3,9 @@
 Why a library here: oneDNN's convolutions are JIT-compiled, register-blocked loops over
 channel-blocked layouts, the kernels PyTorch's CPU convolutions run; on the Table 1 models
 and ResNet-18 they run a layer's three passes 1.0-1.4x faster than rill's im2col + OpenBLAS
-and C loops, and the training steps 1.1-1.5x faster (BENCHMARKS.md). It is an optional extra (`pip install rill[onednn]`: the
-`onednn-cpu-gomp` wheel, its CPU-only build threaded by GNU OpenMP); `import rill` loads
-nothing of it, and without it the NumPy/C kernels run.
+and C loops, and the training steps 1.1-1.5x faster (BENCHMARKS.md). It is an optional extra
+(`pip install rill[onednn]`: the `onednn-cpu-gomp` wheel, its CPU-only build threaded by GNU
+OpenMP); `import rill` loads nothing of it, and without it the NumPy/C kernels run.
 
 Only the C API's stable surface is used: opaque handles, plain layouts described by strides
 (no format-tag enums, which grow between versions), `format_tag_any` (1) to let a primitive
@@ -26,6 +26,7 @@ from pathlib import Path
 F32 = 3
 FORMAT_ANY = 1
 CPU = 1
+RUNTIME_SEQUENTIAL, RUNTIME_OPENMP = 1, 2  # dnnl_config.h: DNNL_RUNTIME_SEQ, DNNL_RUNTIME_OMP
 FORWARD_TRAINING, FORWARD_INFERENCE, BACKWARD_DATA, BACKWARD_WEIGHTS = 64, 96, 160, 192
 CONVOLUTION_DIRECT = 0x1
 QUERY_IMPL_INFO, QUERY_EXEC_ARG_MD = 8, 255
@@ -136,6 +137,11 @@ class Library:
         self.version = (v.major, v.minor, v.patch)
         if v.major != 3:
             raise OneDNNError(f"{path} is oneDNN {v.major}.{v.minor}; rill reads the 3.x API")
+        if v.cpu_runtime not in (RUNTIME_SEQUENTIAL, RUNTIME_OPENMP):
+            # a TBB or thread-pool build: its thread count and its fork safety are not the
+            # OpenMP ones this module manages (use_threads, forked_after_teams)
+            raise OneDNNError(f"{path} runs on CPU runtime {v.cpu_runtime}; rill drives "
+                              "oneDNN's OpenMP or sequential builds (onednn-cpu-gomp)")
         for name, argtypes in _SIGNATURES.items():
             fn = getattr(self._dll, name)
             fn.argtypes, fn.restype = argtypes, ctypes.c_int
@@ -150,11 +156,12 @@ class Library:
         self.attr = self._make(self._dll.dnnl_primitive_attr_create)
         # scratch buffers are passed in (per call), so primitives can run on two threads
         self.call("dnnl_primitive_attr_set_scratchpad_mode", self.attr, SCRATCHPAD_USER)
-        try:  # the OpenMP runtime the library was linked with (already loaded with it)
-            self._omp = ctypes.CDLL("libgomp.so.1")
-            self._omp.omp_set_num_threads.argtypes = (ctypes.c_int,)
-        except OSError:
-            self._omp = None
+        # omp_set_num_threads of the OpenMP runtime the library was linked with: looked up
+        # through its handle, which searches the libraries it depends on
+        self._set_threads = getattr(self._dll, "omp_set_num_threads", None) \
+            if v.cpu_runtime == RUNTIME_OPENMP else None
+        if self._set_threads is not None:
+            self._set_threads.argtypes, self._set_threads.restype = (ctypes.c_int,), None
 
     def call(self, name: str, *args) -> None:
         status = getattr(self._dll, name)(*args)
@@ -204,8 +211,8 @@ class Library:
         """OpenMP threads for the primitives this thread creates next (a primitive keeps the
         count it was created with) and the reorders it runs; OpenMP keeps it per thread."""
         global _teams_started
-        if self._omp is not None:
-            self._omp.omp_set_num_threads(threads)
+        if self._set_threads is not None:
+            self._set_threads(threads)
         _teams_started = _teams_started or threads > 1
 
     def execute(self, primitive, args: dict) -> None:

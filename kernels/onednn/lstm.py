@@ -19,6 +19,7 @@ import numpy as np
 
 from rill.kernels.onednn import library as dnnl
 from rill.kernels.onednn.primitive import Cache, Prepared, aligned_buffer, user_md
+from rill.ops.lstm_layer import register_workspace_rule
 from rill.ops.primitive import register_kernels
 
 _cache = Cache()
@@ -69,12 +70,13 @@ def _workspace_bytes(steps, n, c, h, reverse):
         lib.destroy("primitive_desc", pd)
 
 
-def workspace_bytes(steps, n, c, h, reverse) -> int | None:
-    """The bytes of the forward's workspace, or None where oneDNN cannot run this layer
-    (not installed, turned off, or the case refused)."""
+def workspace_bytes(steps, n, c, h, reverse) -> tuple:
+    """(bytes of the forward's workspace, "") or (None, why oneDNN cannot run this layer:
+    not installed, turned off, or the case refused): lstm_layer's shape rule asks it."""
     if dnnl.library() is None:
-        return None
-    return _workspace_bytes(int(steps), int(n), int(c), int(h), bool(reverse))
+        return None, dnnl.why_not()
+    nbytes = _workspace_bytes(int(steps), int(n), int(c), int(h), bool(reverse))
+    return nbytes, "" if nbytes is not None else "it refused these shapes"
 
 
 def _state_md(lib, a):
@@ -250,3 +252,4 @@ def lstm_layer_grad_kernel(g_hs, g_ht, g_ct, x, h0, c0, w_ih, w_hh, *rest, rever
 
 register_kernels("cpu", {"lstm_layer": lstm_layer_kernel,
                          "lstm_layer_grad": lstm_layer_grad_kernel})
+register_workspace_rule(workspace_bytes)

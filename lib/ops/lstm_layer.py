@@ -24,13 +24,27 @@ from ..eager.context import current
 from ..errors import DTypeError, KernelError, ShapeError
 from . import attrs as A
 from . import promotion
+from .linalg import linear
+from .lstm_sequence import composite_vjp, lstm_sequence_composite
 from .primitive import primitive
 
 
+# The bytes of the forward's workspace, which only oneDNN knows: its kernel module
+# (kernels/onednn/lstm.py) registers the rule here, so that ops never import kernels.
+# rule(steps, n, c, hidden, reverse) -> (bytes, "") or (None, why oneDNN cannot run it).
+_workspace_rule = None
+
+
+def register_workspace_rule(rule) -> None:
+    global _workspace_rule
+    _workspace_rule = rule
+
+
 def _workspace_bytes(x, w_hh, reverse):
-    from rill.kernels.onednn.lstm import workspace_bytes
+    if _workspace_rule is None:
+        return None, "no oneDNN kernels registered"
     steps, n, c = x.shape
-    return workspace_bytes(steps, n, c, w_hh.shape[1], reverse)
+    return _workspace_rule(steps, n, c, w_hh.shape[1], reverse)
 
 
 def _infer(x, h0, c0, w_ih, w_hh, *biases, reverse):
@@ -50,12 +64,11 @@ def _infer(x, h0, c0, w_ih, w_hh, *biases, reverse):
         if t.dtype.name != "float32":
             raise DTypeError(f"takes float32 (oneDNN's LSTM), got {t.dtype}; other dtypes "
                              f"run nn.LSTM's lstm_sequence")
-    nbytes = _workspace_bytes(x, w_hh, reverse)
+    nbytes, why = _workspace_bytes(x, w_hh, reverse)
     if nbytes is None:
-        from rill.kernels.onednn.library import why_not
-        raise KernelError(f"needs oneDNN's LSTM, which is not available here "
-                          f"({why_not() or 'it refused these shapes'}); install rill[onednn] "
-                          f"or capture the model where it is not, to run lstm_sequence")
+        raise KernelError(f"needs oneDNN's LSTM, which is not available here ({why}); "
+                          f"install rill[onednn] or capture the model where it is not, to "
+                          f"run lstm_sequence")
     from ..dtypes import float32, uint8
     seq, state = ((steps, n, hidden), float32), ((n, hidden), float32)
     return [seq, state, state, ((nbytes,), uint8), seq, state, state]
@@ -70,7 +83,7 @@ def _vjp(g, out, x, h0, c0, w_ih, w_hh, *biases, reverse):
     g_ht, g_ct = (zeros_like(h0) if c is None else c for c in g[1:])
     inputs = (x, h0, c0, w_ih, w_hh) + tuple(biases)
     if current().grad_enabled:  # create_graph: a gradient that can itself be differentiated
-        return _composite_vjp((g_hs, g_ht, g_ct), inputs, reverse)
+        return composite_vjp(composite, (g_hs, g_ht, g_ct), inputs, reverse=reverse)
     grads = bind(lstm_layer_grad_p, g_hs, g_ht, g_ct, x, h0, c0, w_ih, w_hh, *biases, *saved,
                  reverse=reverse)
     return tuple(d if t.requires_grad else None for d, t in zip(grads, inputs))
@@ -88,26 +101,8 @@ def _grad_infer(g_hs, g_ht, g_ct, x, h0, c0, w_ih, w_hh, *rest, reverse):
 
 def composite(x, h0, c0, w_ih, w_hh, b_ih=None, b_hh=None, *, reverse=False):
     """(hs, h_T, c_T) by rill ops: the projection, then per-step lstm_cell composites."""
-    from ..nn.functional import linear
-    from .lstm_sequence import lstm_sequence_composite
     return lstm_sequence_composite(linear(x, w_ih, b_ih), h0, c0, w_hh, b_hh,
                                    reverse=reverse)
-
-
-def _composite_vjp(g, inputs, reverse):
-    """The layer again in rill ops, differentiated with the tape kept (as lstm_sequence's
-    create_graph gradient); a copy stands for each input, as one tensor may be two."""
-    from ..eager.backward import gradients
-    from ..tensor import detached_value
-    from .creation import zeros_like
-    proxies = [t * 1 if t.requires_grad else detached_value(t) for t in inputs]
-    outs = composite(*proxies, reverse=reverse)
-    roots = [(o, c) for o, c in zip(outs, g) if o.requires_grad]
-    wanted = [p for p, t in zip(proxies, inputs) if t.requires_grad]
-    found = gradients([o for o, _ in roots], [c for _, c in roots], targets=wanted,
-                      create_graph=True, retain_graph=True) if roots and wanted else {}
-    return tuple((found[id(p)][1] if id(p) in found else zeros_like(p))
-                 if t.requires_grad else None for p, t in zip(proxies, inputs))
 
 
 lstm_layer_p = primitive("lstm_layer", _infer, _vjp, normalize=promotion.lift,
@@ -128,7 +123,7 @@ def fits(x, h0, c0, w_ih, w_hh, b_ih=None, b_hh=None) -> bool:
     if len(biases) == 1 or x.ndim != 3 or w_hh.ndim != 2 or not all(
             t.device.kind == "cpu" and t.dtype.name == "float32" for t in tensors):
         return False
-    return _workspace_bytes(x, w_hh, False) is not None
+    return _workspace_bytes(x, w_hh, False)[0] is not None
 
 
 def lstm_layer(x, h0, c0, w_ih, w_hh, b_ih=None, b_hh=None, *, reverse: bool = False):

@@ -56,7 +56,8 @@ def _vjp(g, out, proj, h0, c0, w_hh, *bias, reverse):
     g_hs = zeros_like(tanh_cs) if g[0] is None else g[0]
     g_ht, g_ct = (zeros_like(c0) if c is None else c for c in g[1:])
     if current().grad_enabled:  # create_graph: a gradient that can itself be differentiated
-        return _composite_vjp((g_hs, g_ht, g_ct), proj, h0, c0, w_hh, bias, reverse)
+        return composite_vjp(lstm_sequence_composite, (g_hs, g_ht, g_ct),
+                             (proj, h0, c0, w_hh) + tuple(bias), reverse=reverse)
     grads = bind(lstm_sequence_grad_p, g_hs, g_ht, g_ct, h0, c0, w_hh, acts, tanh_cs, cs,
                  reverse=reverse)
     wanted = (proj, h0, c0, w_hh) + tuple(bias)
@@ -74,16 +75,16 @@ def _grad_infer(g_hs, g_ht, g_ct, h0, c0, w_hh, acts, tanh_cs, cs, *, reverse):
             (tuple(w_hh.shape), w_hh.dtype), (four_h, w_hh.dtype)]
 
 
-def _composite_vjp(g, proj, h0, c0, w_hh, bias, reverse):
-    """The layer again as lstm_cell composites, differentiated with the tape kept: the
-    cotangents then depend on the inputs and on g, for a further derivative. Per input, a
-    copy stands for it (one tensor may be two inputs, and each gets its own part)."""
+def composite_vjp(composite, g, inputs, **attrs):
+    """The cotangents of `inputs` from `composite(*inputs, **attrs)` (the layer again in rill
+    ops), differentiated with the tape kept: they then depend on the inputs and on g, for a
+    further derivative. Per input, a copy stands for it (one tensor may be two inputs, and
+    each gets its own part)."""
     from ..eager.backward import gradients
     from ..tensor import detached_value
-    inputs = (proj, h0, c0, w_hh) + tuple(bias)
     proxies = [x * 1 if x.requires_grad else detached_value(x) for x in inputs]
-    hs, h_t, c_t = lstm_sequence_composite(*proxies, reverse=reverse)
-    roots = [(o, c) for o, c in zip((hs, h_t, c_t), g) if o.requires_grad]
+    outs = composite(*proxies, **attrs)
+    roots = [(o, c) for o, c in zip(outs, g) if o.requires_grad]
     wanted = [p for p, x in zip(proxies, inputs) if x.requires_grad]
     found = gradients([o for o, _ in roots], [c for _, c in roots], targets=wanted,
                       create_graph=True, retain_graph=True) if roots and wanted else {}
