@@ -1,8 +1,8 @@
 """softmax, log_softmax and the fused softmax cross-entropy (loss and gradient) on the GPU.
 
 A row (along any axis: the input viewed as (A, R, B), rows of stride B) is shifted by its
-max, which is replaced by 0 where it is not finite (the CPU kernel's rule: a row of -inf
-gives nan, as PyTorch). A row that fits one block is loaded once and kept in registers;
+max, which is replaced by 0 where it is -inf or NaN and by NaN where it is +inf (the CPU
+kernel's rule: a row of -inf, or holding +inf, gives NaN, as PyTorch). A row that fits one block is loaded once and kept in registers;
 a longer row is read twice: an online pass keeps, per lane, the running max and the sum of
 exp(x - max) rescaled whenever the max grows, then a pass writes the result. The cross-
 entropy kernels compute the row statistics the same way and read the target's logit
@@ -35,9 +35,16 @@ def _finite_or_zero(m):
 
 
 @triton.jit
+def _shift(m):
+    """A row's shift from its max: the max where finite, NaN where +inf (every result NaN,
+    as the CPU's and PyTorch's inf - inf), else 0 (a row of -inf, or with a NaN)."""
+    return tl.where((m - m) == 0, m, tl.where(m == float("inf"), float("nan"), 0.0))
+
+
+@triton.jit
 def _row_stats(x_ptr, base, mask_m, R, step, ACC: tl.constexpr, BLOCK_M: tl.constexpr,
                BLOCK_R: tl.constexpr):
-    """Per row: f (the max, 0 where not finite), sum(exp(x - f)) and sum(x), in one pass."""
+    """Per row: f (the shift: the max, see _shift), sum(exp(x - f)) and sum(x), in one pass."""
     run_m = tl.full([BLOCK_M, BLOCK_R], float("-inf"), ACC)
     run_s = tl.zeros([BLOCK_M, BLOCK_R], ACC)
     run_x = tl.zeros([BLOCK_M, BLOCK_R], ACC)
@@ -50,12 +57,12 @@ def _row_stats(x_ptr, base, mask_m, R, step, ACC: tl.constexpr, BLOCK_M: tl.cons
         run_x += tl.where(mask, x, 0.0)
         x = tl.where(mask, x, float("-inf"))
         new_m = _max_nan(run_m, x)
-        f_new = _finite_or_zero(new_m)
+        f_new = _shift(new_m)
         # An empty lane (sum 0) stays 0: its rescale factor may be inf.
         kept = tl.where(run_s == 0, 0.0, run_s * tl.exp(_finite_or_zero(run_m) - f_new))
         run_s = kept + tl.exp(x - f_new)
         run_m = new_m
-    f = _finite_or_zero(_max_rows(run_m))
+    f = _shift(_max_rows(run_m))
     scaled = tl.where(run_s == 0, 0.0, run_s * tl.exp(_finite_or_zero(run_m) - f[:, None]))
     return f, tl.sum(scaled, 1), tl.sum(run_x, 1)
 
@@ -73,7 +80,7 @@ def _softmax_kernel(x_ptr, out_ptr, A, R, B, NB, LOG: tl.constexpr, SINGLE: tl.c
         offs = base[:, None] + cols[None, :].to(tl.int64) * B
         x = tl.load(x_ptr + offs, mask=mask, other=0).to(ACC)
         x = tl.where(mask, x, float("-inf"))
-        f = _finite_or_zero(_max_rows(x))
+        f = _shift(_max_rows(x))
         z = x - f[:, None]
         e = tl.exp(z)
         s = tl.sum(e, 1)

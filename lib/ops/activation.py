@@ -2,6 +2,7 @@
 gradient rule that needs only the output (no exp/sum intermediates kept for the tape)."""
 from __future__ import annotations
 
+from .. import dtypes as dt
 from ..eager.bind import bind
 from . import attrs as A
 from . import batching
@@ -21,9 +22,43 @@ def _row_axis(x, axis):
 
 
 def _softmax_vjp(g, y, x, axis):
+    if y.ndim and y.device.kind == "cpu" and y.dtype in _ROW_DTYPES and g.dtype is y.dtype:
+        # one pass (kernels/numpy/activation.py) where the composite below is four
+        return (bind(softmax_grad_p, g, y, axis=normalize_axis(axis, y.ndim)),)
+    return (_softmax_grad_composite(g, y, axis),)
+
+
+def _softmax_grad_composite(g, y, axis):
     from .reduce import sum as sum_
     gy = g * y
-    return (gy - y * sum_(gy, axis=_row_axis(y, axis), keepdims=True),)
+    return gy - y * sum_(gy, axis=_row_axis(y, axis), keepdims=True)
+
+
+def _softmax_grad_infer(g, y, *, axis):
+    from ..errors import DTypeError, ShapeError
+    if g.dtype is not y.dtype:
+        raise DTypeError(f"expects g and y of one dtype, got {g.dtype} and {y.dtype}")
+    if tuple(g.shape) != tuple(y.shape):
+        raise ShapeError(f"expects g and y of one shape, got {g.shape} and {y.shape}")
+    normalize_axis(axis, max(y.ndim, 1))
+    return y.shape, y.dtype
+
+
+def _softmax_grad_vjp(h, out, g, y, axis):
+    """out = g y - y s, s = sum(g y): linear in g (its own rule again); in y,
+    h (g - s) - g sum(h y)."""
+    from .reduce import sum as sum_
+    dg = bind(softmax_grad_p, h, y, axis=axis) if g.requires_grad else None
+    dy = None
+    if y.requires_grad:
+        s = sum_(g * y, axis=axis, keepdims=True)
+        dy = h * (g - s) - g * sum_(h * y, axis=axis, keepdims=True)
+    return dg, dy
+
+
+def _softmax_grad_batch(prim, size, args, dims, attrs):
+    g, y = (batching.batched_front(a, d, size) for a, d in zip(args, dims))
+    return bind(prim, g, y, axis=attrs["axis"] + 1), 0
 
 
 def _log_softmax_vjp(g, y, x, axis):
@@ -34,6 +69,13 @@ def _log_softmax_vjp(g, y, x, axis):
 
 softmax_p = primitive("softmax", _infer, _softmax_vjp, normalize=promotion.floating,
                       save_output=True, attrs={"axis": A.AXIS}, batch=batching.along("axis"))
+_ROW_DTYPES = (dt.float32, dt.float64)
+# softmax's gradient from its output along a (non-negative) axis: a CPU kernel for
+# float32/float64, which softmax's gradient calls.
+softmax_grad_p = primitive("softmax_grad", _softmax_grad_infer, _softmax_grad_vjp,
+                           attrs={"axis": A.AXIS}, batch=_softmax_grad_batch,
+                           cpu_only="a CPU fast path: other devices run softmax's gradient "
+                                    "as a composite in rill ops")
 log_softmax_p = primitive("log_softmax", _infer, _log_softmax_vjp,
                           normalize=promotion.floating, save_output=True, attrs={"axis": A.AXIS},
                           batch=batching.along("axis"))
