@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from rill.kernels.onednn import matmul as onednn_matmul
 from rill.ops.primitive import register_kernels
 
 from . import parallel
@@ -25,6 +26,22 @@ _THREADED = 1 << 18
 _FEW_ROWS = 32
 
 
+# float32 products of SMALL_GEMM multiply-adds and up, the ones BLAS would run on its threads,
+# run on oneDNN's OpenMP team where the optional library is installed and a convolution or
+# LSTM layer has started that team: one pool of threads instead of two spinning against each
+# other (kernels/onednn/matmul.py; alternating in one process, eager: the LSTM step 40 -> 37
+# ms, AlexNet's 304 -> 266, VGG-11's 724 -> 670). Benchmarks set this False to compare.
+ONEDNN = True
+
+
+def _onednn(a, b, bias=None, *, multiply_adds: int):
+    """a @ b (+ bias) by oneDNN, or None (small, not float32, not installed, declined)."""
+    if not ONEDNN or multiply_adds < parallel.SMALL_GEMM or a.dtype != np.float32 or \
+            b.dtype != np.float32:
+        return None
+    return onednn_matmul.matmul(a, b, bias)
+
+
 def _gemm(fn, *args, multiply_adds: int):
     if _THREADED <= multiply_adds < parallel.SMALL_GEMM:
         with parallel.blas_at_one_thread():
@@ -37,7 +54,17 @@ def _matmul(a, b):
     flat = _as_one_gemm(a, b)
     if flat is not None:
         rows, b2, shape = flat
-        return _gemm(np.matmul, rows, b2, multiply_adds=multiply_adds).reshape(shape)
+        y = _onednn(rows, b2, multiply_adds=multiply_adds)
+        if y is None:
+            y = _gemm(np.matmul, rows, b2, multiply_adds=multiply_adds)
+        return y.reshape(shape)
+    if a.ndim == b.ndim == 2:
+        y = _onednn(a, b, multiply_adds=multiply_adds)
+        if y is not None:
+            return y
+    # stacked products stay here: each of attention's small products runs on one core in
+    # either library, and oneDNN's took as long (0.29 against 0.26 ms for (16, 4, 64, 32) @
+    # (16, 4, 32, 64))
     return _gemm(np.matmul, a, b, multiply_adds=multiply_adds)
 
 
@@ -59,7 +86,9 @@ def _as_one_gemm(a, b):
 
 
 def _weight_grad(g, x):
-    return _gemm(np.matmul, g.T, x, multiply_adds=g.size * x.shape[-1])
+    multiply_adds = g.size * x.shape[-1]
+    y = _onednn(g.T, x, multiply_adds=multiply_adds)
+    return y if y is not None else _gemm(np.matmul, g.T, x, multiply_adds=multiply_adds)
 
 
 def _einsum(*xs, inputs, output):
@@ -69,6 +98,14 @@ def _einsum(*xs, inputs, output):
 def _linear(x, w, *bias):
     rows = x if x.ndim == 2 else x.reshape(-1, x.shape[-1])  # a 1-d x is one row
     m, n = rows.shape[0], w.shape[0]
+    y = _onednn(rows, w.T, *bias, multiply_adds=m * w.size)  # the bias added by the product
+    if y is None:
+        y = _linear_by_blas(rows, w, bias)
+    return y if x.ndim == 2 else y.reshape(x.shape[:-1] + (n,))
+
+
+def _linear_by_blas(rows, w, bias):
+    m, n = rows.shape[0], w.shape[0]
     if m <= _FEW_ROWS < n:  # (w @ x.T).T, see _FEW_ROWS
         yt = _gemm(np.matmul, w, rows.T, multiply_adds=m * w.size)
         y = np.empty((m, n), yt.dtype)
@@ -76,13 +113,13 @@ def _linear(x, w, *bias):
             np.add(yt.T, bias[0], out=y)
         else:
             np.copyto(y, yt.T)
-    else:
-        # One 2-d GEMM over all leading axes: NumPy's stacked matmul runs one small GEMM per
-        # row of the batch, measured several times slower for (N, T, F) sequences.
-        y = _gemm(np.matmul, rows, w.T, multiply_adds=m * w.size)  # w read transposed
-        if bias:
-            y += bias[0]  # into the fresh product: no second buffer
-    return y if x.ndim == 2 else y.reshape(x.shape[:-1] + (n,))
+        return y
+    # One 2-d GEMM over all leading axes: NumPy's stacked matmul runs one small GEMM per row
+    # of the batch, measured several times slower for (N, T, F) sequences.
+    y = _gemm(np.matmul, rows, w.T, multiply_adds=m * w.size)  # w read transposed
+    if bias:
+        y += bias[0]  # into the fresh product: no second buffer
+    return y
 
 
 register_kernels("cpu", {"matmul": _matmul, "einsum": _einsum, "linear": _linear,

@@ -13,7 +13,7 @@ import ctypes
 import numpy as np
 
 from rill.kernels.onednn import library as dnnl
-from rill.kernels.onednn.primitive import Cache, Prepared, user_md
+from rill.kernels.onednn.primitive import Cache, Prepared, contiguous_strides, user_md
 
 _cache = Cache()
 
@@ -84,7 +84,7 @@ def conv(x, w, bias, stride, padding, dilation, groups):
                          y_shape, geometry)  # first: a declined case makes nothing else
         x_md = user_md(lib, x.shape, x.strides)
         w_md = user_md(lib, w_shape, w_strides)
-        y_md = lib.plain_md(y_shape, _contiguous_strides(y_shape))
+        y_md = lib.plain_md(y_shape, contiguous_strides(y_shape))
         b_md = lib.plain_md((w.shape[0],), (bias.strides[0] // 4,)) if bias is not None \
             else None
         arguments = {dnnl.ARG_SRC: (x_md, False), dnnl.ARG_WEIGHTS: (w_md, False),
@@ -128,7 +128,7 @@ def conv_transpose(g, w, input_size, stride, padding, dilation, groups):
         return Prepared(lib, pd, {
             dnnl.ARG_DIFF_DST: (user_md(lib, g.shape, g.strides), False),
             dnnl.ARG_WEIGHTS: (user_md(lib, w_shape, w_strides), False),
-            dnnl.ARG_DIFF_SRC: (lib.plain_md(x_shape, _contiguous_strides(x_shape)), True)})
+            dnnl.ARG_DIFF_SRC: (lib.plain_md(x_shape, contiguous_strides(x_shape)), True)})
     prepared = _cache.get(lib, key, make)
     if prepared is None:
         return None
@@ -169,10 +169,3 @@ def conv_weight_grad(x, g, kernel_size, stride, padding, dilation, groups):
     prepared({dnnl.ARG_SRC: x, dnnl.ARG_DIFF_DST: g, dnnl.ARG_DIFF_WEIGHTS: dw})
     return dw
 
-
-def _contiguous_strides(shape):
-    strides, step = [], 1
-    for n in reversed(shape):
-        strides.append(step)
-        step *= n
-    return strides[::-1]

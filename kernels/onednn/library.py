@@ -104,6 +104,7 @@ _SIGNATURES = {  # name: argument types (every function returns a dnnl_status_t)
     "dnnl_primitive_desc_query": (handle, ctypes.c_int, ctypes.c_int, ctypes.c_void_p),
     "dnnl_memory_create": (ctypes.POINTER(handle), handle, handle, handle),
     "dnnl_memory_destroy": (handle,),
+    "dnnl_memory_set_data_handle": (handle, ctypes.c_void_p),
     "dnnl_reorder_primitive_desc_create": (ctypes.POINTER(handle), handle, handle, handle,
                                            handle, handle),
     "dnnl_primitive_attr_create": (ctypes.POINTER(handle),),
@@ -117,6 +118,7 @@ _SIGNATURES = {  # name: argument types (every function returns a dnnl_status_t)
     "dnnl_convolution_backward_weights_primitive_desc_create": (
         (ctypes.POINTER(handle), handle, ctypes.c_int) + (handle,) * 4 +
         (ctypes.POINTER(Dims),) * 4 + (handle, handle)),
+    "dnnl_matmul_primitive_desc_create": (ctypes.POINTER(handle), handle) + (handle,) * 5,
     "dnnl_lstm_forward_primitive_desc_create": (
         (ctypes.POINTER(handle), handle, ctypes.c_int, ctypes.c_int) + (handle,) * 11 +
         (ctypes.c_uint, handle)),
@@ -207,6 +209,10 @@ class Library:
     def memory(self, md, data_pointer: int):
         return self.make("dnnl_memory_create", md, self.engine, handle(data_pointer))
 
+    def point(self, memory, data_pointer: int) -> None:
+        """Points a memory object at other data (of the same layout)."""
+        self.call("dnnl_memory_set_data_handle", memory, data_pointer)
+
     def use_threads(self, threads: int) -> None:
         """OpenMP threads for the primitives this thread creates next (a primitive keeps the
         count it was created with) and the reorders it runs; OpenMP keeps it per thread."""
@@ -254,6 +260,12 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 def forked_after_teams() -> bool:
     return _forked_after_teams
+
+
+def teams_started() -> bool:
+    """Whether this process has run a oneDNN call on more than one thread (so GNU OpenMP's
+    workers exist, and spin after each call)."""
+    return _teams_started
 
 
 @functools.lru_cache(maxsize=1)
