@@ -303,11 +303,17 @@ def pin_threads(label: str, threads: int) -> dict:
     return info
 
 
-def setup(label: str, job: dict):
+def variant_of(worker: str) -> str:
+    """The variant a worker runs: "rill eager #2" is the second process of "rill eager"."""
+    return worker.split(" #")[0]
+
+
+def setup(worker: str, job: dict):
     """In the variant's worker: its call, and `first`: the losses of its first CHECK_CALLS
     steps, the first call's seconds, the threads, and a profile of one step when asked.
     torch.compile failing is reported as {"skipped": why}, with a call that does nothing.
     `first` goes back as a 1-tuple (harness.receive reads a dict as a worker's failure)."""
+    label = variant_of(worker)
     first = {"threads": pin_threads(label, job["threads"])}
     if MODULES[label] == "torch":
         import torch as fw
@@ -449,6 +455,9 @@ def parse(argv):
                         help="instead of timing: one step of MODEL under rill.profiler and "
                              "torch.profiler, the top ops side by side")
     parser.add_argument("--top", type=int, default=15, help="ops shown by --profile")
+    parser.add_argument("--processes", type=int, default=2,
+                        help="processes per variant, their samples pooled (1 under --quick "
+                             "and --profile)")
     args = parser.parse_args(argv)
     args.models = [m for m in args.models.split(",") if m]
     args.variants = [v for v in args.variants.split(",") if v]
@@ -462,8 +471,12 @@ def parse(argv):
             parser.error(f"unknown variant {v!r}; use some of {', '.join(VARIANTS)}")
     if args.threads < 1:
         parser.error(f"--threads must be at least 1, got {args.threads}")
+    if args.processes < 1:
+        parser.error(f"--processes must be at least 1, got {args.processes}")
     if args.quick:
         args.repeats, args.block = 3, 1
+    if args.quick or args.profile:
+        args.processes = 1
     return args
 
 
@@ -475,8 +488,13 @@ def run_model(model: str, conns: dict, args, settle: float, console,
            "profile": bool(args.profile), "top": args.top}
     # one worker at a time: a profile, or the first call's time, taken while the other
     # workers build their models would time the contention
-    first = {label: harness.set_up({label: conn}, job)[label][0]
-             for label, conn in conns.items()}
+    every = {worker: harness.set_up({worker: conn}, job)[worker][0]
+             for worker, conn in conns.items()}
+    first = {worker: f for worker, f in every.items() if worker == variant_of(worker)}
+    check(model, first)
+    for worker, f in every.items():  # a variant's other processes: the same losses, or stop
+        if worker not in first:
+            check(model, {**first, variant_of(worker): f})
     if not threads_shown:
         console.print(f"threads ({args.threads} per process; threadpoolctl):")
         describe_threads(console, first)
@@ -495,11 +513,19 @@ def run_model(model: str, conns: dict, args, settle: float, console,
     if args.profile:
         console.print(profile_table(model, ran, args.top))
         return {**out, "profile": {k: f["profile"] for k, f in ran.items()}}
-    samples = harness.time_in_rotation({k: c for k, c in conns.items() if k in ran},
-                                       args.repeats, args.block, settle)
+    # each variant's processes share its repeats, rotating with the others'; their samples
+    # are pooled: a process's luck (where its threads and memory land) moved a variant's
+    # median by 10-30 % from one process to the next, the same code in the same run
+    timed = {k: c for k, c in conns.items() if variant_of(k) in ran}
+    per_process = -(-args.repeats // args.processes)
+    by_worker = harness.time_in_rotation(timed, per_process, args.block, settle)
+    samples = {label: [] for label in ran}
+    for worker, values in by_worker.items():
+        samples[variant_of(worker)].extend(values)
     medians = {k: statistics.median(v) for k, v in samples.items()}
     out.update(median_ms=medians, min_ms={k: min(v) for k, v in samples.items()},
-               ratios=ratios(medians), samples_ms=samples)
+               ratios=ratios(medians), samples_ms=samples, processes=args.processes,
+               process_medians_ms={k: statistics.median(v) for k, v in by_worker.items()})
     console.print(f"{model}: " + ", ".join(f"{k} {v:.1f} ms" for k, v in medians.items()) +
                   "".join(f"; {n} {r:.2f}" for n, r in out["ratios"].items()))
     return out
@@ -518,18 +544,23 @@ def main(argv=None) -> None:
     # Untimed steps past the checked ones: a captured step's first 2 * TRIAL_CALLS calls
     # (capture/executor.py: 5 each way) time its straight-line and thread-pool schedules
     # before it keeps one; timing them measured the trials (VGG-11 captured: 1.66x eager).
-    procs, conns, skipped, _ = harness.start({label: MODULES[label] for label in labels},
-                                                 setup, 1 if args.quick else WARMUP_STEPS)
-    for label, why in skipped.items():
-        console.print(f"{label} skipped ({why})")
+    workers = {label + (f" #{i + 1}" if i else ""): MODULES[label]
+               for i in range(args.processes) for label in labels}
     report = {"machine": harness.machine(), "threads": args.threads, "quick": args.quick,
-              "repeats": args.repeats, "block": args.block, "models": {}}
-    try:
-        for model in args.models:
+              "repeats": args.repeats, "block": args.block, "processes": args.processes,
+              "models": {}}
+    for model in args.models:
+        # fresh processes per model: what one model leaves (caches, a fragmented heap, the
+        # other models' captured programs) does not weigh on the next
+        procs, conns, skipped, _ = harness.start(workers, setup,
+                                                 1 if args.quick else WARMUP_STEPS)
+        for worker, why in skipped.items():
+            console.print(f"{worker} skipped ({why})")
+        try:
             report["models"][model] = run_model(model, conns, args, settle, console,
                                                 threads_shown=bool(report["models"]))
-    finally:
-        harness.stop(procs, conns)
+        finally:
+            harness.stop(procs, conns)
     if not args.profile:
         console.print(summary_table(report, labels))
     harness.finish(args, report, console)
