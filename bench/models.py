@@ -21,8 +21,10 @@ overflow within twenty steps, and a step over infinities is not the step being t
 LSTM with plain SGD (lr 0.1). Dropout is left out everywhere: its random masks cannot be
 the same in two frameworks, and the losses are checked equal.
 
-Variants, each in its own process (bench/harness.py: blocks of steps rotate between the
-processes with a pause, so machine noise falls on all alike while no two run at once):
+Variants, each in --processes processes of its own (2 by default, fresh for every model, their
+samples pooled: one process's luck moved a variant's median by up to 30 %) (bench/harness.py:
+blocks of steps rotate between the processes with a pause, so machine noise falls on all
+alike while no two run at once):
 rill eager; rill captured (the same step function under `rill.capture`); PyTorch eager;
 torch.compile of the same step function (the graph breaks at backward(); the optimizer step
 compiles on its own). torch.compile is skipped with a note where it fails on the machine.

@@ -6,6 +6,9 @@
  *   scaled_add(x, y, out, start, stop, alpha, beta, double)
  *     out = x * alpha + y * beta, the product by a factor 1 left out (SGD's p - lr * g: NumPy,
  *     a product into a new buffer and an add into it, two passes)
+ *   relu_grad(g, x, out, start, stop, double)
+ *     out = g where x > 0, else 0 (NaN in x gives 0, as where(x > 0, g, 0)): ReLU's gradient,
+ *     which NumPy ran as a comparison and a bitwise select, four passes
  */
 #include "common.h"
 
@@ -53,5 +56,41 @@ done:
     return result;
 }
 
+#define DEFINE_RELU_GRAD(T, SUFFIX)                                                            \
+static void relu_grad_##SUFFIX(const T *restrict g, const T *restrict x, T *restrict out,     \
+                               Py_ssize_t start, Py_ssize_t stop)                             \
+{                                                                                             \
+    _Pragma("omp simd")                                                                       \
+    for (Py_ssize_t i = start; i < stop; i++) out[i] = x[i] > 0 ? g[i] : (T)0;                \
+}
+
+DEFINE_RELU_GRAD(float, f32)
+DEFINE_RELU_GRAD(double, f64)
+
+static PyObject *relu_grad(PyObject *self, PyObject *args)
+{
+    Py_buffer g, x, out;
+    Py_ssize_t start, stop;
+    int is_double;
+    if (!PyArg_ParseTuple(args, "y*y*w*nnp", &g, &x, &out, &start, &stop, &is_double))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t size = is_double ? sizeof(double) : sizeof(float), n = x.len / size;
+    if (!check_range(start, stop, n, "elements") || !check_size(&g, n, size, "g")
+        || !check_size(&out, n, size, "out"))
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    if (is_double)
+        relu_grad_f64(g.buf, x.buf, out.buf, start, stop);
+    else
+        relu_grad_f32(g.buf, x.buf, out.buf, start, stop);
+    Py_END_ALLOW_THREADS
+    result = none();
+done:
+    PyBuffer_Release(&g); PyBuffer_Release(&x); PyBuffer_Release(&out);
+    return result;
+}
+
 RILL_MODULE(elementwise,
-    {"scaled_add", scaled_add, METH_VARARGS, "x * alpha + y * beta over a range of elements"})
+    {"scaled_add", scaled_add, METH_VARARGS, "x * alpha + y * beta over a range of elements"},
+    {"relu_grad", relu_grad, METH_VARARGS, "g where x > 0, else 0, over a range of elements"})

@@ -106,6 +106,10 @@ def _expression(node, args) -> str:
         if out != np.bool_ or any(d != np.bool_ for d in ins):
             raise _NotC(op)
         return _LOGICAL[op].format(*args)
+    if op == "relu_grad":  # g where x > 0, else 0: as the compiled kernel's loop
+        if out not in _FLOATS or any(d != out for d in ins):
+            raise _NotC(op)
+        return f"{args[1]} > 0 ? {args[0]} : ({t})0"
     if op == "where":
         if ins[0] != np.bool_ or ins[1] != out or ins[2] != out or out not in _C_TYPE:
             raise _NotC(op)

@@ -206,9 +206,32 @@ def _where(condition, x, y):
     return out.view(x.dtype)
 
 
-# Elements per thread's block of a compiled scaled_add: arrays of two blocks or more are
-# split over the cores (below ~1M elements a hand-off costs what the second core saves).
+# Elements per thread's block of a compiled scaled_add or relu_grad: arrays of two blocks or
+# more are split over the cores (below ~1M elements a hand-off costs what the second core
+# saves).
 SCALED_ADD_BLOCK = 1 << 19
+
+
+def _by_blocks(run, size):
+    """run(start, stop) over [0, size) in SCALED_ADD_BLOCK blocks split over the cores."""
+    parallel.split(lambda lo, hi: run(lo * SCALED_ADD_BLOCK, min(hi * SCALED_ADD_BLOCK, size)),
+                   -(-size // SCALED_ADD_BLOCK), size)
+
+
+def _relu_grad(g, x):
+    """where(x > 0, g, 0): ReLU's gradient from its input. Where a C compiler is at hand,
+    one pass (kernels/native/elementwise.c), else the comparison and the select."""
+    if type(g) is np.ndarray and type(x) is np.ndarray and g.shape == x.shape and \
+            g.dtype == x.dtype:
+        compiled = native.for_arrays("elementwise", g, x)
+        if compiled is not None:
+            out = np.empty(x.shape, x.dtype)
+            is_double = x.dtype == np.float64
+            _by_blocks(lambda start, stop: compiled.relu_grad(g, x, out, start, stop,
+                                                              is_double), x.size)
+            return out
+    with np.errstate(invalid="ignore"):
+        return _where(np.greater(x, 0), g, g.dtype.type(0))
 
 
 def _scaled_add(x, y, alpha, beta):
@@ -221,10 +244,8 @@ def _scaled_add(x, y, alpha, beta):
             out = cpu_memory.empty_like(x)  # an optimizer's replaced slot, where one is free
             flags = (float(alpha), float(beta), x.dtype == np.float64)
 
-            def run(lo, hi):
-                compiled.scaled_add(x, y, out, lo * SCALED_ADD_BLOCK,
-                                    min(hi * SCALED_ADD_BLOCK, x.size), *flags)
-            parallel.split(run, -(-x.size // SCALED_ADD_BLOCK), x.size)
+            _by_blocks(lambda start, stop: compiled.scaled_add(x, y, out, start, stop, *flags),
+                       x.size)
             return out
     # One new buffer: scale into it, then accumulate the other operand in place.
     if alpha == 1.0 and x.shape == y.shape and x.dtype == y.dtype:
@@ -248,6 +269,7 @@ KERNELS = {
     "imag": _imag,
     "sigmoid": _sigmoid, "softplus": _softplus, "silu": _silu, "erf": erf,
     "leaky_relu": _leaky_relu, "elu": _elu, "gelu": _gelu, "gelu_grad": gelu_grad,
+    "relu_grad": _relu_grad,
     "isnan": np.isnan, "isinf": np.isinf, "isfinite": np.isfinite,
     "logical_not": np.logical_not,
     "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.true_divide,

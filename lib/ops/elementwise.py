@@ -163,7 +163,7 @@ def _gelu_vjp(g, out, x, approximate="none"):
     if approximate == "tanh":
         t = tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x))
         d = 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * _SQRT_2_OVER_PI * (1 + 3 * 0.044715 * x * x)
-    elif x.device.kind == "cpu" and x.dtype in _GELU_GRAD_DTYPES and g.dtype is x.dtype:
+    elif x.device.kind == "cpu" and x.dtype in _FAST_GRAD_DTYPES and g.dtype is x.dtype:
         # one pass (kernels/numpy/special.py) where the composite below is eleven
         return (bind(gelu_grad_p, g, x),)
     else:
@@ -171,7 +171,7 @@ def _gelu_vjp(g, out, x, approximate="none"):
     return (g * d,)
 
 
-def _gelu_grad_infer(g, x):
+def _g_and_x_infer(g, x):
     require(x, "f", "real floating tensors")
     if g.dtype is not x.dtype:
         raise DTypeError(f"expects g and x of one dtype, got {g.dtype} and {x.dtype}")
@@ -187,10 +187,30 @@ def _gelu_grad_vjp(h, out, g, x):
             else None)
 
 
-_GELU_GRAD_DTYPES = (dt.float32, dt.float64)
+_FAST_GRAD_DTYPES = (dt.float32, dt.float64)
 # g * gelu'(x) for exact gelu: a CPU kernel for float32/float64, which gelu's gradient calls.
-gelu_grad_p = primitive("gelu_grad", _gelu_grad_infer, _gelu_grad_vjp, attrs={},
+gelu_grad_p = primitive("gelu_grad", _g_and_x_infer, _gelu_grad_vjp, attrs={},
                         cpu_only="a CPU fast path: other devices run gelu's gradient as a "
+                                 "composite in rill ops", batch=batching.same_shapes)
+
+
+def _relu_vjp(g, x):
+    if x.device.kind == "cpu" and x.dtype in _FAST_GRAD_DTYPES and g.dtype is x.dtype:
+        # one pass (kernels/numpy/elementwise.py) where where(x > 0, g, 0) is two primitives
+        # and four passes
+        return bind(relu_grad_p, g, x)
+    return where(x > 0, g, 0)
+
+
+def _relu_grad_vjp(h, out, g, x):
+    # linear in g; piecewise constant in x (0 almost everywhere, as where's rule gives it)
+    return (bind(relu_grad_p, h, x) if g.requires_grad else None, None)
+
+
+# g where x > 0, else 0: ReLU's gradient, a CPU kernel for float32/float64 that relu's rule
+# binds.
+relu_grad_p = primitive("relu_grad", _g_and_x_infer, _relu_grad_vjp, attrs={},
+                        cpu_only="a CPU fast path: other devices run relu's gradient as a "
                                  "composite in rill ops", batch=batching.same_shapes)
 
 
@@ -234,7 +254,7 @@ _UNARY = {
     "abs": (None, _to_real, _abs_vjp, False),
     "sign": (None, _numeric_or_complex, _sign_vjp, False),
     "square": (None, _numeric_or_complex, lambda g, out, x: (g * (2 * x),), False),
-    "relu": (None, _numeric, lambda g, out, x: (where(x > 0, g, 0),), False),
+    "relu": (None, _numeric, lambda g, out, x: (_relu_vjp(g, x),), False),
     "floor": (None, _numeric, _zero, False),
     "ceil": (None, _numeric, _zero, False),
     "round": (None, _numeric_or_complex, _zero, False),
