@@ -7,30 +7,22 @@ infinities and signed zeros included, split over the cores or not; the composite
 eager; vmap; bad operands raise rill errors."""
 from __future__ import annotations
 
-import shutil
 
 import numpy as np
 import pytest
 import torch
 
 import rill
+from kernel_paths import PATHS, compiled_or_numpy
 from rill.eager.bind import bind
-from rill.kernels.native import build
 from rill.kernels.numpy import elementwise
 from rill.ops.elementwise import relu_grad_p
 
 
-@pytest.fixture(params=["native", "numpy"])
+@pytest.fixture(params=PATHS)
 def path(request, monkeypatch):
     """Each test on the compiled kernels and on the NumPy ones (as RILL_NATIVE=0 runs)."""
-    if request.param == "native":
-        if shutil.which(build._compiler()[0]) is None:
-            pytest.skip("no C compiler on this machine")
-        monkeypatch.setattr(build, "ENABLED", True)
-        assert build.load("elementwise") is not None, build.why_not("elementwise")
-    else:
-        monkeypatch.setattr(build, "ENABLED", False)
-    return request.param
+    return compiled_or_numpy(request, monkeypatch, "elementwise")
 
 
 SPECIAL = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-40, -1e-40, 3.0, -3.0]

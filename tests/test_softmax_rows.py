@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import rill
+from kernel_paths import PATHS, compiled_or_numpy
 from rill.eager.bind import bind
 from rill.kernels.native import build
 from rill.kernels.numpy import activation as kernels
@@ -23,17 +24,10 @@ from rill.ops.activation import softmax_grad_p
 F = rill.nn.functional
 
 
-@pytest.fixture(params=["native", "numpy"])
+@pytest.fixture(params=PATHS)
 def path(request, monkeypatch):
     """Each test on the compiled kernels and on the NumPy ones (as RILL_NATIVE=0 runs)."""
-    if request.param == "native":
-        if shutil.which(build._compiler()[0]) is None:
-            pytest.skip("no C compiler on this machine")
-        monkeypatch.setattr(build, "ENABLED", True)
-        assert build.load("softmax") is not None, build.why_not("softmax")
-    else:
-        monkeypatch.setattr(build, "ENABLED", False)
-    return request.param
+    return compiled_or_numpy(request, monkeypatch, "softmax")
 
 
 def _softmax64(x, axis=-1):

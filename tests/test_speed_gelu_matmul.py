@@ -19,6 +19,7 @@ import torch
 from scipy import special as sp
 
 import rill
+from kernel_paths import PATHS, compiled_or_numpy
 from rill.kernels.native import build
 from rill.kernels.numpy import linalg as numpy_linalg
 from rill.kernels.numpy import special
@@ -29,17 +30,10 @@ needs_compiler = pytest.mark.skipif(shutil.which(build._compiler()[0]) is None,
 pytestmark = pytest.mark.timeout(120)
 
 
-@pytest.fixture(params=["native", "numpy"])
+@pytest.fixture(params=PATHS)
 def path(request, monkeypatch):
     """Each test on the compiled kernels and on the NumPy ones (as RILL_NATIVE=0 runs)."""
-    if request.param == "native":
-        if shutil.which(build._compiler()[0]) is None:
-            pytest.skip("no C compiler on this machine")
-        monkeypatch.setattr(build, "ENABLED", True)
-        assert build.load("special") is not None, build.why_not("special")
-    else:
-        monkeypatch.setattr(build, "ENABLED", False)
-    return request.param
+    return compiled_or_numpy(request, monkeypatch, "special")
 
 
 def _points(dtype, n=200_000, seed=0):

@@ -60,20 +60,25 @@ static void row_stats_##SUFFIX(const T *restrict x, T *restrict shift, T *restri
     }                                                                                         \
 }                                                                                             \
                                                                                               \
+/* o = softmax of one row: exp(row - shift) / its sum */                                      \
+static inline void softmax_row_##SUFFIX(const T *restrict row, T *restrict o, Py_ssize_t c)   \
+{                                                                                             \
+    const T m = row_shift_##SUFFIX(row, c);                                                   \
+    T total = 0;                                                                              \
+    _Pragma("omp simd reduction(+:total)")                                                    \
+    for (Py_ssize_t j = 0; j < c; j++) { o[j] = EXP(row[j] - m); total += o[j]; }             \
+    _Pragma("omp simd")                                                                       \
+    for (Py_ssize_t j = 0; j < c; j++) o[j] = o[j] / total;                                   \
+}                                                                                             \
+                                                                                              \
 static void cross_entropy_grad_##SUFFIX(const T *restrict x, const int64_t *restrict target,  \
                                         const double *restrict scale, T *restrict out,        \
                                         Py_ssize_t n, Py_ssize_t c, double smoothing)         \
 {                                                                                             \
     const T off = (T)(smoothing / (double)c), hit = (T)(1.0 - smoothing);                     \
     for (Py_ssize_t i = 0; i < n; i++) {                                                      \
-        const T *row = x + i * c;                                                             \
         T *o = out + i * c;                                                                   \
-        const T m = row_shift_##SUFFIX(row, c);                                               \
-        T total = 0;                                                                          \
-        _Pragma("omp simd reduction(+:total)")                                                \
-        for (Py_ssize_t j = 0; j < c; j++) { o[j] = EXP(row[j] - m); total += o[j]; }         \
-        _Pragma("omp simd")                                                                   \
-        for (Py_ssize_t j = 0; j < c; j++) o[j] = o[j] / total;                               \
+        softmax_row_##SUFFIX(x + i * c, o, c);                                                \
         if (smoothing != 0.0) {                                                               \
             _Pragma("omp simd")                                                               \
             for (Py_ssize_t j = 0; j < c; j++) o[j] = o[j] - off;                             \
@@ -85,20 +90,11 @@ static void cross_entropy_grad_##SUFFIX(const T *restrict x, const int64_t *rest
     }                                                                                         \
 }
 
-#define DEFINE_SOFTMAX(T, EXP, SUFFIX)                                                         \
+#define DEFINE_SOFTMAX(T, SUFFIX)                                                               \
 static void softmax_##SUFFIX(const T *restrict x, T *restrict out, Py_ssize_t c,              \
                              Py_ssize_t start, Py_ssize_t stop)                               \
 {                                                                                             \
-    for (Py_ssize_t i = start; i < stop; i++) {                                               \
-        const T *row = x + i * c;                                                             \
-        T *o = out + i * c;                                                                   \
-        const T m = row_shift_##SUFFIX(row, c);                                               \
-        T total = 0;                                                                          \
-        _Pragma("omp simd reduction(+:total)")                                                \
-        for (Py_ssize_t j = 0; j < c; j++) { o[j] = EXP(row[j] - m); total += o[j]; }         \
-        _Pragma("omp simd")                                                                   \
-        for (Py_ssize_t j = 0; j < c; j++) o[j] = o[j] / total;                               \
-    }                                                                                         \
+    for (Py_ssize_t i = start; i < stop; i++) softmax_row_##SUFFIX(x + i * c, out + i * c, c); \
 }                                                                                             \
                                                                                               \
 static void softmax_grad_##SUFFIX(const T *restrict g, const T *restrict y, T *restrict out,  \
@@ -117,8 +113,8 @@ static void softmax_grad_##SUFFIX(const T *restrict g, const T *restrict y, T *r
 
 DEFINE_ROWS(float, expf, logf, f32)
 DEFINE_ROWS(double, exp, log, f64)
-DEFINE_SOFTMAX(float, expf, f32)
-DEFINE_SOFTMAX(double, exp, f64)
+DEFINE_SOFTMAX(float, f32)
+DEFINE_SOFTMAX(double, f64)
 
 /* (n, c) rows [start, stop) and the element size, checked; 0 with an exception set if not. */
 static int check_rows(Py_ssize_t n, Py_ssize_t c, Py_ssize_t start, Py_ssize_t stop)
