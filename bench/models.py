@@ -70,7 +70,7 @@ VARIANTS = {"eager": EAGER, "captured": CAPTURED, "torch": TORCH, "compile": COM
 MODULES = {EAGER: "rill", CAPTURED: "rill", TORCH: "torch", COMPILED: "torch"}
 
 CHECK_CALLS = 2            # steps whose losses are compared across variants
-WARMUP_STEPS = 10          # untimed steps after them (see main)
+WARMUP_STEPS = 12          # untimed steps after them (see main)
 # float32 in both frameworks, different summation orders (convolution algorithms, GEMM
 # blocking); the second loss carries one update's worth of them
 RTOL, ATOL = 2e-4, 1e-5
@@ -543,9 +543,10 @@ def main(argv=None) -> None:
     labels = [VARIANTS[v] for v in VARIANTS if v in args.variants]
     # read by rill's kernels/numpy/parallel.py when a worker imports rill
     os.environ["RILL_NUM_THREADS"] = str(args.threads)
-    # Untimed steps past the checked ones: a captured step's first 2 * TRIAL_CALLS calls
-    # (capture/executor.py: 5 each way) time its straight-line and thread-pool schedules
-    # before it keeps one; timing them measured the trials (VGG-11 captured: 1.66x eager).
+    # Untimed steps past the checked ones: a captured step's first TRIAL_WARM_CALLS +
+    # 2 * TRIAL_CALLS calls (capture/executor.py: 3, then 5 each way) time its straight-line
+    # and thread-pool schedules before it keeps one; timing them measured the trials (VGG-11
+    # captured: 1.66x eager).
     workers = {label + (f" #{i + 1}" if i else ""): MODULES[label]
                for i in range(args.processes) for label in labels}
     report = {"machine": harness.machine(), "threads": args.threads, "quick": args.quick,

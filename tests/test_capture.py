@@ -306,6 +306,33 @@ def test_parallel_scheduler_matches_sequential():
     assert next(iter(parallel.variants.values())).program.parallel
 
 
+def test_auto_warms_up_then_times_each_schedule_in_a_run(monkeypatch):
+    """Untimed warm calls, then the straight-line trials, then the pool's: not alternated,
+    since a call right after the other schedule's ran slower and biased the choice."""
+    from rill.capture import executor
+    monkeypatch.setattr(executor, "PARALLEL_MIN_ELEMENTS", 1000)  # small nodes count as heavy
+
+    def f(a, b):
+        return (rill.tanh(a) * 2.0).sum() + (rill.exp(b) - 1.0).sum()
+
+    a, b = rill.randn(64, 64), rill.randn(64, 64)
+    captured = rill.capture(f)  # parallel="auto"
+    captured(a, b)
+    program = next(iter(captured.variants.values())).program
+    ways = []
+    for name, way in (("_run", False), ("_run_parallel", True)):
+        original = getattr(program, name)
+        monkeypatch.setattr(program, name,
+                            lambda args, original=original, way=way: (ways.append(way),
+                                                                      original(args))[1])
+    for _ in range(executor.TRIAL_WARM_CALLS + 2 * executor.TRIAL_CALLS):
+        captured(a, b)
+    warm = executor.TRIAL_WARM_CALLS - 1  # the first call above was a warm one
+    assert ways == [False] * (warm + executor.TRIAL_CALLS) + [True] * executor.TRIAL_CALLS + \
+        [program.parallel]
+    assert program._trials is None
+
+
 def test_auto_times_both_schedules_on_real_calls_then_keeps_one(monkeypatch):
     from rill.capture import executor
     monkeypatch.setattr(executor, "PARALLEL_MIN_ELEMENTS", 1000)  # small nodes count as heavy
@@ -317,7 +344,7 @@ def test_auto_times_both_schedules_on_real_calls_then_keeps_one(monkeypatch):
     captured = rill.capture(f)  # parallel="auto"
     want = f(a, b).numpy()
     program = None
-    for _ in range(2 * executor.TRIAL_CALLS + 2):
+    for _ in range(executor.TRIAL_WARM_CALLS + 2 * executor.TRIAL_CALLS + 2):
         np.testing.assert_allclose(captured(a, b).numpy(), want, rtol=1e-6)
         program = next(iter(captured.variants.values())).program
     assert program._trials is None and isinstance(program.parallel, bool)

@@ -36,6 +36,7 @@ PARALLEL_MIN_ELEMENTS = 1 << 20
 # "auto": calls timed each way before choosing, when the graph could overlap heavy nodes; the
 # pool must win by PARALLEL_MARGIN, so that noise does not pick it where it only ties.
 TRIAL_CALLS = 5
+TRIAL_WARM_CALLS = 3
 PARALLEL_MARGIN = 0.9
 
 
@@ -54,6 +55,7 @@ class Program:
         self.steps = [_kernel_of(node, graph) for node in graph.nodes]
         self._compile()
         self._trials = None
+        self._warm_calls = 0
         if parallel == "auto":
             self._trials = {True: [], False: []} if _worth_parallel(graph) else None
             parallel = False
@@ -79,9 +81,21 @@ class Program:
             raise self._node_error(e, self._failed_node(e)) from e
 
     def _trial(self, args):
-        """One timed call, the less-tried way; after TRIAL_CALLS each, keep the faster."""
+        """One call of the trials: TRIAL_WARM_CALLS untimed, then TRIAL_CALLS timed the
+        straight-line way, then TRIAL_CALLS the pool's; then keep the faster. Not alternating:
+        a call right after the other way's ran slower (AlexNet's captured step, straight-line:
+        360-410 ms right after a pool call, 250-290 after its own), so alternated trials
+        picked the pool, which then ran 10-15 % slower. Not from the first call: the first
+        few ran 1.5-4x a warm one (first-time allocations, oneDNN's kernels built)."""
         trials = self._trials
-        way = len(trials[True]) < len(trials[False])
+        if self._warm_calls < TRIAL_WARM_CALLS:
+            self._warm_calls += 1
+            self._trials = None  # run as a plain (straight-line) call
+            try:
+                return self(args)
+            finally:
+                self._trials = trials
+        way = len(trials[False]) >= TRIAL_CALLS
         self.parallel = way
         start = time.perf_counter()
         self._trials = None  # run as a plain call
