@@ -13,6 +13,8 @@ import pytest
 from rill.kernels.native import build
 
 PATHS = ["native", "numpy"]
+needs_compiler = pytest.mark.skipif(shutil.which(build._compiler()[0]) is None,
+                                    reason="no C compiler on this machine")
 
 
 def compiled_or_numpy(request, monkeypatch, module: str) -> str:

@@ -11,7 +11,6 @@ gradient computed as one 2-D product."""
 from __future__ import annotations
 
 import math
-import shutil
 
 import numpy as np
 import pytest
@@ -19,13 +18,11 @@ import torch
 from scipy import special as sp
 
 import rill
-from kernel_paths import PATHS, compiled_or_numpy
+from kernel_paths import PATHS, compiled_or_numpy, needs_compiler
 from rill.kernels.native import build
 from rill.kernels.numpy import linalg as numpy_linalg
 from rill.kernels.numpy import special
 
-needs_compiler = pytest.mark.skipif(shutil.which(build._compiler()[0]) is None,
-                                    reason="no C compiler on this machine")
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -203,9 +200,8 @@ def test_gelu_grad_checks_its_operands():
         bind(gelu_grad_p, rill.ones(3, dtype="float64"), x)
 
 
+@needs_compiler
 def test_native_and_numpy_kernels_agree(monkeypatch):
-    if shutil.which(build._compiler()[0]) is None:
-        pytest.skip("no C compiler on this machine")
     results = {}
     for enabled in (True, False):
         monkeypatch.setattr(build, "ENABLED", enabled)

@@ -58,7 +58,8 @@ def _softmax_grad_vjp(h, out, g, y, axis):
 
 def _softmax_grad_batch(prim, size, args, dims, attrs):
     g, y = (batching.batched_front(a, d, size) for a, d in zip(args, dims))
-    return bind(prim, g, y, axis=attrs["axis"] + 1), 0
+    axis = attrs["axis"]  # a negative axis counts from the end: the batch axis leaves it
+    return bind(prim, g, y, axis=axis + 1 if axis >= 0 else axis), 0
 
 
 def _log_softmax_vjp(g, y, x, axis):
