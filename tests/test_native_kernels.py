@@ -399,21 +399,33 @@ POOL_WINDOWS = [((3, 3), (2, 2), (1, 1), (1, 1)), ((3, 3), (1, 1), (1, 1), (1, 1
                 ((2, 2), (2, 2), (0, 0), (1, 1))]
 
 
+def _channel_major(a):
+    """a's values with its planes laid out in order (c, n), as convolutions hand them over."""
+    return a.transpose(1, 0, 2, 3).copy().transpose(1, 0, 2, 3)
+
+
 @needs_compiler
 @pytest.mark.parametrize("window", POOL_WINDOWS)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_compiled_pooling_of_any_window_equals_the_numpy_kernel(monkeypatch, window, dtype):
+@pytest.mark.parametrize("shape, layout", [
+    ((3, 4, 15, 17), _channel_major),              # short rows: read flat where strides agree
+    ((2, 3, 13, 300), np.ascontiguousarray),       # wide rows at stride 2: row by row
+    ((1, 2, 13, 1100), _channel_major),            # wider than one flat run
+])
+def test_compiled_pooling_of_any_window_equals_the_numpy_kernel(monkeypatch, window, dtype,
+                                                                shape, layout):
     rng = np.random.default_rng(9)
-    x = rng.standard_normal((3, 4, 15, 17)).astype(dtype)
+    x = rng.standard_normal(shape).astype(dtype)
     x[0, 0, 2, 2] = np.nan
-    x[1, 1, :4, :4] = 1.0                          # ties: the first maximum wins
-    x = x.transpose(1, 0, 2, 3).copy().transpose(1, 0, 2, 3)  # channel-major, as convs give
+    x[-1, 1, :4, :4] = 1.0                         # ties: the first maximum wins
+    x = layout(x)
     calls = []
     module = build.load("pooling")
     monkeypatch.setattr(numpy_pooling.native, "load", lambda name: _Spy(module, calls))
     best, winners = numpy_pooling.max_pool2d(x, *window)
     g = rng.standard_normal(best.shape).astype(dtype)
     g[0, 1, 0, :3] = [np.inf, np.nan, -np.inf]     # reach their winners only
+    g = layout(g)                                  # a convolution's gradient: channel-major
     dx = numpy_pooling.max_pool2d_grad(g, winners, x.shape, *window)
     assert calls == ["forward", "backward"] and dx.flags.c_contiguous
     monkeypatch.setattr(numpy_pooling.native, "load", lambda name: None)
@@ -434,7 +446,7 @@ def test_compiled_pooling_gradient_refuses_a_winner_out_of_its_window():
         winners[0, 0, 1, 1] = bad   # 3x3 windows have taps 0..8: no write outside dx
         with pytest.raises(ValueError, match="winner out of its window"):
             module.backward(g, winners, dx, 1, 1, 4, 4, 2, 2, 3, 3, 1, 1, 1, 1, 0, 0, 0, 1,
-                            1, False)
+                            1, False, False)
 
 
 numpy_elementwise = importlib.import_module("rill.kernels.numpy.elementwise")

@@ -12,13 +12,17 @@ when windows do not overlap (the usual stride == kernel), instead of adding into
 Both split the batch over the cores (parallel.py).
 
 Where a C compiler is at hand, 2-d pooling of float32/float64 images runs
-kernels/native/pooling.c instead. The forward keeps each output row's maxima and winners in
-cache while the taps pass over it ((32, 16, 32, 32), 2x2: 566 -> 190 us); a padded image is
-first padded with -inf here, as above (taps are numbered over the window, so the winners are
-the same). The gradient of 2x2 windows tiling the image writes whole rows (425 -> 170 us),
-the same bits; any other window adds each window's gradient into its winner's pixel, one
-pass (GoogLeNet's 3x3 windows, padding 1, batch 4: at stride 1 on 480x28x28 10.0 -> 3.5 ms,
-at stride 2 on 64x112x112 12.4 -> 2.0 ms; the forwards 7.4 -> 5.9 and 12.4 -> 4.5 ms).
+kernels/native/pooling.c instead, reading the planes where they lie (a convolution's
+channel-major output or gradient is not copied first). The forward keeps each output row's
+maxima and winners in cache while the taps pass over it ((32, 16, 32, 32), 2x2: 566 -> 190
+us); windows with equal strides over short rows read several rows as one flat run per tap
+(GoogLeNet's 3x3 windows, padding 1, batch 4, at stride 1 on 512x14x14: 2.8 -> 0.9 ms, on
+832x7x7: 2.2 -> 0.7 ms; at stride 2 on 480x28x28: 4.0 -> 1.7 ms); a padded window reads a
+copy of one plane with a -inf border (taps are numbered over the window, so the winners are
+the NumPy kernel's). The gradient of 2x2 windows tiling the image writes whole rows (425 ->
+170 us), the same bits; any other window adds each window's gradient into its winner's
+pixel, one pass (at stride 1 on 480x28x28 10.0 -> 3.5 ms, at stride 2 on 64x112x112 12.4 ->
+2.0 ms).
 """
 from __future__ import annotations
 
@@ -55,21 +59,32 @@ def _winner_type(kernel_size):
 _LEAD = (slice(None), slice(None))
 
 
+def _planes(a):
+    """(a C-contiguous array holding a's planes, whether they are in order (c, n)): a
+    channel-major image, as convolutions hand over, is read where it lies."""
+    if not a.flags.c_contiguous:
+        swapped = a.swapaxes(0, 1)
+        if swapped.flags.c_contiguous:
+            return swapped, True
+    return np.ascontiguousarray(a), False
+
+
 def _compiled(x, *others):
-    """(the compiled module for 2-d pooling, the arrays made C-contiguous for it), where it
-    takes them; else None. (A channel-major image, as convolutions hand over, costs a copy:
-    far less than the NumPy passes.)"""
-    if x.ndim != 4 or x.dtype not in (np.float32, np.float64):
+    """(the compiled module for 2-d pooling, x's planes (_planes), the others C-contiguous)
+    where it takes them; else None."""
+    if x.ndim != 4 or x.dtype not in (np.float32, np.float64) or \
+            any(type(a) is not np.ndarray for a in (x, *others)):
         return None
-    arrays = [a if type(a) is not np.ndarray else np.ascontiguousarray(a) for a in (x, *others)]
+    planes, channel_major = _planes(x)
+    arrays = [planes] + [np.ascontiguousarray(a) for a in others]
     module = native.for_arrays("pooling", *arrays)
-    return None if module is None else (module, arrays)
+    return None if module is None else (module, arrays, channel_major)
 
 
-def _pool_compiled(compiled, call, arrays, input_shape, out_shape, kernel_size, stride,
-                   padding, dilation, winner_type, dtype):
+def _pool_compiled(call, arrays, input_shape, out_shape, kernel_size, stride, padding,
+                   dilation, winner_type, dtype, channel_major):
     sizes = (*input_shape, *out_shape[2:], *kernel_size, *stride, *dilation, *padding)
-    flags = (np.dtype(winner_type).itemsize, dtype == np.float64)
+    flags = (np.dtype(winner_type).itemsize, dtype == np.float64, channel_major)
 
     def run(lo, hi):
         call(*arrays, *sizes, lo, hi, *flags)
@@ -85,18 +100,18 @@ def _pad(x, padding):
 
 
 def max_pool2d(x, kernel_size, stride, padding, dilation):
-    xp = _pad(x, padding)
     small = _winner_type(kernel_size)
-    compiled = _compiled(xp)
+    compiled = _compiled(x)
     if compiled is not None:
-        compiled, (xp,) = compiled
-        out = [(s - d * (k - 1) - 1) // st + 1 for s, k, st, d in
-               zip(xp.shape[2:], kernel_size, stride, dilation)]
+        compiled, (planes,), channel_major = compiled
+        out = [(s + 2 * p - d * (k - 1) - 1) // st + 1 for s, k, st, p, d in
+               zip(x.shape[2:], kernel_size, stride, padding, dilation)]
         best = np.empty(x.shape[:2] + tuple(out), x.dtype)
         winner = np.empty(best.shape, small)
-        _pool_compiled(compiled, compiled.forward, (xp, best, winner), xp.shape, best.shape,
-                       kernel_size, stride, (0, 0), dilation, small, x.dtype)
+        _pool_compiled(compiled.forward, (planes, best, winner), x.shape, best.shape,
+                       kernel_size, stride, padding, dilation, small, x.dtype, channel_major)
         return best, winner
+    xp = _pad(x, padding)
     geometry = list(_geometry(x.shape[2:], kernel_size, stride, padding, dilation))
     # Keep the input's memory order (convolutions hand over channel-major images): a
     # reordering copy would cost more than the pooling. empty_like keeps that order too.
@@ -147,10 +162,11 @@ def _tiled(spatial, kernel_size, stride, padding, dilation):
 def max_pool2d_grad(g, winners, input_shape, kernel_size, stride, padding, dilation):
     compiled = _compiled(g, winners) if winners.dtype == _winner_type(kernel_size) else None
     if compiled is not None:
-        compiled, (g, winners) = compiled
+        compiled, (planes, winners), channel_major = compiled
         dx = np.empty(tuple(input_shape), g.dtype)
-        _pool_compiled(compiled, compiled.backward, (g, winners, dx), tuple(input_shape),
-                       g.shape, kernel_size, stride, padding, dilation, winners.dtype, g.dtype)
+        _pool_compiled(compiled.backward, (planes, winners, dx), tuple(input_shape), g.shape,
+                       kernel_size, stride, padding, dilation, winners.dtype, g.dtype,
+                       channel_major)
         return dx
     n, c, *spatial = input_shape
     padded = tuple(s + 2 * p for s, p in zip(spatial, padding))
