@@ -1,5 +1,6 @@
 """ReLU's gradient as one primitive on the CPU, `relu_grad(g, x)` = where(x > 0, g, 0), one C
-pass (kernels/native/elementwise.c) where NumPy ran a comparison and a bitwise select.
+pass (kernels/native/elementwise.c) where NumPy ran a comparison and a bitwise select; and
+ReLU itself, a C pass split over the cores for large arrays, bit-equal to np.maximum(x, 0).
 
 Bit-equal to the composite for float32 and float64 on the compiled and NumPy kernels, NaN,
 infinities and signed zeros included, split over the cores or not; the composite elsewhere
@@ -46,6 +47,22 @@ def test_bit_equal_to_where(path, dtype, n):
     want = np.where(x > 0, g, dtype(0))
     assert got.dtype == dtype and got.shape == x.shape
     np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [81, (1 << 20) + 17])  # the last split over the cores
+def test_relu_bit_equal_to_maximum(path, dtype, n):
+    _, x = _operands(dtype, n)
+    x[-1] = -np.array(np.nan, dtype)                   # a NaN of the other sign, kept as is
+    want = np.maximum(x, dtype(0))
+    got = elementwise.KERNELS["relu"](x)
+    assert got.dtype == dtype and got.shape == x.shape
+    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+    into = np.full_like(x, 7)
+    assert elementwise.KERNELS["relu"](x, out=into) is into
+    np.testing.assert_array_equal(into.view(np.uint8), want.view(np.uint8))
+    elementwise.KERNELS["relu"](x, out=x)                  # in place, as relu_ writes
+    np.testing.assert_array_equal(x.view(np.uint8), want.view(np.uint8))
 
 
 def test_one_primitive_on_the_cpu_and_a_composite_elsewhere(path):

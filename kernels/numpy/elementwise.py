@@ -155,7 +155,19 @@ _MAXIMUM, _MINIMUM = AgainstRows(np.maximum), AgainstRows(np.minimum)
 
 
 def _relu(x, out=None):
-    """max(x, 0) as np.maximum(x, 0 of x's dtype) computes it; callable with out=."""
+    """max(x, 0) as np.maximum(x, 0 of x's dtype) computes it; callable with out=. Where a C
+    compiler is at hand, arrays large enough to split run one pass over the cores
+    (kernels/native/elementwise.c): NumPy's maximum runs on one."""
+    if type(x) is np.ndarray and x.size >= 2 * SCALED_ADD_BLOCK and \
+            (out is None or (type(out) is np.ndarray and out.shape == x.shape and
+                             out.dtype == x.dtype)):
+        result = np.empty(x.shape, x.dtype) if out is None else out
+        compiled = native.for_arrays("elementwise", x, result)
+        if compiled is not None:
+            is_double = x.dtype == np.float64
+            _by_blocks(lambda start, stop: compiled.relu(x, result, start, stop, is_double),
+                       x.size)
+            return result
     return _MAXIMUM(x, x.dtype.type(0), out=out)
 
 
