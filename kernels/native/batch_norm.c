@@ -1,6 +1,7 @@
 /* batch_norm_train and batch_norm_grad (kernels/numpy/batch_norm.py) for float32 and float64:
  * x (N, C, P) C-contiguous, statistics per channel over N and P; each call does a range of
- * channels [c0, c1) (a thread's share).
+ * channels [c0, c1) (a thread's share), shared out on `threads` of GNU OpenMP's team where a
+ * last argument asks for more than 1 (kernels/numpy/parallel.py:team_threads).
  *
  * The NumPy kernel makes ~4 passes forward and ~6 backward, in blocks of images, each a
  * NumPy or BLAS call; here each (image, channel) run of P values is read once per pass:
@@ -22,9 +23,10 @@
 static void forward_##SUFFIX(const T *restrict x, const T *restrict w, const T *restrict b,   \
                              T *restrict y, T *restrict mean_out, T *restrict var_out,        \
                              Py_ssize_t N, Py_ssize_t C, Py_ssize_t P, Py_ssize_t c0,         \
-                             Py_ssize_t c1, double eps)                                       \
+                             Py_ssize_t c1, double eps, int threads)                          \
 {                                                                                             \
     const double count = (double)N * (double)P;                                               \
+    _Pragma("omp parallel for num_threads(threads) if(threads > 1) schedule(static)")         \
     for (Py_ssize_t c = c0; c < c1; c++) {                                                    \
         const T k = x[c * P];                                                                 \
         double sum = 0, squares = 0;                                                          \
@@ -56,9 +58,10 @@ static void backward_##SUFFIX(const T *restrict g, const T *restrict x, const T 
                               const T *restrict mean, const T *restrict var,                  \
                               T *restrict dx, T *restrict dw_out, T *restrict db_out,         \
                               Py_ssize_t N, Py_ssize_t C, Py_ssize_t P, Py_ssize_t c0,        \
-                              Py_ssize_t c1, double eps)                                      \
+                              Py_ssize_t c1, double eps, int threads)                         \
 {                                                                                             \
     const T count = (T)((double)N * (double)P);                                               \
+    _Pragma("omp parallel for num_threads(threads) if(threads > 1) schedule(static)")         \
     for (Py_ssize_t c = c0; c < c1; c++) {                                                    \
         const T m = mean[c];                                                                  \
         double g_sum = 0, gx_sum = 0;                                                         \
@@ -92,9 +95,9 @@ static PyObject *forward(PyObject *self, PyObject *args)
     Py_buffer x, w, b, y, mean, var;
     Py_ssize_t N, C, P, c0, c1;
     double eps;
-    int is_double;
-    if (!PyArg_ParseTuple(args, "y*y*y*w*w*w*nnnnndp", &x, &w, &b, &y, &mean, &var, &N, &C, &P,
-                          &c0, &c1, &eps, &is_double))
+    int is_double, threads = 1;
+    if (!PyArg_ParseTuple(args, "y*y*y*w*w*w*nnnnndp|i", &x, &w, &b, &y, &mean, &var, &N, &C,
+                          &P, &c0, &c1, &eps, &is_double, &threads))
         return NULL;
     PyObject *result = NULL;
     Py_ssize_t size = is_double ? sizeof(double) : sizeof(float);
@@ -105,9 +108,9 @@ static PyObject *forward(PyObject *self, PyObject *args)
         goto done;
     Py_BEGIN_ALLOW_THREADS
     if (is_double)
-        forward_f64(x.buf, w.buf, b.buf, y.buf, mean.buf, var.buf, N, C, P, c0, c1, eps);
+        forward_f64(x.buf, w.buf, b.buf, y.buf, mean.buf, var.buf, N, C, P, c0, c1, eps, threads);
     else
-        forward_f32(x.buf, w.buf, b.buf, y.buf, mean.buf, var.buf, N, C, P, c0, c1, eps);
+        forward_f32(x.buf, w.buf, b.buf, y.buf, mean.buf, var.buf, N, C, P, c0, c1, eps, threads);
     Py_END_ALLOW_THREADS
     result = none();
 done:
@@ -121,9 +124,9 @@ static PyObject *backward(PyObject *self, PyObject *args)
     Py_buffer g, x, w, mean, var, dx, dw, db;
     Py_ssize_t N, C, P, c0, c1;
     double eps;
-    int is_double;
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*w*w*w*nnnnndp", &g, &x, &w, &mean, &var, &dx, &dw,
-                          &db, &N, &C, &P, &c0, &c1, &eps, &is_double))
+    int is_double, threads = 1;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*w*w*w*nnnnndp|i", &g, &x, &w, &mean, &var, &dx, &dw,
+                          &db, &N, &C, &P, &c0, &c1, &eps, &is_double, &threads))
         return NULL;
     PyObject *result = NULL;
     Py_ssize_t size = is_double ? sizeof(double) : sizeof(float);
@@ -136,10 +139,10 @@ static PyObject *backward(PyObject *self, PyObject *args)
     Py_BEGIN_ALLOW_THREADS
     if (is_double)
         backward_f64(g.buf, x.buf, w.buf, mean.buf, var.buf, dx.buf, dw.buf, db.buf, N, C, P,
-                     c0, c1, eps);
+                     c0, c1, eps, threads);
     else
         backward_f32(g.buf, x.buf, w.buf, mean.buf, var.buf, dx.buf, dw.buf, db.buf, N, C, P,
-                     c0, c1, eps);
+                     c0, c1, eps, threads);
     Py_END_ALLOW_THREADS
     result = none();
 done:

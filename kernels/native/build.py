@@ -54,7 +54,7 @@ SOURCE_DIR = Path(__file__).parent
 # bit except where a libmvec function differs from NumPy's in the last bits). No -ffast-math:
 # NaN, infinity and signed zeros keep IEEE meanings.
 FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=off",
-         "-fopenmp-simd", "-fPIC", "-shared", "-fvisibility=hidden")
+         "-fopenmp", "-fPIC", "-shared", "-fvisibility=hidden")
 
 _failures: dict[str, str] = {}
 

@@ -38,6 +38,19 @@ static int check_range(Py_ssize_t start, Py_ssize_t stop, Py_ssize_t n, const ch
     return 1;
 }
 
+/* `for (Py_ssize_t I = START; I < STOP; I++) BODY` vectorized, on `threads` (a local int) of
+ * GNU OpenMP's team when it is more than 1 (kernels/numpy/parallel.py:team_threads), else on
+ * this thread alone: a separate loop, as a parallel loop whose `if` clause is false ran
+ * unvectorized (20x slower). */
+#define TEAM_FOR(I, START, STOP, BODY)                                                         \
+    if (threads > 1) {                                                                         \
+        _Pragma("omp parallel for simd num_threads(threads) schedule(simd:static)")            \
+        for (Py_ssize_t I = (START); I < (STOP); I++) { BODY; }                                \
+    } else {                                                                                   \
+        _Pragma("omp simd")                                                                    \
+        for (Py_ssize_t I = (START); I < (STOP); I++) { BODY; }                                \
+    }
+
 /* The module's table of functions and its init: RILL_MODULE(name, {"f", f, METH_VARARGS,
  * "doc"}, ...) for a module built from name.c. build.py compiles with -DRILL_BUILD=h<hash of
  * the build> and loads the module as name_h<hash>: the init function of another build's file

@@ -31,7 +31,7 @@
 
 typedef struct {
     Py_ssize_t N, C, H, W, OH, OW, kh, kw, sh, sw, dh, dw, ph, pw, n0, n1;
-    int winner_bytes, is_double, channel_major;
+    int winner_bytes, is_double, channel_major, threads;
 } Geometry;
 
 #define ROW_CHUNK 256  /* output pixels of a row done at once (maxima, winners on the stack) */
@@ -44,14 +44,10 @@ static inline Py_ssize_t plane_index(const Geometry *z, Py_ssize_t n, Py_ssize_t
     return z->channel_major ? c * z->N + n : n * z->C + c;
 }
 
-enum { ANY, TILES };
-
-/* What a call's kernels use besides their arrays: made before and freed after the loop. */
+/* Each tap's offsets in the window, for the backward kernel of any window (backward_any). */
 typedef struct {
-    int kind;                 /* the backward kernel: ANY or TILES */
-    void *padded;             /* forward, padded windows: the plane with its -inf border */
-    Py_ssize_t *rows, *cols;  /* ANY: each tap's offsets in the window */
-} Scratch;
+    Py_ssize_t *rows, *cols;
+} Taps;
 
 #define T float
 #define W_T int8_t
@@ -78,12 +74,6 @@ typedef struct {
 #undef W_T
 #undef SUFFIX
 
-static void free_scratch(Scratch *s)
-{
-    free(s->padded);
-    free(s->rows);
-}
-
 static int geometry_ok(const Geometry *z)
 {
     if (z->N < 0 || z->C < 0 || z->OH < 0 || z->OW < 0 || z->kh < 1 || z->kw < 1 || z->sh < 1 ||
@@ -102,18 +92,18 @@ static int geometry_ok(const Geometry *z)
 static int parse(PyObject *args, const char *format, Py_buffer *a, Py_buffer *b, Py_buffer *c,
                  Geometry *z)
 {
+    z->threads = 1;
     return PyArg_ParseTuple(args, format, a, b, c, &z->N, &z->C, &z->H, &z->W, &z->OH, &z->OW,
                             &z->kh, &z->kw, &z->sh, &z->sw, &z->dh, &z->dw, &z->ph, &z->pw,
                             &z->n0, &z->n1, &z->winner_bytes, &z->is_double,
-                            &z->channel_major);
+                            &z->channel_major, &z->threads);
 }
 
 static PyObject *forward(PyObject *self, PyObject *args)
 {
     Py_buffer x, y, winners;
     Geometry z;
-    Scratch scratch = {0};
-    if (!parse(args, "y*w*w*nnnnnnnnnnnnnnnnipp", &x, &y, &winners, &z))
+    if (!parse(args, "y*w*w*nnnnnnnnnnnnnnnnipp|i", &x, &y, &winners, &z))
         return NULL;
     PyObject *result = NULL;
     Py_ssize_t size = z.is_double ? sizeof(double) : sizeof(float);
@@ -121,29 +111,23 @@ static PyObject *forward(PyObject *self, PyObject *args)
         || !check_size(&y, z.N * z.C * z.OH * z.OW, size, "y")
         || !check_size(&winners, z.N * z.C * z.OH * z.OW, z.winner_bytes, "winners"))
         goto done;
-    if ((z.ph || z.pw) &&
-        !(scratch.padded = malloc((size_t)((z.H + 2 * z.ph) * (z.W + 2 * z.pw) * size)))) {
-        PyErr_NoMemory();
-        goto done;
-    }
+    int ok;
     Py_BEGIN_ALLOW_THREADS
-    if (z.is_double) {
-        if (z.winner_bytes == 1) forward_f64_i8(x.buf, y.buf, winners.buf, &z, &scratch);
-        else forward_f64_i32(x.buf, y.buf, winners.buf, &z, &scratch);
-    } else {
-        if (z.winner_bytes == 1) forward_f32_i8(x.buf, y.buf, winners.buf, &z, &scratch);
-        else forward_f32_i32(x.buf, y.buf, winners.buf, &z, &scratch);
-    }
+    if (z.is_double)
+        ok = z.winner_bytes == 1 ? forward_f64_i8(x.buf, y.buf, winners.buf, &z, z.threads)
+                                 : forward_f64_i32(x.buf, y.buf, winners.buf, &z, z.threads);
+    else
+        ok = z.winner_bytes == 1 ? forward_f32_i8(x.buf, y.buf, winners.buf, &z, z.threads)
+                                 : forward_f32_i32(x.buf, y.buf, winners.buf, &z, z.threads);
     Py_END_ALLOW_THREADS
-    result = none();
+    result = ok ? none() : PyErr_NoMemory();
 done:
-    free_scratch(&scratch);
     PyBuffer_Release(&x); PyBuffer_Release(&y); PyBuffer_Release(&winners);
     return result;
 }
 
 /* The backward kernel's table of tap offsets (ANY): 1, or 0 with MemoryError. */
-static int make_taps(const Geometry *z, Scratch *s)
+static int make_taps(const Geometry *z, Taps *s)
 {
     const Py_ssize_t taps = z->kh * z->kw;
     if (!(s->rows = malloc(2 * (size_t)taps * sizeof(Py_ssize_t)))) {
@@ -162,8 +146,8 @@ static PyObject *backward(PyObject *self, PyObject *args)
 {
     Py_buffer g, winners, dx;
     Geometry z;
-    Scratch scratch = {0};
-    if (!parse(args, "y*y*w*nnnnnnnnnnnnnnnnipp", &g, &winners, &dx, &z))
+    Taps table = {0}, *taps = NULL;  /* NULL: 2x2 windows tiling the image */
+    if (!parse(args, "y*y*w*nnnnnnnnnnnnnnnnipp|i", &g, &winners, &dx, &z))
         return NULL;
     PyObject *result = NULL;
     Py_ssize_t size = z.is_double ? sizeof(double) : sizeof(float);
@@ -171,43 +155,44 @@ static PyObject *backward(PyObject *self, PyObject *args)
         || !check_size(&winners, z.N * z.C * z.OH * z.OW, z.winner_bytes, "winners")
         || !check_size(&dx, z.N * z.C * z.H * z.W, size, "dx"))
         goto done;
-    scratch.kind = z.kh == 2 && z.kw == 2 && z.sh == 2 && z.sw == 2 && z.dh == 1 &&
+    const int tiles = z.kh == 2 && z.kw == 2 && z.sh == 2 && z.sw == 2 && z.dh == 1 &&
         z.dw == 1 && z.ph == 0 && z.pw == 0 && z.H == 2 * z.OH && z.W == 2 * z.OW &&
-        z.winner_bytes == 1 ? TILES : ANY;
-    if (scratch.kind == ANY) {
+        z.winner_bytes == 1;
+    if (!tiles) {
         /* a winner out of its window is refused before any write (ANY writes where it says):
          * unsigned, a negative one is as large as any (one vector pass, no branch) */
         const Py_ssize_t per_image = z.C * z.OH * z.OW;
-        const uint32_t taps = (uint32_t)(z.kh * z.kw);
+        const uint32_t window = (uint32_t)(z.kh * z.kw);  /* its taps */
         int bad = 0;
         if (z.winner_bytes == 1) {
             const uint8_t *w = winners.buf;
 #pragma omp simd reduction(|:bad)
-            for (Py_ssize_t i = z.n0 * per_image; i < z.n1 * per_image; i++) bad |= w[i] >= taps;
+            for (Py_ssize_t i = z.n0 * per_image; i < z.n1 * per_image; i++) bad |= w[i] >= window;
         } else {
             const uint32_t *w = winners.buf;
 #pragma omp simd reduction(|:bad)
-            for (Py_ssize_t i = z.n0 * per_image; i < z.n1 * per_image; i++) bad |= w[i] >= taps;
+            for (Py_ssize_t i = z.n0 * per_image; i < z.n1 * per_image; i++) bad |= w[i] >= window;
         }
         if (bad) {
             PyErr_SetString(PyExc_ValueError, "max_pool2d backward: a winner out of its window");
             goto done;
         }
-        if (!make_taps(&z, &scratch))
+        if (!make_taps(&z, &table))
             goto done;
+        taps = &table;
     }
     Py_BEGIN_ALLOW_THREADS
     if (z.is_double) {
-        if (z.winner_bytes == 1) backward_f64_i8(g.buf, winners.buf, dx.buf, &z, &scratch);
-        else backward_f64_i32(g.buf, winners.buf, dx.buf, &z, &scratch);
+        if (z.winner_bytes == 1) backward_f64_i8(g.buf, winners.buf, dx.buf, &z, taps, z.threads);
+        else backward_f64_i32(g.buf, winners.buf, dx.buf, &z, taps, z.threads);
     } else {
-        if (z.winner_bytes == 1) backward_f32_i8(g.buf, winners.buf, dx.buf, &z, &scratch);
-        else backward_f32_i32(g.buf, winners.buf, dx.buf, &z, &scratch);
+        if (z.winner_bytes == 1) backward_f32_i8(g.buf, winners.buf, dx.buf, &z, taps, z.threads);
+        else backward_f32_i32(g.buf, winners.buf, dx.buf, &z, taps, z.threads);
     }
     Py_END_ALLOW_THREADS
     result = none();
 done:
-    free_scratch(&scratch);
+    free(table.rows);
     PyBuffer_Release(&g); PyBuffer_Release(&winners); PyBuffer_Release(&dx);
     return result;
 }

@@ -137,7 +137,7 @@ static void NAME(forward_rows, SUFFIX)(const T *restrict x, T *restrict y,
  * writes are one contiguous vector loop per input row (written as stride-2 stores, they did
  * not vectorize). */
 static void NAME(backward_2x2, SUFFIX)(const T *restrict g, const W_T *restrict winners,
-                                       T *restrict dx, const Geometry *z, Scratch *scratch)
+                                       T *restrict dx, const Geometry *z, const Taps *taps)
 {
     const Py_ssize_t W = z->W, OH = z->OH, OW = z->OW;
     T spread[2 * ROW_CHUNK];
@@ -167,10 +167,10 @@ static void NAME(backward_2x2, SUFFIX)(const T *restrict g, const W_T *restrict 
  * its tap in each (a later window holds it at an earlier tap): the NumPy kernel's order, and
  * the GPU's, to the bit. */
 static void NAME(backward_any, SUFFIX)(const T *restrict g, const W_T *restrict winners,
-                                       T *restrict d, const Geometry *z, Scratch *scratch)
+                                       T *restrict d, const Geometry *z, const Taps *taps)
 {
     const Py_ssize_t H = z->H, W = z->W, OH = z->OH, OW = z->OW;
-    const Py_ssize_t *rows = scratch->rows, *cols = scratch->cols;
+    const Py_ssize_t *rows = taps->rows, *cols = taps->cols;
     memset(d, 0, (size_t)(H * W) * sizeof(T));
     for (Py_ssize_t oh = OH - 1; oh >= 0; oh--) {
         const Py_ssize_t top = oh * z->sh - z->ph;
@@ -183,10 +183,12 @@ static void NAME(backward_any, SUFFIX)(const T *restrict g, const W_T *restrict 
     }
 }
 
-/* The forward over a thread's planes: each plane read where it lies (channel-major or not),
- * copied into scratch->padded (its -inf border set once) where the window is padded. */
-static void NAME(forward, SUFFIX)(const T *x, T *y, W_T *winners, const Geometry *z,
-                                  Scratch *scratch)
+/* The forward over images [n0, n1) on `threads` of OpenMP's team (or this thread alone):
+ * each plane read where it lies (channel-major or not), copied into a thread's own padded
+ * plane (its -inf border set once) where the window is padded. 0 where that plane could
+ * not be allocated. */
+static int NAME(forward, SUFFIX)(const T *x, T *y, W_T *winners, const Geometry *z,
+                                 int threads)
 {
     Geometry plane = *z;  /* the kernels' view: the padded plane */
     plane.H = z->H + 2 * z->ph;
@@ -197,12 +199,23 @@ static void NAME(forward, SUFFIX)(const T *x, T *y, W_T *winners, const Geometry
         : z->sh == z->sw && plane.W <= FLAT_CHUNK && (z->sw == 1 || z->OW < FLAT_ROW)
             ? NAME(forward_flat, SUFFIX)
             : NAME(forward_rows, SUFFIX);
-    T *padded = (T *)scratch->padded;
-    if (padded != NULL)
-        for (Py_ssize_t i = 0; i < plane.H * plane.W; i++) padded[i] = -(T)INFINITY;
     const Py_ssize_t area = z->H * z->W, out_area = z->OH * z->OW;
-    for (Py_ssize_t n = z->n0; n < z->n1; n++)
-        for (Py_ssize_t c = 0; c < z->C; c++) {
+    const int pads = z->ph || z->pw;
+    int failed = 0;
+#pragma omp parallel num_threads(threads) if(threads > 1)
+    {
+        T *padded = pads ? malloc((size_t)(plane.H * plane.W) * sizeof(T)) : NULL;
+        if (pads && padded == NULL) {
+#pragma omp atomic write
+            failed = 1;
+        } else if (padded != NULL) {
+            for (Py_ssize_t i = 0; i < plane.H * plane.W; i++) padded[i] = -(T)INFINITY;
+        }
+#pragma omp for schedule(static)
+        for (Py_ssize_t p = z->n0 * z->C; p < z->n1 * z->C; p++) {
+            if (pads && padded == NULL)
+                continue;
+            const Py_ssize_t n = p / z->C, c = p % z->C;
             const T *source = x + plane_index(z, n, c) * area;
             if (padded != NULL) {
                 for (Py_ssize_t h = 0; h < z->H; h++)
@@ -210,24 +223,25 @@ static void NAME(forward, SUFFIX)(const T *x, T *y, W_T *winners, const Geometry
                            (size_t)z->W * sizeof(T));
                 source = padded;
             }
-            const Py_ssize_t out = (n * z->C + c) * out_area;
-            kernel(source, y + out, winners + out, &plane);
+            kernel(source, y + p * out_area, winners + p * out_area, &plane);
         }
+        free(padded);
+    }
+    return !failed;
 }
 
-/* The gradient over a thread's planes (g read where it lies; winners and dx C-contiguous). */
+/* The gradient over images [n0, n1) on `threads` of OpenMP's team (or this thread alone);
+ * g read where it lies, winners and dx C-contiguous. */
 static void NAME(backward, SUFFIX)(const T *g, const W_T *winners, T *dx, const Geometry *z,
-                                   Scratch *scratch)
+                                   const Taps *taps, int threads)
 {
-    void (*kernel)(const T *, const W_T *, T *, const Geometry *, Scratch *) =
-        scratch->kind == TILES ? NAME(backward_2x2, SUFFIX) : NAME(backward_any, SUFFIX);
+    void (*kernel)(const T *, const W_T *, T *, const Geometry *, const Taps *) =
+        taps == NULL ? NAME(backward_2x2, SUFFIX) : NAME(backward_any, SUFFIX);
     const Py_ssize_t area = z->H * z->W, out_area = z->OH * z->OW;
-    for (Py_ssize_t n = z->n0; n < z->n1; n++)
-        for (Py_ssize_t c = 0; c < z->C; c++) {
-            const Py_ssize_t out = (n * z->C + c) * out_area;
-            kernel(g + plane_index(z, n, c) * out_area, winners + out,
-                   dx + (n * z->C + c) * area, z, scratch);
-        }
+#pragma omp parallel for num_threads(threads) if(threads > 1) schedule(static)
+    for (Py_ssize_t p = z->n0 * z->C; p < z->n1 * z->C; p++)
+        kernel(g + plane_index(z, p / z->C, p % z->C) * out_area, winners + p * out_area,
+               dx + p * area, z, taps);
 }
 
 #undef NAME

@@ -18,7 +18,7 @@ import numpy as np
 from rill.kernels.native import build as native
 from rill.ops.primitive import register_kernels
 
-from .parallel import split
+from .parallel import split, team_threads
 
 # The compiled modules (kernels/native) these kernels may load: built ahead of a captured
 # step's first call (build.prefetch).
@@ -61,11 +61,18 @@ NATIVE_SPLIT = 1 << 21
 
 
 def _over_channels(call, x):
+    """call(n, c, pixels, c0, c1, threads=...) over channels [0, c): on OpenMP's team where it
+    runs (parallel.team_threads: a hand-off there costs microseconds), else split over
+    rill's pool from NATIVE_SPLIT elements."""
     n, c = x.shape[:2]
     pixels = x.size // max(n * c, 1)
+    threads = team_threads(x.size) if c > 1 else 1
+    if threads > 1:
+        call(n, c, pixels, 0, c, threads=threads)
+        return
 
     def run(lo, hi):
-        call(n, c, pixels, lo, hi)
+        call(n, c, pixels, lo, hi, threads=1)
     if x.size < NATIVE_SPLIT:
         run(0, c)
     else:
@@ -78,8 +85,8 @@ def _batch_norm(x, w, b, eps):
     if compiled is not None:
         w, b = (np.ascontiguousarray(v, x.dtype) for v in (w, b))
         y, mean, var = np.empty_like(x), np.empty(c, x.dtype), np.empty(c, x.dtype)
-        _over_channels(lambda *sizes: compiled.forward(x, w, b, y, mean, var, *sizes, float(eps),
-                                                       x.dtype == np.float64), x)
+        _over_channels(lambda *sizes, threads: compiled.forward(
+            x, w, b, y, mean, var, *sizes, float(eps), x.dtype == np.float64, threads), x)
         return y, mean, var
     xr = x.reshape(n, c, -1)
     count = xr.shape[0] * xr.shape[2]
@@ -116,8 +123,9 @@ def _batch_norm_grad(g, x, w, mean, var, eps):
     if compiled is not None and g.dtype == x.dtype:
         wc, mean, var = (np.ascontiguousarray(v, x.dtype) for v in (w, mean, var))
         dx, dw, db = np.empty_like(x), np.empty(c, x.dtype), np.empty(c, x.dtype)
-        _over_channels(lambda *sizes: compiled.backward(g, x, wc, mean, var, dx, dw, db, *sizes,
-                                                        float(eps), x.dtype == np.float64), x)
+        _over_channels(lambda *sizes, threads: compiled.backward(
+            g, x, wc, mean, var, dx, dw, db, *sizes, float(eps), x.dtype == np.float64,
+            threads), x)
         return dx, dw.astype(w.dtype, copy=False), db.astype(w.dtype, copy=False)
     xr, gr = x.reshape(n, c, -1), g.reshape(n, c, -1)
     count = xr.shape[0] * xr.shape[2]

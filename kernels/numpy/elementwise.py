@@ -157,16 +157,18 @@ _MAXIMUM, _MINIMUM = AgainstRows(np.maximum), AgainstRows(np.minimum)
 def _relu(x, out=None):
     """max(x, 0) as np.maximum(x, 0 of x's dtype) computes it; callable with out=. Where a C
     compiler is at hand, arrays large enough to split run one pass over the cores
-    (kernels/native/elementwise.c): NumPy's maximum runs on one."""
-    if type(x) is np.ndarray and x.size >= 2 * SCALED_ADD_BLOCK and \
+    (kernels/native/elementwise.c; on OpenMP's team where it runs, parallel.team_threads):
+    NumPy's maximum runs on one."""
+    if type(x) is np.ndarray and (x.size >= 2 * SCALED_ADD_BLOCK or
+                                  parallel.team_threads(x.size) > 1) and \
             (out is None or (type(out) is np.ndarray and out.shape == x.shape and
                              out.dtype == x.dtype)):
         result = np.empty(x.shape, x.dtype) if out is None else out
         compiled = native.for_arrays("elementwise", x, result)
         if compiled is not None:
             is_double = x.dtype == np.float64
-            _by_blocks(lambda start, stop: compiled.relu(x, result, start, stop, is_double),
-                       x.size)
+            _by_blocks(lambda start, stop, threads: compiled.relu(
+                x, result, start, stop, is_double, threads), x.size)
             return result
     return _MAXIMUM(x, x.dtype.type(0), out=out)
 
@@ -225,9 +227,30 @@ SCALED_ADD_BLOCK = 1 << 19
 
 
 def _by_blocks(run, size):
-    """run(start, stop) over [0, size) in SCALED_ADD_BLOCK blocks split over the cores."""
-    parallel.split(lambda lo, hi: run(lo * SCALED_ADD_BLOCK, min(hi * SCALED_ADD_BLOCK, size)),
+    """run(start, stop, threads) over [0, size): at once on OpenMP's team where it runs
+    (parallel.team_threads), else in SCALED_ADD_BLOCK blocks split over rill's pool."""
+    threads = parallel.team_threads(size)
+    if threads > 1:
+        run(0, size, threads)
+        return
+    parallel.split(lambda lo, hi: run(lo * SCALED_ADD_BLOCK, min(hi * SCALED_ADD_BLOCK, size),
+                                      1),
                    -(-size // SCALED_ADD_BLOCK), size)
+
+
+def _add(x, y, out=None):
+    """x + y as np.add computes it; callable with out=. Two same-shaped float arrays run one C
+    pass on OpenMP's team where it runs (parallel.team_threads; a residual block's adds and
+    the gradients summed at a fork in the graph): np.add runs on one core."""
+    if out is None and type(x) is np.ndarray and type(y) is np.ndarray and \
+            x.shape == y.shape and x.dtype == y.dtype:
+        threads = parallel.team_threads(x.size)
+        compiled = native.for_arrays("elementwise", x, y) if threads > 1 else None
+        if compiled is not None:
+            result = np.empty(x.shape, x.dtype)
+            compiled.add(x, y, result, 0, x.size, x.dtype == np.float64, threads)
+            return result
+    return np.add(x, y, out=out)
 
 
 def _relu_grad(g, x):
@@ -239,8 +262,8 @@ def _relu_grad(g, x):
         if compiled is not None:
             out = np.empty(x.shape, x.dtype)
             is_double = x.dtype == np.float64
-            _by_blocks(lambda start, stop: compiled.relu_grad(g, x, out, start, stop,
-                                                              is_double), x.size)
+            _by_blocks(lambda start, stop, threads: compiled.relu_grad(
+                g, x, out, start, stop, is_double, threads), x.size)
             return out
     with np.errstate(invalid="ignore"):
         return _where(np.greater(x, 0), g, g.dtype.type(0))
@@ -256,8 +279,8 @@ def _scaled_add(x, y, alpha, beta):
             out = cpu_memory.empty_like(x)  # an optimizer's replaced slot, where one is free
             flags = (float(alpha), float(beta), x.dtype == np.float64)
 
-            _by_blocks(lambda start, stop: compiled.scaled_add(x, y, out, start, stop, *flags),
-                       x.size)
+            _by_blocks(lambda start, stop, threads: compiled.scaled_add(
+                x, y, out, start, stop, *flags, threads), x.size)
             return out
     # One new buffer: scale into it, then accumulate the other operand in place.
     if alpha == 1.0 and x.shape == y.shape and x.dtype == y.dtype:
@@ -284,7 +307,7 @@ KERNELS = {
     "relu_grad": _relu_grad,
     "isnan": np.isnan, "isinf": np.isinf, "isfinite": np.isfinite,
     "logical_not": np.logical_not,
-    "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.true_divide,
+    "add": _add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.true_divide,
     "floor_divide": np.floor_divide, "remainder": np.remainder, "power": np.power,
     "maximum": _MAXIMUM, "minimum": _MINIMUM, "arctan2": np.arctan2,
     "logaddexp": np.logaddexp, "hypot": np.hypot, "copysign": np.copysign,

@@ -15,6 +15,8 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+from rill.kernels.onednn import library as dnnl
+
 # Below this many elements a pass takes tens of microseconds: a hand-off costs as much.
 MIN_ELEMENTS = 1 << 16
 
@@ -31,6 +33,16 @@ def _thread_count() -> int:
 THREADS = _thread_count()
 _pool: ThreadPoolExecutor | None = None
 _inside = threading.local()  # set in the pool's threads: a nested split runs serially
+
+
+def _forget_pool_in_child() -> None:
+    """A forked child has none of the pool's threads, but the executor still counts them (a
+    pass split there waited forever): the child makes a pool of its own when it needs one."""
+    global _pool
+    _pool = None
+
+
+os.register_at_fork(after_in_child=_forget_pool_in_child)
 
 
 def _run(fn, lo, hi):
@@ -65,6 +77,26 @@ def split(fn, n: int, elements: int, serial_blas: bool = False) -> None:
         finally:
             for f in futures:
                 f.result()  # waits for every chunk; re-raises the first failure
+
+
+# C passes (kernels/native) that take a thread count run on GNU OpenMP's team, the one
+# oneDNN's convolutions and LSTM layers run on, once that team exists: a hand-off to its
+# workers (which spin after each call) costs a few microseconds, where one to this module's
+# pool costs ~45 and its thread then competes for a core with those spinning workers
+# (relu_grad of 802,816 float32 elements beside a convolution: 2.8 ms split here, 0.07 on
+# the team). Before the team exists (no oneDNN; a GPT, which has no convolution) the passes
+# split here: starting OpenMP's spinning workers for them would set them against BLAS's.
+TEAM_MIN_ELEMENTS = 1 << 15
+
+
+def team_threads(elements: int) -> int:
+    """Threads of OpenMP's team for a C pass over `elements`: THREADS where the team exists
+    (and this is not a forked child of a process that ran it, nor a thread of this module's
+    pool), else 1."""
+    if THREADS < 2 or elements < TEAM_MIN_ELEMENTS or not dnnl.teams_started() or \
+            dnnl.forked_after_teams() or getattr(_inside, "active", False):
+        return 1
+    return THREADS
 
 
 _blas = None  # threadpoolctl's controllers of the loaded BLAS libraries, found on first use

@@ -85,10 +85,15 @@ def _pool_compiled(call, arrays, input_shape, out_shape, kernel_size, stride, pa
                    dilation, winner_type, dtype, channel_major):
     sizes = (*input_shape, *out_shape[2:], *kernel_size, *stride, *dilation, *padding)
     flags = (np.dtype(winner_type).itemsize, dtype == np.float64, channel_major)
+    elements = int(np.prod(input_shape))
+    threads = parallel.team_threads(elements)
+    if threads > 1:  # planes shared out on OpenMP's team
+        call(*arrays, *sizes, 0, input_shape[0], *flags, threads)
+        return
 
     def run(lo, hi):
         call(*arrays, *sizes, lo, hi, *flags)
-    parallel.split(run, input_shape[0], int(np.prod(input_shape)))
+    parallel.split(run, input_shape[0], elements)
 
 
 def _pad(x, padding):
