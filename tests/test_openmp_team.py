@@ -1,6 +1,6 @@
 """C passes on GNU OpenMP's team (kernels/numpy/parallel.py:team_threads): once a oneDNN
-convolution has started the team, relu, relu_grad, add, scaled_add, max pooling and batch
-norm share their work out on it, with the results of one thread (bit for bit where the
+convolution has started the team, relu, relu_grad, add, scaled_add, max pooling, batch norm
+and a captured step's fused groups share their work out on it, with the results of one thread (bit for bit where the
 thread's share cannot change the arithmetic); before the team exists, in one of rill's pool
 threads, and in a child forked after the team started, they stay off it (a forked child
 would hang waiting for workers that did not survive the fork; so would rill's own pool,
@@ -125,6 +125,23 @@ def test_batch_norm_on_the_team_equals_one_thread(team, monkeypatch):
                          (*batch_norm._batch_norm(x, w, b, 1e-5),
                           *batch_norm._batch_norm_grad(g, x, w, mean, var, 1e-5))):
         np.testing.assert_array_equal(got, want)
+
+
+def test_a_captured_fused_group_on_the_team_equals_eager(team, monkeypatch):
+    seen = []
+    real = parallel.team_threads
+    monkeypatch.setattr(parallel, "team_threads", lambda n: seen.append(real(n)) or seen[-1])
+    a, b = (rill.tensor(_floats(np.float32, seed=s)) for s in (5, 6))
+    step = rill.capture(lambda a, b: (a * 2.0 + b) * (b - 0.5))
+    step(a, b)
+    seen.clear()
+    with rill.profiler.profile() as prof:
+        got = step(a, b).numpy()
+    assert {e.name for e in prof.events()} - {"input", "constant"} == {"fused"}
+    with np.errstate(invalid="ignore"):
+        want = (a.numpy() * np.float32(2) + b.numpy()) * (b.numpy() - np.float32(0.5))
+    np.testing.assert_array_equal(got, want)  # the ops in their order, no FMA: the same bits
+    assert parallel.THREADS in seen
 
 
 def test_no_team_inside_rills_own_pool(team):
