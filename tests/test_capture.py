@@ -311,6 +311,7 @@ def test_auto_warms_up_then_times_each_schedule_in_a_run(monkeypatch):
     since a call right after the other schedule's ran slower and biased the choice."""
     from rill.capture import executor
     monkeypatch.setattr(executor, "PARALLEL_MIN_ELEMENTS", 1000)  # small nodes count as heavy
+    monkeypatch.setattr(executor, "_threads", lambda: executor.TRIAL_MIN_THREADS)
 
     def f(a, b):
         return (rill.tanh(a) * 2.0).sum() + (rill.exp(b) - 1.0).sum()
@@ -336,6 +337,7 @@ def test_auto_warms_up_then_times_each_schedule_in_a_run(monkeypatch):
 def test_auto_times_both_schedules_on_real_calls_then_keeps_one(monkeypatch):
     from rill.capture import executor
     monkeypatch.setattr(executor, "PARALLEL_MIN_ELEMENTS", 1000)  # small nodes count as heavy
+    monkeypatch.setattr(executor, "_threads", lambda: executor.TRIAL_MIN_THREADS)
 
     def f(a, b):
         return (rill.tanh(a) * 2.0).sum() + (rill.exp(b) - 1.0).sum()
@@ -348,6 +350,32 @@ def test_auto_times_both_schedules_on_real_calls_then_keeps_one(monkeypatch):
         np.testing.assert_allclose(captured(a, b).numpy(), want, rtol=1e-6)
         program = next(iter(captured.variants.values())).program
     assert program._trials is None and isinstance(program.parallel, bool)
+
+
+def test_auto_keeps_the_straight_line_on_few_cores(monkeypatch):
+    """Below TRIAL_MIN_THREADS the pool's schedule is not tried: every call runs straight."""
+    from rill.capture import executor
+    monkeypatch.setattr(executor, "PARALLEL_MIN_ELEMENTS", 1000)  # small nodes count as heavy
+    monkeypatch.setattr(executor, "_threads", lambda: executor.TRIAL_MIN_THREADS - 1)
+
+    def f(a, b):
+        return (rill.tanh(a) * 2.0).sum() + (rill.exp(b) - 1.0).sum()
+
+    a, b = rill.randn(64, 64), rill.randn(64, 64)
+    captured = rill.capture(f)  # parallel="auto"
+    captured(a, b)
+    program = next(iter(captured.variants.values())).program
+    assert program._trials is None and program.parallel is False
+    assert executor._worth_parallel(program.graph)  # it would have been tried on more cores
+    np.testing.assert_allclose(captured(a, b).numpy(), f(a, b).numpy(), rtol=1e-6)
+
+
+def test_a_scheduler_thread_runs_its_kernels_on_one_core():
+    from rill.capture import executor
+    from rill.kernels.numpy import parallel
+    seen = executor._pool().submit(lambda: (parallel.team_threads(1 << 22),
+                                            getattr(parallel._inside, "active", False)))
+    assert seen.result() == (1, True)
 
 
 def test_two_threads_call_one_captured_function():

@@ -38,14 +38,21 @@ PARALLEL_MIN_ELEMENTS = 1 << 20
 TRIAL_CALLS = 5
 TRIAL_WARM_CALLS = 3
 PARALLEL_MARGIN = 0.9
+# ... and only with this many of rill's threads: the pool's schedule runs heavy nodes side by
+# side, each on one core, where one node's kernels alone use every core (oneDNN, BLAS and the
+# C passes on OpenMP's team). On two cores it lost: GoogLeNet's captured step took 350 ms on
+# the pool against 245 straight, and after the pool's trial calls the straight-line step
+# stayed at 290 ms. (Unmeasured on more cores: there the trials decide.)
+TRIAL_MIN_THREADS = 4
 
 
 class Program:
     """graph -> callable(args) -> output buffers; args are the input buffers by position.
 
     `parallel`: False runs the straight-line code, True the thread-pool scheduler, "auto"
-    the straight-line code unless two heavy nodes could overlap; then the first calls run
-    alternately both ways, timed, and the faster is kept. (Whether overlap pays depends on
+    the straight-line code unless two heavy nodes could overlap and rill runs on at least
+    TRIAL_MIN_THREADS threads; then the first calls run both ways, timed, and the faster is
+    kept. (Whether overlap pays depends on
     the machine: on two cores, memory-bound passes beside multithreaded BLAS lose to the
     straight line; on many cores they win.)
     """
@@ -57,7 +64,8 @@ class Program:
         self._trials = None
         self._warm_calls = 0
         if parallel == "auto":
-            self._trials = {True: [], False: []} if _worth_parallel(graph) else None
+            self._trials = {True: [], False: []} if _threads() >= TRIAL_MIN_THREADS and \
+                _worth_parallel(graph) else None
             parallel = False
         self.parallel = bool(parallel)
         if self.parallel or self._trials is not None:
@@ -301,8 +309,19 @@ def _pool() -> ThreadPoolExecutor:
     global _POOL
     if _POOL is None:
         _POOL = ThreadPoolExecutor(max_workers=os.cpu_count() or 2,
-                                   thread_name_prefix="rill-graph")
+                                   thread_name_prefix="rill-graph",
+                                   initializer=_one_core_each)
     return _POOL
+
+
+def _one_core_each() -> None:
+    """A scheduler thread's kernels run on it alone, as in one of parallel.split's workers:
+    the nodes beside it use the other cores. Each thread that asked OpenMP for a team of its
+    own kept it, and with more of OpenMP's threads than cores, GNU OpenMP's workers stop
+    spinning between regions: after the pool's trial calls, GoogLeNet's straight-line step
+    stayed at 290 ms instead of 245."""
+    from rill.kernels.numpy import parallel
+    parallel._inside.active = True
 
 
 _POOL = None
@@ -321,6 +340,11 @@ def _elements(node) -> int:
 def _is_heavy(node) -> bool:
     return node.op not in GRAPH_OPS and \
         _elements(node) >= PARALLEL_MIN_ELEMENTS
+
+
+def _threads() -> int:
+    from rill.kernels.numpy import parallel
+    return parallel.THREADS
 
 
 def _worth_parallel(graph: Graph) -> bool:
