@@ -53,12 +53,17 @@ TUNED = keep_freed_buffers()
 # It keeps `a` only if nothing else holds it, proved by its reference count: no tensor, view,
 # array handed out by `.numpy()`, DLPack capsule or tape node refers to it, so no one can see
 # what is written into it next. A captured step's assign gives the buffers it replaces too
-# (capture/graph_ops.py). `empty(shape, dtype)` (kernels that allocate their result:
-# scaled_add, adam_update, fused groups) returns a kept buffer of that shape and dtype, else a
-# new one. At most RECYCLE_MAX_BYTES are kept; `clear()` frees them.
+# (capture/graph_ops.py), and so do a gradient's replacement there and zero_grad. `empty(shape,
+# dtype)` (kernels that allocate their result: scaled_add, adam_update, fused groups, a
+# linear layer's weight gradient) returns a kept buffer of that shape and dtype, else a new
+# one. At most RECYCLE_MAX_BYTES are kept; `clear()` frees them.
 
 RECYCLE_MIN_BYTES = MMAP_THRESHOLD  # smaller ones malloc keeps and reuses (above)
 RECYCLE_MAX_BYTES = 2 << 30         # at most this much memory kept
+# ... and at most this many of one shape and dtype: a training step frees and then asks for
+# three of a weight's shape (the weight, its momentum, its gradient); one whose shape no
+# kernel asks for again (a gradient made by a kernel that allocates its own) stops here.
+RECYCLE_PER_SHAPE = 4
 _kept: dict = {}   # (shape, dtype) -> [arrays held only here]
 _kept_bytes = 0
 _lock = threading.Lock()
@@ -78,8 +83,9 @@ def give(a, _measure: bool = False):
     if references != _UNSHARED:
         return None
     with _lock:
-        if _kept_bytes + a.nbytes <= RECYCLE_MAX_BYTES:
-            _kept.setdefault((a.shape, a.dtype), []).append(a)
+        kept = _kept.setdefault((a.shape, a.dtype), [])
+        if _kept_bytes + a.nbytes <= RECYCLE_MAX_BYTES and len(kept) < RECYCLE_PER_SHAPE:
+            kept.append(a)
             _kept_bytes += a.nbytes
     return None
 

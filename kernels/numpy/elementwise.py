@@ -253,6 +253,9 @@ def _add(x, y, out=None):
     return np.add(x, y, out=out)
 
 
+_add.ufunc = np.add  # what it computes, bit for bit (kernels/numpy/fused.py: UFUNCS)
+
+
 def _relu_grad(g, x):
     """where(x > 0, g, 0): ReLU's gradient from its input. Where a C compiler is at hand,
     one pass (kernels/native/elementwise.c), else the comparison and the select."""

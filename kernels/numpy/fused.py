@@ -37,8 +37,11 @@ from .elementwise import KERNELS, AgainstRows
 # name -> the CPU kernel, for the kernels that are a ufunc (or call one as it is: AgainstRows,
 # and `quiet`'s wrapper, which keeps inf/nan quiet), so that a call with out= computes the
 # same bits under the same error state.
-UFUNCS = {name: fn for name, fn in KERNELS.items()
-          if isinstance(getattr(fn, "__wrapped__", fn), (np.ufunc, AgainstRows))}
+UFUNCS = {name: getattr(fn, "ufunc", fn) for name, fn in KERNELS.items()
+          if isinstance(getattr(fn, "ufunc", None) or getattr(fn, "__wrapped__", fn),
+                        (np.ufunc, AgainstRows))}
+# (a kernel with a `ufunc` attribute computes that ufunc bit for bit: `add`, which runs on
+# OpenMP's team where it can; the plan and the NumPy groups call the ufunc itself, with out=)
 # relu's kernel takes out= too: np.maximum(x, 0 of x's dtype), one operand.
 _RELU = "relu"
 

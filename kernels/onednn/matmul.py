@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from rill import cpu_memory
 from rill.kernels.onednn import library as dnnl
 from rill.kernels.onednn.primitive import Cache, Prepared, contiguous_strides, user_md
 
@@ -73,7 +74,7 @@ def matmul(a, b, bias=None):
     prepared = _cache.get(lib, key, make)
     if prepared is None or prepared.reorders:
         return None  # no implementation reads these layouts as they are
-    y = np.empty(out_shape, np.float32)
+    y = cpu_memory.empty(out_shape, np.float32)  # a large weight's gradient: a kept buffer
     arrays = {dnnl.ARG_SRC: a, dnnl.ARG_WEIGHTS: b, dnnl.ARG_DST: y}
     if bias is not None:
         arrays[dnnl.ARG_BIAS] = bias

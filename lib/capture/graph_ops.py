@@ -195,4 +195,7 @@ def assign(var, buffer) -> None:
         cpu_memory.give(replaced)  # kept for a later result only if nothing else holds it
         del replaced
     else:
-        owner.grad = new_tensor(buffer, var.dtype, var.device)
+        old, owner.grad = owner.grad, new_tensor(buffer, var.dtype, var.device)
+        replaced, old = getattr(old, "_data", None), None  # the last call's gradient...
+        cpu_memory.give(replaced)  # ... kept for the next one's if nothing else holds it
+        del replaced

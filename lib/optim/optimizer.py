@@ -26,6 +26,7 @@ itself) is refused: rill's updates run with grad recording off and write in plac
 """
 from __future__ import annotations
 
+from .. import cpu_memory
 from ..capture.guards import guard
 from ..dtypes import bfloat16, float32
 from ..eager.context import current, enable_grad, no_grad, outside_capture, set_grad
@@ -415,11 +416,18 @@ class Optimizer:
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Reset every parameter's gradient: to None (the default), or to zeros."""
+        eager = not current().interpreter.capturing
         for group in self.param_groups:
             for p in group["params"]:
                 g = p.grad
                 if set_to_none:
                     set_grad(p, None)  # even if None now: a captured step must know it is
+                    if eager and isinstance(g, Tensor):
+                        # its buffer kept for the next step's gradient if nothing else holds
+                        # it (cpu_memory: a large one page-faulted in anew every step)
+                        data, g = g._data, None
+                        cpu_memory.give(data)
+                        del data
                 elif g is None:
                     continue
                 elif isinstance(g, SparseRows):
