@@ -306,6 +306,11 @@ def test_parallel_scheduler_matches_sequential():
     assert next(iter(parallel.variants.values())).program.parallel
 
 
+def _two_branches(a, b):
+    """Two independent branches the pool's schedule could run at once."""
+    return (rill.tanh(a) * 2.0).sum() + (rill.exp(b) - 1.0).sum()
+
+
 def test_auto_warms_up_then_times_each_schedule_in_a_run(monkeypatch):
     """Untimed warm calls, then the straight-line trials, then the pool's: not alternated,
     since a call right after the other schedule's ran slower and biased the choice."""
@@ -313,8 +318,7 @@ def test_auto_warms_up_then_times_each_schedule_in_a_run(monkeypatch):
     monkeypatch.setattr(executor, "PARALLEL_MIN_ELEMENTS", 1000)  # small nodes count as heavy
     monkeypatch.setattr(executor, "_threads", lambda: executor.TRIAL_MIN_THREADS)
 
-    def f(a, b):
-        return (rill.tanh(a) * 2.0).sum() + (rill.exp(b) - 1.0).sum()
+    f = _two_branches
 
     a, b = rill.randn(64, 64), rill.randn(64, 64)
     captured = rill.capture(f)  # parallel="auto"
@@ -339,8 +343,7 @@ def test_auto_times_both_schedules_on_real_calls_then_keeps_one(monkeypatch):
     monkeypatch.setattr(executor, "PARALLEL_MIN_ELEMENTS", 1000)  # small nodes count as heavy
     monkeypatch.setattr(executor, "_threads", lambda: executor.TRIAL_MIN_THREADS)
 
-    def f(a, b):
-        return (rill.tanh(a) * 2.0).sum() + (rill.exp(b) - 1.0).sum()
+    f = _two_branches
 
     a, b = rill.randn(64, 64), rill.randn(64, 64)
     captured = rill.capture(f)  # parallel="auto"
@@ -358,8 +361,7 @@ def test_auto_keeps_the_straight_line_on_few_cores(monkeypatch):
     monkeypatch.setattr(executor, "PARALLEL_MIN_ELEMENTS", 1000)  # small nodes count as heavy
     monkeypatch.setattr(executor, "_threads", lambda: executor.TRIAL_MIN_THREADS - 1)
 
-    def f(a, b):
-        return (rill.tanh(a) * 2.0).sum() + (rill.exp(b) - 1.0).sum()
+    f = _two_branches
 
     a, b = rill.randn(64, 64), rill.randn(64, 64)
     captured = rill.capture(f)  # parallel="auto"

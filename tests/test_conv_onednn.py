@@ -4,15 +4,14 @@ asymmetric padding, bias and strided inputs; the cases oneDNN declines fall back
 kernels; a prepared primitive runs on two threads at once."""
 from __future__ import annotations
 
-import os
 import threading
-import time
 
 import numpy as np
 import pytest
 import torch
 
 import rill
+from forked import in_forked_child
 from rill.kernels.numpy import conv as conv_kernels
 from rill.kernels.numpy import parallel
 from rill.kernels.onednn import conv as onednn_conv
@@ -167,19 +166,5 @@ def test_a_child_forked_after_a_threaded_call_still_convolves():
     w = np.ones((16, 16, 3, 3), np.float32)
     attrs = ((1, 1), ((1, 1), (1, 1)), (1, 1), 1)
     assert onednn_conv.conv(x, w, None, *attrs)[0, 0, 1, 1] == 144.0
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: report the value, then leave without pytest's cleanup
-        try:
-            os.write(write, str(onednn_conv.conv(x, w, None, *attrs)[0, 0, 1, 1]).encode())
-        finally:
-            os._exit(0)
-    os.close(write)
-    deadline = time.monotonic() + 20
-    while os.waitpid(pid, os.WNOHANG) == (0, 0):
-        if time.monotonic() > deadline:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-            pytest.fail("the forked child hung in its first oneDNN call")
-        time.sleep(0.01)
-    assert os.read(read, 64) == b"144.0"
+    assert in_forked_child(
+        lambda: str(onednn_conv.conv(x, w, None, *attrs)[0, 0, 1, 1]).encode()) == b"144.0"

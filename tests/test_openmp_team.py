@@ -8,13 +8,12 @@ which a forked child now makes anew)."""
 from __future__ import annotations
 
 import importlib
-import os
-import time
 
 import numpy as np
 import pytest
 
 import rill
+from forked import in_forked_child
 from kernel_paths import needs_compiler
 from rill.kernels.native import build
 from rill.kernels.numpy import parallel
@@ -153,21 +152,9 @@ def test_no_team_inside_rills_own_pool(team):
 def test_a_child_forked_after_the_team_runs_its_passes_alone(team):
     x = _floats(np.float32)
     want = np.maximum(x, np.float32(0))
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: report, then leave without pytest's cleanup
-        try:
-            ok = parallel.team_threads(LARGE) == 1 and \
-                np.array_equal(elementwise._relu(x), want, equal_nan=True)
-            os.write(write, b"ok" if ok else b"wrong")
-        finally:
-            os._exit(0)
-    os.close(write)
-    deadline = time.monotonic() + 20
-    while os.waitpid(pid, os.WNOHANG) == (0, 0):
-        if time.monotonic() > deadline:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-            pytest.fail("the forked child hung in its first pass")
-        time.sleep(0.01)
-    assert os.read(read, 64) == b"ok"
+
+    def work():
+        alone = parallel.team_threads(LARGE) == 1
+        return b"ok" if alone and np.array_equal(elementwise._relu(x), want,
+                                                 equal_nan=True) else b"wrong"
+    assert in_forked_child(work) == b"ok"

@@ -72,30 +72,35 @@ static void relu_grad_##SUFFIX(const T *restrict g, const T *restrict x, T *rest
 DEFINE_RELU_GRAD(float, f32)
 DEFINE_RELU_GRAD(double, f64)
 
-static PyObject *relu_grad(PyObject *self, PyObject *args)
-{
-    Py_buffer g, x, out;
-    Py_ssize_t start, stop;
-    int is_double, threads = 1;
-    if (!PyArg_ParseTuple(args, "y*y*w*nnp|i", &g, &x, &out, &start, &stop, &is_double,
-                          &threads))
-        return NULL;
-    PyObject *result = NULL;
-    Py_ssize_t size = is_double ? sizeof(double) : sizeof(float), n = x.len / size;
-    if (!check_range(start, stop, n, "elements") || !check_size(&g, n, size, "g")
-        || !check_size(&out, n, size, "out"))
-        goto done;
-    Py_BEGIN_ALLOW_THREADS
-    if (is_double)
-        relu_grad_f64(g.buf, x.buf, out.buf, start, stop, threads);
-    else
-        relu_grad_f32(g.buf, x.buf, out.buf, start, stop, threads);
-    Py_END_ALLOW_THREADS
-    result = none();
-done:
-    PyBuffer_Release(&g); PyBuffer_Release(&x); PyBuffer_Release(&out);
-    return result;
+/* The wrapper of a pass over two operands: NAME(a, b, out, start, stop, double[, threads])
+ * runs NAME_f32 or NAME_f64 on elements [start, stop) of three buffers of one size. */
+#define DEFINE_BINARY_WRAPPER(NAME)                                                            \
+static PyObject *NAME(PyObject *self, PyObject *args)                                         \
+{                                                                                             \
+    Py_buffer a, b, out;                                                                      \
+    Py_ssize_t start, stop;                                                                   \
+    int is_double, threads = 1;                                                               \
+    if (!PyArg_ParseTuple(args, "y*y*w*nnp|i", &a, &b, &out, &start, &stop, &is_double,      \
+                          &threads))                                                          \
+        return NULL;                                                                          \
+    PyObject *result = NULL;                                                                  \
+    Py_ssize_t size = is_double ? sizeof(double) : sizeof(float), n = b.len / size;           \
+    if (!check_range(start, stop, n, "elements") || !check_size(&a, n, size, "operand")      \
+        || !check_size(&out, n, size, "out"))                                                 \
+        goto done;                                                                            \
+    Py_BEGIN_ALLOW_THREADS                                                                    \
+    if (is_double)                                                                            \
+        NAME##_f64(a.buf, b.buf, out.buf, start, stop, threads);                              \
+    else                                                                                      \
+        NAME##_f32(a.buf, b.buf, out.buf, start, stop, threads);                              \
+    Py_END_ALLOW_THREADS                                                                      \
+    result = none();                                                                          \
+done:                                                                                         \
+    PyBuffer_Release(&a); PyBuffer_Release(&b); PyBuffer_Release(&out);                       \
+    return result;                                                                            \
 }
+
+DEFINE_BINARY_WRAPPER(relu_grad)
 
 #define DEFINE_RELU(T, SUFFIX)                                                                 \
 static void relu_##SUFFIX(const T *x, T *out, Py_ssize_t start, Py_ssize_t stop, int threads) \
@@ -139,30 +144,7 @@ static void add_##SUFFIX(const T *x, const T *y, T *out, Py_ssize_t start, Py_ss
 DEFINE_ADD(float, f32)
 DEFINE_ADD(double, f64)
 
-static PyObject *add(PyObject *self, PyObject *args)
-{
-    Py_buffer x, y, out;
-    Py_ssize_t start, stop;
-    int is_double, threads = 1;
-    if (!PyArg_ParseTuple(args, "y*y*w*nnp|i", &x, &y, &out, &start, &stop, &is_double,
-                          &threads))
-        return NULL;
-    PyObject *result = NULL;
-    Py_ssize_t size = is_double ? sizeof(double) : sizeof(float), n = x.len / size;
-    if (!check_range(start, stop, n, "elements") || !check_size(&y, n, size, "y")
-        || !check_size(&out, n, size, "out"))
-        goto done;
-    Py_BEGIN_ALLOW_THREADS
-    if (is_double)
-        add_f64(x.buf, y.buf, out.buf, start, stop, threads);
-    else
-        add_f32(x.buf, y.buf, out.buf, start, stop, threads);
-    Py_END_ALLOW_THREADS
-    result = none();
-done:
-    PyBuffer_Release(&x); PyBuffer_Release(&y); PyBuffer_Release(&out);
-    return result;
-}
+DEFINE_BINARY_WRAPPER(add)
 
 RILL_MODULE(elementwise,
     {"scaled_add", scaled_add, METH_VARARGS, "x * alpha + y * beta over a range of elements"},
