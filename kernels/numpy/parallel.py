@@ -83,7 +83,7 @@ def split(fn, n: int, elements: int, serial_blas: bool = False) -> None:
 # oneDNN's convolutions and LSTM layers run on, once that team exists: a hand-off to its
 # workers (which spin after each call) costs a few microseconds, where one to this module's
 # pool costs ~45 and its thread then competes for a core with those spinning workers
-# (relu_grad of 802,816 float32 elements beside a convolution: 2.8 ms split here, 0.07 on
+# (relu_grad of 802,816 float32 elements beside a convolution: 0.16 ms split here, 0.06 on
 # the team). Before the team exists (no oneDNN; a GPT, which has no convolution) the passes
 # split here: starting OpenMP's spinning workers for them would set them against BLAS's.
 TEAM_MIN_ELEMENTS = 1 << 15
