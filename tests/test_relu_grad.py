@@ -63,6 +63,9 @@ def test_relu_bit_equal_to_maximum(path, dtype, n):
     np.testing.assert_array_equal(into.view(np.uint8), want.view(np.uint8))
     elementwise.KERNELS["relu"](x, out=x)                  # in place, as relu_ writes
     np.testing.assert_array_equal(x.view(np.uint8), want.view(np.uint8))
+    shifted = np.concatenate([x, x[:1]])                   # out one element past x, sharing
+    elementwise.KERNELS["relu"](shifted[:-1], out=shifted[1:])  # all but one element with it
+    np.testing.assert_array_equal(shifted[1:], want)
 
 
 def test_one_primitive_on_the_cpu_and_a_composite_elsewhere(path):

@@ -162,7 +162,8 @@ def _relu(x, out=None):
     if type(x) is np.ndarray and (x.size >= 2 * SCALED_ADD_BLOCK or
                                   parallel.team_threads(x.size) > 1) and \
             (out is None or (type(out) is np.ndarray and out.shape == x.shape and
-                             out.dtype == x.dtype)):
+                             out.dtype == x.dtype and
+                             (out is x or not np.may_share_memory(out, x)))):
         result = np.empty(x.shape, x.dtype) if out is None else out
         compiled = native.for_arrays("elementwise", x, result)
         if compiled is not None:
@@ -242,8 +243,8 @@ def _add(x, y, out=None):
     """x + y as np.add computes it; callable with out=. Two same-shaped float arrays run one C
     pass on OpenMP's team where it runs (parallel.team_threads; a residual block's adds and
     the gradients summed at a fork in the graph): np.add runs on one core."""
-    if out is None and type(x) is np.ndarray and type(y) is np.ndarray and \
-            x.shape == y.shape and x.dtype == y.dtype:
+    if out is None and type(x) is np.ndarray and x.size >= _TEAM_MIN and \
+            type(y) is np.ndarray and x.shape == y.shape and x.dtype == y.dtype:
         threads = parallel.team_threads(x.size)
         compiled = native.for_arrays("elementwise", x, y) if threads > 1 else None
         if compiled is not None:
@@ -254,6 +255,7 @@ def _add(x, y, out=None):
 
 
 _add.ufunc = np.add  # what it computes, bit for bit (kernels/numpy/fused.py: UFUNCS)
+_TEAM_MIN = parallel.TEAM_MIN_ELEMENTS  # read once: an eager add of a few elements pays ~0.1 us
 
 
 def _relu_grad(g, x):
