@@ -316,10 +316,9 @@ def _pool() -> ThreadPoolExecutor:
 
 def _one_core_each() -> None:
     """A scheduler thread's kernels run on it alone, as in one of parallel.split's workers:
-    the nodes beside it use the other cores. Each thread that asked OpenMP for a team of its
-    own kept it, and with more of OpenMP's threads than cores, GNU OpenMP's workers stop
-    spinning between regions: after the pool's trial calls, GoogLeNet's straight-line step
-    stayed at 290 ms instead of 245."""
+    the nodes beside it use the other cores (on all of them each, they would oversubscribe
+    the machine), and no scheduler thread makes an OpenMP team of its own, which GNU OpenMP
+    would keep for the thread's life."""
     from rill.kernels.numpy import parallel
     parallel._inside.active = True
 
