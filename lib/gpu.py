@@ -157,7 +157,7 @@ class GpuBackend:
         if self.interpreted:
             out[...] = array
         else:
-            out.set(np.ascontiguousarray(array))
+            out.set(np.asarray(array, order="C"))  # ascontiguousarray makes 0-d arrays 1-d
         return out
 
     def to_host(self, buffer) -> np.ndarray:

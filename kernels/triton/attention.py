@@ -15,6 +15,11 @@ per key block, dk and dv over the query blocks that see it. FLOPs ~ 2.5x the for
 Products run through tl.dot with float32 accumulation (float16 and bfloat16 are loaded as
 float32; float32 uses "ieee" precision unless linalg.ALLOW_TF32) and, for float64, as a sum of
 a (BLOCK_M, BLOCK_K, BLOCK_N) product, as kernels/triton/linalg.py does.
+
+The score scale is a constexpr, not a runtime argument: compiled Triton passes a Python float
+argument as float32, which rounds a float64 attention's scale (seen on an H200: 1e-8 relative
+errors), while a constexpr multiplies a tensor in the tensor's own dtype. One compile per head
+size.
 """
 from __future__ import annotations
 
@@ -77,7 +82,8 @@ def _scores(q, k_ptr, mask_ptr, b, rows, keys, L, S, E, heads, m_outer, m_inner,
 
 @triton.jit
 def _forward_kernel(q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, lse_ptr,
-                    L, S, E, EV, row_blocks, heads, m_outer, m_inner, m_row, m_col, scale,
+                    L, S, E, EV, row_blocks, heads, m_outer, m_inner, m_row, m_col,
+                    SCALE: tl.constexpr,
                     HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, FMA: tl.constexpr,
                     PRECISION: tl.constexpr, ACC: tl.constexpr, BLOCK_M: tl.constexpr,
                     BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr):
@@ -89,7 +95,7 @@ def _forward_kernel(q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, lse_ptr,
     rows = first + tl.arange(0, BLOCK_M)
     ecols = tl.arange(0, BLOCK_E)
     vcols = tl.arange(0, BLOCK_EV)
-    q = _load_rows(q_ptr, b * L * E, rows, L, ecols, E, ACC) * scale
+    q = _load_rows(q_ptr, b * L * E, rows, L, ecols, E, ACC) * SCALE
     m_i = tl.full([BLOCK_M], float("-inf"), ACC)
     l_i = tl.zeros([BLOCK_M], ACC)
     acc = tl.zeros([BLOCK_M, BLOCK_EV], ACC)
@@ -126,7 +132,8 @@ def _probabilities(s, lse):
 
 @triton.jit
 def _dq_kernel(g_ptr, q_ptr, k_ptr, v_ptr, out_ptr, lse_ptr, mask_ptr, dq_ptr, rowdot_ptr,
-               L, S, E, EV, row_blocks, heads, m_outer, m_inner, m_row, m_col, scale,
+               L, S, E, EV, row_blocks, heads, m_outer, m_inner, m_row, m_col,
+               SCALE: tl.constexpr,
                HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, FMA: tl.constexpr,
                PRECISION: tl.constexpr, ACC: tl.constexpr, BLOCK_M: tl.constexpr,
                BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr):
@@ -139,7 +146,7 @@ def _dq_kernel(g_ptr, q_ptr, k_ptr, v_ptr, out_ptr, lse_ptr, mask_ptr, dq_ptr, r
     row_ok = rows < L
     ecols = tl.arange(0, BLOCK_E)
     vcols = tl.arange(0, BLOCK_EV)
-    q = _load_rows(q_ptr, b * L * E, rows, L, ecols, E, ACC) * scale
+    q = _load_rows(q_ptr, b * L * E, rows, L, ecols, E, ACC) * SCALE
     g = _load_rows(g_ptr, b * L * EV, rows, L, vcols, EV, ACC)
     rowdot = tl.sum(g * _load_rows(out_ptr, b * L * EV, rows, L, vcols, EV, ACC), 1)
     lse = tl.load(lse_ptr + b * L + rows, mask=row_ok, other=0.0).to(ACC)
@@ -157,14 +164,15 @@ def _dq_kernel(g_ptr, q_ptr, k_ptr, v_ptr, out_ptr, lse_ptr, mask_ptr, dq_ptr, r
         ds = p * (_dot(g, vt, FMA, PRECISION) - rowdot[:, None])
         dq += _dot(ds, _load_rows(k_ptr, b * S * E, keys, S, ecols, E, ACC), FMA, PRECISION)
     tl.store(dq_ptr + b * L * E + rows[:, None] * E + ecols[None, :],
-             (dq * scale).to(dq_ptr.dtype.element_ty),
+             (dq * SCALE).to(dq_ptr.dtype.element_ty),
              mask=row_ok[:, None] & (ecols < E)[None, :])
     tl.store(rowdot_ptr + b * L + rows, rowdot, mask=row_ok)
 
 
 @triton.jit
 def _dkdv_kernel(g_ptr, q_ptr, k_ptr, v_ptr, lse_ptr, rowdot_ptr, mask_ptr, dk_ptr, dv_ptr,
-                 L, S, E, EV, key_blocks, heads, m_outer, m_inner, m_row, m_col, scale,
+                 L, S, E, EV, key_blocks, heads, m_outer, m_inner, m_row, m_col,
+                 SCALE: tl.constexpr,
                  HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, FMA: tl.constexpr,
                  PRECISION: tl.constexpr, ACC: tl.constexpr, BLOCK_M: tl.constexpr,
                  BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr):
@@ -187,7 +195,7 @@ def _dkdv_kernel(g_ptr, q_ptr, k_ptr, v_ptr, lse_ptr, rowdot_ptr, mask_ptr, dk_p
     for m0 in range(start, L, BLOCK_M):
         rows = m0 + tl.arange(0, BLOCK_M)
         row_ok = rows < L
-        q = _load_rows(q_ptr, b * L * E, rows, L, ecols, E, ACC) * scale
+        q = _load_rows(q_ptr, b * L * E, rows, L, ecols, E, ACC) * SCALE
         g = _load_rows(g_ptr, b * L * EV, rows, L, vcols, EV, ACC)
         lse = tl.load(lse_ptr + b * L + rows, mask=row_ok, other=0.0).to(ACC)
         rowdot = tl.load(rowdot_ptr + b * L + rows, mask=row_ok, other=0.0).to(ACC)
@@ -269,8 +277,8 @@ def _attention(q, k, v, *mask, scale, is_causal):
     mask_buffer, *mask_steps = layout
     _forward_kernel[(count * row_blocks,)](
         pointer(q), pointer(k), pointer(v), pointer(mask_buffer), pointer(out), pointer(lse),
-        n["L"], n["S"], n["E"], n["EV"], row_blocks, *mask_steps, float(scale),
-        CAUSAL=is_causal, **meta)
+        n["L"], n["S"], n["E"], n["EV"], row_blocks, *mask_steps,
+        SCALE=float(scale), CAUSAL=is_causal, **meta)
     return out, lse
 
 
@@ -287,12 +295,12 @@ def _attention_grad(g, q, k, v, out, lse, *mask, scale, is_causal):
     _dq_kernel[(count * row_blocks,)](
         pointer(g), pointer(q), pointer(k), pointer(v), pointer(out), pointer(lse),
         pointer(mask_buffer), pointer(dq), pointer(rowdot), *sizes, row_blocks, *mask_steps,
-        float(scale), CAUSAL=is_causal, **meta)
+        SCALE=float(scale), CAUSAL=is_causal, **meta)
     key_blocks = cdiv(n["S"], meta["BLOCK_N"])
     _dkdv_kernel[(count * key_blocks,)](
         pointer(g), pointer(q), pointer(k), pointer(v), pointer(lse), pointer(rowdot),
         pointer(mask_buffer), pointer(dk), pointer(dv), *sizes, key_blocks, *mask_steps,
-        float(scale), CAUSAL=is_causal, **meta)
+        SCALE=float(scale), CAUSAL=is_causal, **meta)
     return dq, dk, dv
 
 

@@ -19,7 +19,7 @@ import numpy as np
 from rill.errors import ArgumentError, DeviceError
 from rill.ops.primitive import register_kernels
 
-from . import libdevice
+from .libdevice import libdevice
 from .launch import cdiv, empty, pointer, strides, block_for
 
 MAX_DIMS = 8
@@ -47,7 +47,7 @@ EXPRESSIONS = {
     "arccos": ("x", "libdevice.acos(x)"), "arctan": ("x", "libdevice.atan(x)"),
     "arcsinh": ("x", "libdevice.asinh(x)"), "arccosh": ("x", "libdevice.acosh(x)"),
     "arctanh": ("x", "libdevice.atanh(x)"), "log10": ("x", "libdevice.log10(x)"),
-    "signbit": ("x", "libdevice.signbit(x) != 0"), "signbit_int": ("x", "x < 0"),
+    "signbit": ("x", "_signbit_float(x)"), "signbit_int": ("x", "x < 0"),
     "imag_of_real": ("x", "tl.zeros_like(x)"),
     "bitwise_invert": ("x", "~x"),
     "sigmoid": ("x", "1.0 / (1.0 + tl.exp(-x))"),
@@ -106,6 +106,17 @@ _HELPERS = '''
 @triton.jit
 def _clip_high(m, h):
     return tl.where((m < h) | (m != m), m, h)
+
+
+@triton.jit
+def _signbit_float(x):
+    # The sign bit itself, read through an integer view (libdevice's signbit returned nonzero
+    # for positive float64 values on an H200 through Triton 3.6). Widening float16 keeps it.
+    if x.dtype == tl.float64:
+        bits = x.to(tl.int64, bitcast=True)
+    else:
+        bits = x.to(tl.float32).to(tl.int32, bitcast=True)
+    return bits < 0
 
 
 @triton.jit

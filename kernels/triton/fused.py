@@ -25,7 +25,7 @@ import numpy as np
 
 from rill.errors import ArgumentError
 
-from . import libdevice
+from .libdevice import libdevice
 from .elementwise import (_HELPERS, CONSTANTS, EXPRESSIONS, MAX_DIMS, _is_flat, _layout,
                           refuse_complex)
 from .launch import block_for, cdiv, empty, pointer

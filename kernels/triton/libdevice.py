@@ -4,8 +4,15 @@ Triton reaches tan, tanh, expm1, atan2, ... through `triton.language.extra.libde
 functions are calls into CUDA's math library and do not run in Triton's interpreter. When
 interpreting, this module offers the same names computed by NumPy on the interpreter's
 host arrays, so a kernel reads `libdevice.tanh(x)` either way.
+
+Kernels import the name `libdevice` from here (`from .libdevice import libdevice`), never this
+module itself: when compiling, Triton swaps `triton.language.extra.libdevice` for the
+backend's implementation only when a kernel's global *is that module*; its functions reached
+through any other module are bodiless stubs that return None.
 """
 from __future__ import annotations
+
+import types
 
 import numpy as np
 
@@ -14,8 +21,7 @@ from .launch import INTERPRET
 _UNARY = {"tan": np.tan, "tanh": np.tanh, "sinh": np.sinh, "cosh": np.cosh, "asin": np.arcsin,
           "acos": np.arccos, "atan": np.arctan, "expm1": np.expm1, "log1p": np.log1p,
           "trunc": np.trunc, "rint": np.rint, "erf": None, "floor": np.floor, "ceil": np.ceil,
-          "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh, "log10": np.log10,
-          "signbit": np.signbit}
+          "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh, "log10": np.log10}
 _BINARY = {"atan2": np.arctan2, "pow": np.power, "hypot": np.hypot, "copysign": np.copysign,
            "nextafter": np.nextafter, "fmod": np.fmod}
 
@@ -40,9 +46,7 @@ if INTERPRET:
         return fn
 
     _UNARY["erf"] = _np_erf
-    for _name, _fn in {**_UNARY, **_BINARY}.items():
-        globals()[_name] = _lift(_fn)
+    libdevice = types.SimpleNamespace(
+        **{name: _lift(fn) for name, fn in {**_UNARY, **_BINARY}.items()})
 else:
-    from triton.language.extra.libdevice import (  # noqa: F401
-        acos, acosh, asin, asinh, atan, atan2, atanh, ceil, copysign, cosh, erf, expm1, floor,
-        hypot, log1p, log10, nextafter, pow, rint, signbit, sinh, tan, tanh, trunc)
+    from triton.language.extra import libdevice  # noqa: F401  (the module: see above)

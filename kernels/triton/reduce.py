@@ -24,7 +24,7 @@ import numpy as np
 from rill.ops.primitive import register_kernels
 from rill.ops.rules import normalize_axes, normalize_axis, reduced_shape
 
-from . import libdevice
+from .libdevice import libdevice
 from .elementwise import contiguous
 from .launch import INTERPRET, cdiv, empty, pointer, tl, triton
 
