@@ -71,6 +71,17 @@ def _close(a, b, what, rtol):
         raise SystemExit(f"{what}: rill and torch disagree (max abs diff {np.abs(a - b).max()})")
 
 
+def _same_product(a, b, what, limit=1e-2):
+    """Both compute the same product: elementwise checks do not fit tf32, whose two roundings
+    (Triton's and cuBLAS's) differ by up to ~0.3 on entries of size ~64 (K = 4096); each
+    is ~3e-4 from the exact product in norm."""
+    a = a.numpy().astype(np.float64)
+    b = b.detach().float().cpu().numpy().astype(np.float64)
+    rel = np.linalg.norm(a - b) / np.linalg.norm(b)
+    if not rel <= limit:
+        raise SystemExit(f"{what}: rill and torch disagree (relative difference {rel:.3g})")
+
+
 # ---- (a) bandwidth -------------------------------------------------------------------------
 
 def bandwidth_cases(n: int, rows: int):
@@ -132,7 +143,7 @@ def bench_matmul(size, repeats, inner, console, report):
         if TORCH_DEVICE == "cuda":
             torch.backends.cuda.matmul.allow_tf32 = tf32
         try:
-            _close(ra @ rb, ta @ tb, f"matmul {name}", rtol=5e-2)
+            _same_product(ra @ rb, ta @ tb, f"matmul {name}")
             ms = time_pair({"rill": lambda: ra @ rb, "torch": lambda: ta @ tb}, repeats, inner)
         finally:
             linalg.ALLOW_TF32 = False

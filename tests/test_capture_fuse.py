@@ -276,8 +276,9 @@ def test_gpu_fused_kernel_equals_the_unfused_kernels(small_groups):
     assert _ops(fused).count("fused") == 2 and len(_ops(fused)) == 2
     for node in fused.nodes:
         if node.op == "fused":
-            run_fused(*[np.zeros(v.shape, v.dtype.storage) for v in node.inputs],
-                      body=node.attrs["body"])
+            xp = rill.gpu.backend().xp  # device buffers: CuPy on a GPU, NumPy when interpreted
+            run_fused(*[xp.asarray(r.standard_normal(v.shape).astype(v.dtype.storage))
+                        for v in node.inputs], body=node.attrs["body"])
             assert node.attrs["body"]._triton_fused.kernel is not None  # one kernel, no fallback
     for a, b in zip(_run(graph, *args), _run(fused, *args)):
         _bits_equal(a.get() if hasattr(a, "get") else a, b.get() if hasattr(b, "get") else b)

@@ -21,7 +21,7 @@ from rill.ops.primitive import register_kernels
 from rill.ops.rules import normalize_axis
 
 from .elementwise import contiguous
-from .launch import INTERPRET, cdiv, empty, pointer, strides, tl, triton
+from .launch import INTERPRET, cdiv, empty, jit, pointer, strides, tl, triton
 from .reduce import _TL, _layout, _max_nan, _max_rows, _rows, count_not_equal
 
 # Elements per program tile, and the longest row kept in registers in one piece.
@@ -29,19 +29,19 @@ TILE = 1 << 16 if INTERPRET else 4096
 SINGLE_MAX = 1 << 16 if INTERPRET else 4096
 
 
-@triton.jit
+@jit
 def _finite_or_zero(m):
     return tl.where((m - m) == 0, m, 0.0)
 
 
-@triton.jit
+@jit
 def _shift(m):
     """A row's shift from its max: the max where finite, NaN where +inf (every result NaN,
     as the CPU's and PyTorch's inf - inf), else 0 (a row of -inf, or with a NaN)."""
     return tl.where((m - m) == 0, m, tl.where(m == float("inf"), float("nan"), 0.0))
 
 
-@triton.jit
+@jit
 def _row_stats(x_ptr, base, mask_m, R, step, ACC: tl.constexpr, BLOCK_M: tl.constexpr,
                BLOCK_R: tl.constexpr):
     """Per row: f (the shift: the max, see _shift), sum(exp(x - f)) and sum(x), in one pass."""
@@ -67,7 +67,7 @@ def _row_stats(x_ptr, base, mask_m, R, step, ACC: tl.constexpr, BLOCK_M: tl.cons
     return f, tl.sum(scaled, 1), tl.sum(run_x, 1)
 
 
-@triton.jit
+@jit
 def _softmax_kernel(x_ptr, out_ptr, A, R, B, NB, LOG: tl.constexpr, SINGLE: tl.constexpr,
                     ACC: tl.constexpr, INNER: tl.constexpr, BLOCK_M: tl.constexpr,
                     BLOCK_R: tl.constexpr):
@@ -139,7 +139,7 @@ def _softmax(log):
 # ---- softmax cross-entropy over class indices --------------------------------------------
 
 
-@triton.jit
+@jit
 def _target(t_ptr, rows, mask_m, C, IGNORE: tl.constexpr):
     """Each row's class, whether it counts (not IGNORE) and whether it is a class at all."""
     t = tl.load(t_ptr + rows, mask=mask_m, other=IGNORE).to(tl.int64)
@@ -148,7 +148,7 @@ def _target(t_ptr, rows, mask_m, C, IGNORE: tl.constexpr):
     return t, valid, in_range
 
 
-@triton.jit
+@jit
 def _xent_kernel(x_ptr, t_ptr, loss_ptr, N, C, IGNORE: tl.constexpr, EPS: tl.constexpr,
                  ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_R: tl.constexpr):
     rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -169,7 +169,7 @@ def _xent_kernel(x_ptr, t_ptr, loss_ptr, N, C, IGNORE: tl.constexpr, EPS: tl.con
     tl.store(loss_ptr + rows, loss.to(loss_ptr.dtype.element_ty), mask=mask_m)
 
 
-@triton.jit
+@jit
 def _xent_finish_kernel(loss_ptr, t_ptr, out_ptr, N, IGNORE: tl.constexpr, MEAN: tl.constexpr,
                         ACC: tl.constexpr, BLOCK: tl.constexpr):
     # One program: the sum of the per-row losses (over the rows not ignored, for the mean).
@@ -186,7 +186,7 @@ def _xent_finish_kernel(loss_ptr, t_ptr, out_ptr, N, IGNORE: tl.constexpr, MEAN:
     tl.store(out_ptr, result.to(out_ptr.dtype.element_ty))
 
 
-@triton.jit
+@jit
 def _xent_grad_kernel(x_ptr, t_ptr, g_ptr, count_ptr, out_ptr, N, C, G_STRIDE,
                       IGNORE: tl.constexpr, EPS: tl.constexpr, MEAN: tl.constexpr,
                       ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_R: tl.constexpr):

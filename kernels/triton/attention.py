@@ -31,7 +31,7 @@ from rill.ops.primitive import register_kernels
 from . import linalg
 from .creation import filled
 from .elementwise import contiguous
-from .launch import INTERPRET, cdiv, empty, pointer, strides, tl, triton, xp
+from .launch import INTERPRET, cdiv, empty, jit, pointer, strides, tl, triton, xp
 
 # Queries and keys per tile (the interpreter runs each program as NumPy steps: fewer, larger
 # programs are faster there; tests shrink these to reach the loops and tails).
@@ -41,7 +41,7 @@ BLOCK_F64 = BLOCK_M if INTERPRET else 16  # float64 multiplies a 3-d (M, K, N) p
 # registers (not tl.dot): smaller tiles on a GPU
 
 
-@triton.jit
+@jit
 def _dot(a, b, FMA: tl.constexpr, PRECISION: tl.constexpr):
     """a (M, K) @ b (K, N) in a's dtype (float32, or float64 by multiply and sum)."""
     if FMA:
@@ -51,7 +51,7 @@ def _dot(a, b, FMA: tl.constexpr, PRECISION: tl.constexpr):
     return c
 
 
-@triton.jit
+@jit
 def _load_rows(ptr, base, rows, n_rows, cols, n_cols, ACC: tl.constexpr):
     """A (rows, cols) tile of a contiguous (n_rows, n_cols) matrix at ptr + base, zeros
     outside it."""
@@ -60,7 +60,7 @@ def _load_rows(ptr, base, rows, n_rows, cols, n_cols, ACC: tl.constexpr):
                    other=0.0).to(ACC)
 
 
-@triton.jit
+@jit
 def _scores(q, k_ptr, mask_ptr, b, rows, keys, L, S, E, heads, m_outer, m_inner, m_row, m_col,
             ecols, HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, FMA: tl.constexpr,
             PRECISION: tl.constexpr, ACC: tl.constexpr):
@@ -80,7 +80,7 @@ def _scores(q, k_ptr, mask_ptr, b, rows, keys, L, S, E, heads, m_outer, m_inner,
     return tl.where(valid, s, float("-inf"))
 
 
-@triton.jit
+@jit
 def _forward_kernel(q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, lse_ptr,
                     L, S, E, EV, row_blocks, heads, m_outer, m_inner, m_row, m_col,
                     SCALE: tl.constexpr,
@@ -124,13 +124,13 @@ def _forward_kernel(q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, lse_ptr,
     tl.store(lse_ptr + b * L + rows, lse.to(lse_ptr.dtype.element_ty), mask=row_ok)
 
 
-@triton.jit
+@jit
 def _probabilities(s, lse):
     """exp(s - lse) per row; 0 for a row with no key (lse -inf), never nan."""
     return tl.exp(s - tl.where(lse == float("-inf"), float("inf"), lse)[:, None])
 
 
-@triton.jit
+@jit
 def _dq_kernel(g_ptr, q_ptr, k_ptr, v_ptr, out_ptr, lse_ptr, mask_ptr, dq_ptr, rowdot_ptr,
                L, S, E, EV, row_blocks, heads, m_outer, m_inner, m_row, m_col,
                SCALE: tl.constexpr,
@@ -169,7 +169,7 @@ def _dq_kernel(g_ptr, q_ptr, k_ptr, v_ptr, out_ptr, lse_ptr, mask_ptr, dq_ptr, r
     tl.store(rowdot_ptr + b * L + rows, rowdot, mask=row_ok)
 
 
-@triton.jit
+@jit
 def _dkdv_kernel(g_ptr, q_ptr, k_ptr, v_ptr, lse_ptr, rowdot_ptr, mask_ptr, dk_ptr, dv_ptr,
                  L, S, E, EV, key_blocks, heads, m_outer, m_inner, m_row, m_col,
                  SCALE: tl.constexpr,

@@ -16,10 +16,10 @@ import numpy as np
 from rill.ops.primitive import register_kernels
 
 from .elementwise import contiguous
-from .launch import INTERPRET, cdiv, empty, pointer, tl, triton
+from .launch import INTERPRET, cdiv, empty, jit, pointer, tl, triton
 
 
-@triton.jit
+@jit
 def _partial_sums_kernel(a_ptr, b_ptr, shift_ptr, first_ptr, second_ptr, images, channels,
                          m, per_program, PRODUCT: tl.constexpr, BLOCK: tl.constexpr):
     # (channel, group) program: sums of a - shift[c] and of (a - shift[c]) * (b or a - shift)
@@ -50,7 +50,7 @@ def _partial_sums_kernel(a_ptr, b_ptr, shift_ptr, first_ptr, second_ptr, images,
     tl.store(second_ptr + c * groups + group, tl.sum(total2, axis=0))
 
 
-@triton.jit
+@jit
 def _channel_totals(first_ptr, second_ptr, c, mask, groups, BLOCK: tl.constexpr):
     # Each channel's partial sums, added in group order (deterministic).
     acc = tl.float64 if first_ptr.dtype.element_ty == tl.float64 else tl.float32
@@ -62,7 +62,7 @@ def _channel_totals(first_ptr, second_ptr, c, mask, groups, BLOCK: tl.constexpr)
     return first, second
 
 
-@triton.jit
+@jit
 def _forward_stats_kernel(first_ptr, second_ptr, shift_ptr, w_ptr, b_ptr, mean_ptr, var_ptr,
                           scale_ptr, offset_ptr, channels, groups, count,
                           EPS: tl.constexpr, BLOCK: tl.constexpr):
@@ -81,7 +81,7 @@ def _forward_stats_kernel(first_ptr, second_ptr, shift_ptr, w_ptr, b_ptr, mean_p
     tl.store(offset_ptr + c, offset, mask=mask)
 
 
-@triton.jit
+@jit
 def _backward_stats_kernel(first_ptr, second_ptr, w_ptr, mean_ptr, var_ptr, dw_ptr, db_ptr,
                            a_ptr, s_ptr, t_ptr, channels, groups, count,
                            EPS: tl.constexpr, BLOCK: tl.constexpr):
@@ -101,7 +101,7 @@ def _backward_stats_kernel(first_ptr, second_ptr, w_ptr, mean_ptr, var_ptr, dw_p
     tl.store(t_ptr + c, -a * db / count - mean * s, mask=mask)
 
 
-@triton.jit
+@jit
 def _per_channel_kernel(x_ptr, g_ptr, a_ptr, s_ptr, t_ptr, out_ptr, channels, m,
                         WITH_G: tl.constexpr, BLOCK: tl.constexpr):
     # out = x * s[c] + t[c] (+ g * a[c]) over one image's channel run

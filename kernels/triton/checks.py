@@ -13,16 +13,16 @@ import numpy as np
 from rill import errors
 from rill.ops.primitive import register_kernels
 
-from .launch import BACKEND, block_for, cdiv, empty, pointer, strides, tl, triton
+from .launch import BACKEND, block_for, cdiv, empty, jit, pointer, strides, tl
 from .shape import as_bytes, collapse, unravel
 
 
-@triton.jit
+@jit
 def _set_kernel(flag_ptr):
     tl.store(flag_ptr, 1)
 
 
-@triton.jit
+@jit
 def _all_kernel(flag_ptr, ok_ptr, n, D1, D2, D3, D4, D5, s0, s1, s2, s3, s4, s5,
                 BLOCK: tl.constexpr):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)

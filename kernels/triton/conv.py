@@ -27,12 +27,12 @@ from rill.ops.primitive import register_kernels
 from . import tuning
 from .linalg import (GemmTypes, multiply_add, split_k, sum_splits, tile_position,
                      zero_accumulator)
-from .launch import cdiv, empty, pointer, strides, tl, triton, xp
+from .launch import cdiv, empty, jit, pointer, strides, tl, xp
 
 _INT64_SPAN = 2 ** 31 - 1
 
 
-@triton.jit
+@jit
 def _conv2d_kernel(
         x_ptr, w_ptr, y_ptr, bias_ptr,
         sxn, sxc, sxh, sxw, swo, swc, swh, sww,
@@ -81,7 +81,7 @@ def _conv2d_kernel(
     tl.store(y_ptr + y_offs, acc.to(y_ptr.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
 
 
-@triton.jit
+@jit
 def _conv2d_weight_grad_kernel(
         x_ptr, g_ptr, gw_ptr,
         sxn, sxc, sxh, sxw, sgn, sgc, sgh, sgw,
@@ -131,7 +131,7 @@ def _conv2d_weight_grad_kernel(
     tl.store(gw_ptr + offs, acc.to(gw_ptr.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
 
 
-@triton.jit
+@jit
 def _conv_transpose2d_kernel(
         g_ptr, w_ptr, dx_ptr,
         sgn, sgc, sgh, sgw, swo, swc, swh, sww,

@@ -12,7 +12,7 @@ from rill.ops.primitive import register_kernels
 from rill.kernels.numpy.creation import _to_device
 
 from .elementwise import launch
-from .launch import BACKEND, block_for, cdiv, empty, pointer, tl, triton
+from .launch import BACKEND, block_for, cdiv, empty, jit, pointer, tl
 
 
 def _scalar(value, storage):
@@ -32,7 +32,7 @@ def _empty(shape, dtype, device):
     return empty(shape, dtype.storage)
 
 
-@triton.jit
+@jit
 def _ramp_kernel(out_ptr, start_ptr, step_ptr, stop_ptr, n, LAST_IS_STOP: tl.constexpr,
                  BLOCK: tl.constexpr):
     # out[i] = start + i * step (the last element exactly `stop` for an endpoint linspace).
@@ -68,7 +68,7 @@ def _linspace(start, stop, num, endpoint, dtype, device):
     return _ramp(num, start, step, stop, dtype.storage, endpoint and num > 1, np.float64)
 
 
-@triton.jit
+@jit
 def _eye_kernel(out_ptr, n_cols, total, k, BLOCK: tl.constexpr):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < total

@@ -20,7 +20,7 @@ from rill.errors import ArgumentError, DeviceError
 from rill.ops.primitive import register_kernels
 
 from .libdevice import libdevice
-from .launch import cdiv, empty, pointer, strides, block_for
+from .launch import block_for, cdiv, empty, jit, pointer, strides
 
 MAX_DIMS = 8
 _SQRT_HALF = 1 / math.sqrt(2.0)
@@ -103,12 +103,12 @@ _BOOL_RESULT = {"isnan", "isinf", "isfinite", "logical_not", "cast_to_bool", "eq
 _INTEGER_IDENTITY = {"floor", "ceil", "round", "trunc"}  # integers pass through unchanged
 
 _HELPERS = '''
-@triton.jit
+@jit
 def _clip_high(m, h):
     return tl.where((m < h) | (m != m), m, h)
 
 
-@triton.jit
+@jit
 def _signbit_float(x):
     # The sign bit itself, read through an integer view (libdevice's signbit returned nonzero
     # for positive float64 values on an H200 through Triton 3.6). Widening float16 keeps it.
@@ -119,7 +119,7 @@ def _signbit_float(x):
     return bits < 0
 
 
-@triton.jit
+@jit
 def _floor_divide_float(x, y):
     # Python's floor division, as NumPy and PyTorch compute it (the Array API standard allows
     # it): x - fmod(x, y) divided by y, one less where fmod's sign is not y's, so that
@@ -133,7 +133,7 @@ def _floor_divide_float(x, y):
     return tl.where(y == 0, x / y, low)
 
 
-@triton.jit
+@jit
 def _int_power(x, y):
     # Exponentiation by squaring; negative exponents give 0 (NumPy raises; rill checks).
     result = tl.full(x.shape, 1, x.dtype)
@@ -146,21 +146,21 @@ def _int_power(x, y):
     return result
 
 
-@triton.jit
+@jit
 def _shift_left(x, y):
     # Shifting by the width or more gives 0, as NumPy (Triton's << would be undefined there).
     w: tl.constexpr = x.dtype.primitive_bitwidth
     return tl.where(y < w, x << tl.minimum(y, w - 1), 0).to(x.dtype)
 
 
-@triton.jit
+@jit
 def _shift_right(x, y):
     # Past the width: the sign fill (0 or -1), as NumPy's arithmetic shift.
     w: tl.constexpr = x.dtype.primitive_bitwidth
     return tl.where(y < w, x >> tl.minimum(y, w - 1), tl.where(x < 0, -1, 0)).to(x.dtype)
 
 
-@triton.jit
+@jit
 def _round_bf16(x):
     # float32 -> nearest bfloat16 (ties to even), kept in float32 storage; NaN stays NaN.
     bits = x.to(tl.uint32, bitcast=True)
@@ -177,7 +177,7 @@ def _kernel_source(name: str, inputs: str, expression: str, attrs: tuple[str, ..
     params += [f"{v.upper()}_FLAT: tl.constexpr" for v in inputs] + ["BLOCK: tl.constexpr"]
     all_flat = " and ".join(f"{v.upper()}_FLAT" for v in inputs)
     lines = [
-        "@triton.jit",
+        "@jit",
         f"def {name}_kernel({', '.join(params)}):",
         "    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)",
         "    mask = offs < n",
@@ -212,7 +212,7 @@ def _kernel(name: str, attrs: tuple[str, ...]):
         # Triton reads a kernel's source through `inspect`, which finds it in linecache.
         filename = f"<rill generated elementwise kernel {name}>"
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-        scope = {"libdevice": libdevice, "__name__": __name__}  # real Triton reads it
+        scope = {"libdevice": libdevice, "jit": jit, "__name__": __name__}  # real Triton reads it
         exec(compile(source, filename, "exec"), scope)
         found = _COMPILED[key] = scope[f"{name}_kernel"]
     return found

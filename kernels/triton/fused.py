@@ -1,7 +1,7 @@
 """gpu kernel of the `fused` node (lib/capture/passes/fuse.py): one Triton kernel per group,
 generated from the elementwise expression table (kernels/triton/elementwise.py).
 
-Each op of the body becomes a call of a small @triton.jit function whose body is its
+Each op of the body becomes a call of a small @jit function whose body is its
 EXPRESSIONS entry (Triton inlines them); the kernel reads every input of the group once
 through its own strides (0 where broadcast), evaluates the ops in the body's order, and
 stores only the values the group returns. So per call: bytes moved = group inputs + group
@@ -28,7 +28,7 @@ from rill.errors import ArgumentError
 from .libdevice import libdevice
 from .elementwise import (_HELPERS, CONSTANTS, EXPRESSIONS, MAX_DIMS, _is_flat, _layout,
                           refuse_complex)
-from .launch import block_for, cdiv, empty, pointer
+from .launch import block_for, cdiv, empty, jit, pointer
 
 _TL = {"float16": "tl.float16", "float32": "tl.float32", "float64": "tl.float64",
        "int8": "tl.int8", "int16": "tl.int16", "int32": "tl.int32", "int64": "tl.int64",
@@ -98,7 +98,7 @@ class _Generated:
             params, expression = EXPRESSIONS[name]
             uses = [c for c in CONSTANTS.values() if c in expression]
             helpers[name] = (
-                f"@triton.jit\ndef _e_{name}({', '.join(list(params) + [f'{c}: tl.constexpr' for c in uses])}):\n"  # noqa: E501
+                f"@jit\ndef _e_{name}({', '.join(list(params) + [f'{c}: tl.constexpr' for c in uses])}):\n"  # noqa: E501
                 f"    return {expression}\n")
             args = [names[v] for v in node.inputs]
             for c in uses:
@@ -117,7 +117,7 @@ class _Generated:
         params += [f"{c}: tl.constexpr" for c in self.constants]
         flats = [f"{names[v].upper()}_FLAT" for v in inputs]
         params += [f"{f}: tl.constexpr" for f in flats] + ["BLOCK: tl.constexpr"]
-        lines = ["@triton.jit", f"def {kernel_name}({', '.join(params)}):",
+        lines = ["@jit", f"def {kernel_name}({', '.join(params)}):",
                  "    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)",
                  "    mask = offs < n"]
         if inputs:
@@ -148,7 +148,7 @@ class _Generated:
         _COUNT[0] += 1
         filename = f"<rill generated fused kernel {_COUNT[0]}>"
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-        scope = {"libdevice": libdevice, "__name__": __name__}
+        scope = {"libdevice": libdevice, "jit": jit, "__name__": __name__}
         exec(compile(source, filename, "exec"), scope)
         _KERNELS[key] = scope[kernel_name]
         return _KERNELS[key]

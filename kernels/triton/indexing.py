@@ -30,7 +30,7 @@ from rill.kernels.numpy.indexing import _identity
 
 from .creation import filled
 from .elementwise import contiguous, launch
-from .launch import INTERPRET, block_for, cdiv, empty, pointer, strides, tl, triton, xp
+from .launch import INTERPRET, block_for, cdiv, empty, jit, pointer, strides, tl, triton, xp
 from .shape import MAX_DIMS, as_bytes, collapse, remap, unravel
 
 # Kernels read only constexpr globals; launchers pass `.value`.
@@ -49,7 +49,7 @@ def _widened(dtype):
     return np.dtype(np.float32 if dtype.kind == "f" else np.int32)
 
 
-@triton.jit
+@jit
 def _rows_kernel(view_ptr, index_ptr, dense_ptr, A, R, blocks_r, index_stride, index_len,
                  dense_a_stride, D1, D2, D3, D4, D5, v0, v1, v2, v3, v4, v5,
                  e0, e1, e2, e3, e4, e5, MODE: tl.constexpr, HAS_INDEX: tl.constexpr,
@@ -97,7 +97,7 @@ def _rows_kernel(view_ptr, index_ptr, dense_ptr, A, R, blocks_r, index_stride, i
             tl.atomic_add(view_ptr + view_at, value, mask=mask)
 
 
-@triton.jit
+@jit
 def _offsets_kernel(off_ptr, index_ptr, n, stride, length, FIRST: tl.constexpr,
                     BLOCK: tl.constexpr):
     # off += wrap(index) * stride for one of several index arrays; MISSING once out of range.
@@ -114,7 +114,7 @@ def _offsets_kernel(off_ptr, index_ptr, n, stride, length, FIRST: tl.constexpr,
     tl.store(off_ptr + offs, tl.where(bad, MISSING, before + idx * stride), mask=mask)
 
 
-@triton.jit
+@jit
 def _claim_kernel(claims_ptr, off_ptr, A, BLOCK: tl.constexpr):
     # The last of several rows aimed at one target wins (NumPy's order for x[idx] = v).
     a = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
@@ -122,7 +122,7 @@ def _claim_kernel(claims_ptr, off_ptr, A, BLOCK: tl.constexpr):
     tl.atomic_max(claims_ptr + off, a.to(tl.int32), mask=(a < A) & (off != MISSING))
 
 
-@triton.jit
+@jit
 def _winners_kernel(off_ptr, claims_ptr, A, BLOCK: tl.constexpr):
     # Rows that lost their target's claim are dropped (their offset becomes MISSING).
     a = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
@@ -328,7 +328,7 @@ def _index_set(x, values, *arrays, key):
 # ---- along an axis -------------------------------------------------------------------------
 
 
-@triton.jit
+@jit
 def _along_kernel(x_ptr, idx_ptr, out_ptr, n, length, D1, D2, D3, D4, D5,
                   x0, x1, x2, x3, x4, x5, i0s, i1s, i2s, i3s, i4s, i5s,
                   o0, o1, o2, o3, o4, o5, a0, a1, a2, a3, a4, a5,

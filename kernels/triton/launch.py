@@ -64,6 +64,23 @@ else:
         return _DevicePointer(buffer.data.ptr, buffer.dtype)
 
 
+def jit(fn):
+    """triton.jit for rill's kernels: compiled without floating-point contraction, so that
+    a * b + c rounds twice, as NumPy and Triton's interpreter round it. With contraction
+    (Triton's default) a fused kernel's multiply-add became one FMA where the unfused kernels
+    round in between: captured steps stopped equalling eager ones bit for bit (seen on an
+    H200). Matrix products (tl.dot) are unaffected."""
+    kernel = triton.jit(fn)
+    if not INTERPRET:
+        run = kernel.run  # what kernel[grid](...) calls
+
+        def run_uncontracted(*args, **kwargs):
+            kwargs.setdefault("enable_fp_fusion", False)
+            return run(*args, **kwargs)
+        kernel.run = run_uncontracted
+    return kernel
+
+
 def empty(shape, dtype):
     """A new contiguous buffer of NumPy storage dtype `dtype` on the gpu device."""
     return BACKEND.allocate(tuple(shape), np.dtype(dtype))

@@ -30,7 +30,7 @@ from rill.ops.primitive import register_kernels
 
 from . import tuning
 from .elementwise import launch as elementwise_launch
-from .launch import BACKEND, INTERPRET, cdiv, empty, pointer, strides, tl, triton
+from .launch import BACKEND, INTERPRET, cdiv, empty, jit, pointer, strides, tl, triton
 
 # float32 products through TF32 tensor cores (faster, ~1e-3 relative error); off by default so
 # that float32 matches the CPU. A benchmark may set it.
@@ -41,7 +41,7 @@ _INT64_SPAN = 2 ** 31 - 1
 _MAX_GRID_YZ = 65535  # CUDA's limit on grid axes 1 and 2
 
 
-@triton.jit
+@jit
 def _group_offsets(idx, D1, D2, s0, s1, s2, DIMS: tl.constexpr):
     """Element offsets of the flat (row-major) indices `idx` of a group of DIMS axes whose
     sizes are (D0, D1, D2) (D0 implied) and strides (s0, s1, s2)."""
@@ -54,7 +54,7 @@ def _group_offsets(idx, D1, D2, s0, s1, s2, DIMS: tl.constexpr):
     return off
 
 
-@triton.jit
+@jit
 def tile_position(tiles_m, tiles_n, GROUP_M: tl.constexpr):
     """(row tile, column tile) of this program. GROUP_M row tiles sweep the column tiles
     together, so the tiles of the second operand they share stay in L2."""
@@ -65,7 +65,7 @@ def tile_position(tiles_m, tiles_n, GROUP_M: tl.constexpr):
     return first_m + (pid % width) % rows, (pid % width) // rows
 
 
-@triton.jit
+@jit
 def zero_accumulator(BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr):
     """ACC 0: float32 (float16/32 inputs), 1: float64, 2: int64 (integers)."""
     if ACC == 0:
@@ -77,7 +77,7 @@ def zero_accumulator(BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.const
     return acc
 
 
-@triton.jit
+@jit
 def multiply_add(acc, a, b, USE_DOT: tl.constexpr, PRECISION: tl.constexpr):
     """acc + a @ b for an (BM, BK) tile a and a (BK, BN) tile b."""
     if USE_DOT:
@@ -91,7 +91,7 @@ def multiply_add(acc, a, b, USE_DOT: tl.constexpr, PRECISION: tl.constexpr):
     return acc
 
 
-@triton.jit
+@jit
 def _contract_kernel(
         a_ptr, b_ptr, c_ptr, bias_ptr,
         BD1, BD2, sab0, sab1, sab2, sbb0, sbb1, sbb2, scb0, scb1, scb2, batch_start,
@@ -144,7 +144,7 @@ def _contract_kernel(
     tl.store(c_ptr + c_offs, acc.to(c_ptr.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
 
 
-@triton.jit
+@jit
 def _sum_splits_kernel(ws_ptr, out_ptr, size, SPLIT: tl.constexpr, BLOCK: tl.constexpr):
     # out = sum over the K splits of the workspace, in split order (deterministic).
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)

@@ -14,10 +14,10 @@ from rill.ops.primitive import register_kernels
 
 from .creation import filled
 from .elementwise import contiguous
-from .launch import INTERPRET, cdiv, empty, pointer, tl, triton
+from .launch import INTERPRET, cdiv, empty, jit, pointer, tl, triton
 
 
-@triton.jit
+@jit
 def _row_stats(x_row, d, eps, BLOCK: tl.constexpr):
     # Mean, then the variance about it (two passes: stable for rows with a large mean).
     cols = tl.arange(0, BLOCK)
@@ -37,7 +37,7 @@ def _row_stats(x_row, d, eps, BLOCK: tl.constexpr):
     return mu, rstd
 
 
-@triton.jit
+@jit
 def _forward_kernel(x_ptr, w_ptr, b_ptr, y_ptr, d, EPS: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * d
@@ -52,7 +52,7 @@ def _forward_kernel(x_ptr, w_ptr, b_ptr, y_ptr, d, EPS: tl.constexpr, BLOCK: tl.
         tl.store(y_ptr + row * d + start + cols, y.to(y_ptr.dtype.element_ty), mask=m)
 
 
-@triton.jit
+@jit
 def _backward_kernel(g_ptr, x_ptr, w_ptr, dx_ptr, dw_part_ptr, db_part_ptr, rows, d,
                      rows_per_program, EPS: tl.constexpr, BLOCK: tl.constexpr):
     pid = tl.program_id(0).to(tl.int64)
@@ -91,7 +91,7 @@ def _backward_kernel(g_ptr, x_ptr, w_ptr, dx_ptr, dw_part_ptr, db_part_ptr, rows
                 tl.store(db_part_ptr + part, tl.load(db_part_ptr + part, mask=m) + g, mask=m)
 
 
-@triton.jit
+@jit
 def _sum_parts_kernel(part_ptr, out_ptr, parts, d, BLOCK: tl.constexpr):
     cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = cols < d

@@ -21,10 +21,10 @@ import numpy as np
 
 from rill.ops.primitive import register_kernels
 
-from .launch import block_for, cdiv, empty, pointer, strides, tl, triton, xp
+from .launch import block_for, cdiv, empty, jit, pointer, strides, tl, xp
 
 
-@triton.jit
+@jit
 def _tap(base, oh, ow, t, H, W, sxh, sxw, SH, SW, PH, PW, DH, DW, KW: tl.constexpr, mask):
     """The pixel under tap t of each output's window; -inf in the padding."""
     ih = oh * SH - PH + (t // KW) * DH
@@ -33,7 +33,7 @@ def _tap(base, oh, ow, t, H, W, sxh, sxw, SH, SW, PH, PW, DH, DW, KW: tl.constex
     return tl.load(base + ih * sxh + iw * sxw, mask=mask & inside, other=float("-inf"))
 
 
-@triton.jit
+@jit
 def _max_pool2d_kernel(x_ptr, best_ptr, winner_ptr, total, C, H, W, OH, OW,
                        sxn, sxc, sxh, sxw, SH, SW, PH, PW, DH, DW,
                        KH: tl.constexpr, KW: tl.constexpr, BLOCK: tl.constexpr):
@@ -55,7 +55,7 @@ def _max_pool2d_kernel(x_ptr, best_ptr, winner_ptr, total, C, H, W, OH, OW,
     tl.store(winner_ptr + offs, winner.to(winner_ptr.dtype.element_ty), mask=mask)
 
 
-@triton.jit
+@jit
 def _max_pool2d_grad_kernel(g_ptr, winner_ptr, out_ptr, total, C, H, W, OH, OW,
                             sgn, sgc, sgh, sgw, swn, swc, swh, sww, SH, SW, PH, PW, DH, DW,
                             KH: tl.constexpr, KW: tl.constexpr, BLOCK: tl.constexpr):

@@ -16,28 +16,28 @@ import numpy as np
 
 from rill.ops.primitive import register_kernels
 
-from .launch import BACKEND, block_for, cdiv, empty, pointer, tl, triton
+from .launch import BACKEND, block_for, cdiv, empty, jit, pointer, tl
 
 # Kernels read only constexpr globals; launchers pass `.value`.
 UNIFORM, NORMAL, INTEGER = (tl.constexpr(i) for i in range(3))
 _BITS = {"float16": 11, "bfloat16": 8}  # uniform bits that the output dtype holds exactly
 
 
-@triton.jit
+@jit
 def _unit(word, BITS: tl.constexpr):
     """[0, 1) from the top BITS bits of a 32-bit word: exact in the output's precision, so
     rounding to it cannot reach 1 (24 bits for float32, 11 for float16, 8 for bfloat16)."""
     return (word >> (32 - BITS)).to(tl.float32) * (1.0 / (1 << BITS))
 
 
-@triton.jit
+@jit
 def _unit64(high, low):
     """[0, 1) from 53 bits of two words (exact in float64; NumPy's recipe)."""
     return ((high >> 5).to(tl.float64) * 67108864.0 + (low >> 6).to(tl.float64)) * \
         (1.0 / 9007199254740992.0)
 
 
-@triton.jit
+@jit
 def _random_kernel(out_ptr, params_ptr, n, key, first, low, span, KIND: tl.constexpr,
                    WIDE: tl.constexpr, BITS: tl.constexpr, BLOCK: tl.constexpr):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)

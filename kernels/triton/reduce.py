@@ -26,7 +26,7 @@ from rill.ops.rules import normalize_axes, normalize_axis, reduced_shape
 
 from .libdevice import libdevice
 from .elementwise import contiguous
-from .launch import INTERPRET, cdiv, empty, pointer, tl, triton
+from .launch import INTERPRET, cdiv, empty, jit, pointer, tl, triton
 
 # Elements per program tile. The interpreter runs a tile as one NumPy step: few, big tiles.
 TILE = 1 << 16 if INTERPRET else 4096
@@ -46,17 +46,17 @@ _TL = {np.dtype(np.float32): tl.float32, np.dtype(np.float64): tl.float64,
        np.dtype(np.uint8): tl.uint8}
 
 
-@triton.jit
+@jit
 def _max_nan(a, b):
     return tl.where((a > b) | (a != a), a, b)
 
 
-@triton.jit
+@jit
 def _min_nan(a, b):
     return tl.where((a < b) | (a != a), a, b)
 
 
-@triton.jit
+@jit
 def _combine(a, b, COMBINE: tl.constexpr):
     if COMBINE == 0:
         r = a + b
@@ -69,13 +69,13 @@ def _combine(a, b, COMBINE: tl.constexpr):
     return r
 
 
-@triton.jit
+@jit
 def _nan_or_zero(x):
     """Per row (axis 1): nan if the row holds a NaN, else 0 (in x's dtype)."""
     return tl.sum(tl.where(x != x, x, tl.zeros_like(x)), 1)
 
 
-@triton.jit
+@jit
 def _max_rows(x):
     # Only the builtin reductions (sum, max, min, cumsum, cumprod) are fast in Triton's
     # interpreter; NaN is found apart since max and min may ignore it.
@@ -83,20 +83,20 @@ def _max_rows(x):
     return tl.where(nan != nan, nan, tl.max(x, 1))
 
 
-@triton.jit
+@jit
 def _min_rows(x):
     nan = _nan_or_zero(x)
     return tl.where(nan != nan, nan, tl.min(x, 1))
 
 
-@triton.jit
+@jit
 def _last_column(y):
     """y[:, -1], exactly (one value plus zeros)."""
     last = tl.arange(0, y.shape[1]) == y.shape[1] - 1
     return tl.sum(tl.where(last[None, :], y, tl.zeros_like(y)), 1)
 
 
-@triton.jit
+@jit
 def _reduce_axis1(acc, COMBINE: tl.constexpr):
     if COMBINE == 0:
         r = tl.sum(acc, 1)
@@ -109,7 +109,7 @@ def _reduce_axis1(acc, COMBINE: tl.constexpr):
     return r
 
 
-@triton.jit
+@jit
 def _rows(pid, A, B, NB, INNER: tl.constexpr, BLOCK_M: tl.constexpr):
     """The (a, b) rows of program block `pid`: their flat row index a*B + b, a mask, and the
     first element's offset a*R*B + b (times R is left to the caller)."""
@@ -125,7 +125,7 @@ def _rows(pid, A, B, NB, INNER: tl.constexpr, BLOCK_M: tl.constexpr):
     return a, b, mask
 
 
-@triton.jit
+@jit
 def _reduce_kernel(x_ptr, out_ptr, aux_ptr, A, R, B, NB, S, L, N,
                    PRE: tl.constexpr, COMBINE: tl.constexpr, POST: tl.constexpr,
                    IDENT: tl.constexpr, P: tl.constexpr, ACC: tl.constexpr,
@@ -183,7 +183,7 @@ def _reduce_kernel(x_ptr, out_ptr, aux_ptr, A, R, B, NB, S, L, N,
     tl.store(out_ptr + out, total.to(out_ptr.dtype.element_ty), mask=mask_m)
 
 
-@triton.jit
+@jit
 def _arg_pick(v1, i1, v2, i2, LARGEST: tl.constexpr):
     """The winner of two (value, index) candidates: the extreme value, NaN beating all, the
     lower index on ties (NumPy's first occurrence)."""
@@ -198,7 +198,7 @@ def _arg_pick(v1, i1, v2, i2, LARGEST: tl.constexpr):
     return tl.where(wins, v1, v2), tl.where(wins, i1, i2)
 
 
-@triton.jit
+@jit
 def _arg_kernel(x_ptr, idx_in_ptr, val_out_ptr, idx_out_ptr, A, R, B, NB, S, L,
                 LARGEST: tl.constexpr, HAS_IDX: tl.constexpr, WRITE_VAL: tl.constexpr,
                 IDENT: tl.constexpr, ACC: tl.constexpr, INNER: tl.constexpr,
@@ -241,7 +241,7 @@ def _arg_kernel(x_ptr, idx_in_ptr, val_out_ptr, idx_out_ptr, A, R, B, NB, S, L,
         tl.store(val_out_ptr + out, v.to(val_out_ptr.dtype.element_ty), mask=mask_m)
 
 
-@triton.jit
+@jit
 def _scan_kernel(x_ptr, out_ptr, carry_ptr, A, R, B, NB, S, L, PROD: tl.constexpr,
                  ACC: tl.constexpr, INNER: tl.constexpr, BLOCK_M: tl.constexpr,
                  BLOCK_R: tl.constexpr):

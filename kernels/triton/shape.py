@@ -17,7 +17,7 @@ from rill.ops.primitive import register_kernels
 from rill.ops.shape import _resolve_shape
 
 from .elementwise import launch
-from .launch import BACKEND, block_for, cdiv, empty, pointer, strides, tl, triton, xp
+from .launch import BACKEND, block_for, cdiv, empty, jit, pointer, strides, tl, xp
 
 MAX_DIMS = 6
 
@@ -59,7 +59,7 @@ def collapse(shape, stride_lists, keep=()):
     return [1] * pad + dims, [[0] * pad + m for m in merged], [-1] * pad + axes
 
 
-@triton.jit
+@jit
 def unravel(flat, D1, D2, D3, D4, D5):
     """The 6-d index (i0..i5) of C-order position `flat` in dims (D0, D1, ..., D5)."""
     i5 = flat % D5
@@ -74,7 +74,7 @@ def unravel(flat, D1, D2, D3, D4, D5):
     return rest // D1, i1, i2, i3, i4, i5
 
 
-@triton.jit
+@jit
 def _source(i, lo, L, MODE: tl.constexpr):
     """Source index along one axis for output index i (an output of padding or shifting)."""
     j = i - lo
@@ -88,7 +88,7 @@ def _source(i, lo, L, MODE: tl.constexpr):
     return j
 
 
-@triton.jit
+@jit
 def _remap_kernel(dst_ptr, src_ptr, value_ptr, n, D1, D2, D3, D4, D5,
                   d0, d1, d2, d3, d4, d5, s0, s1, s2, s3, s4, s5,
                   lo0, lo1, lo2, lo3, lo4, lo5, L0, L1, L2, L3, L4, L5, K,

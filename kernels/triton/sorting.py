@@ -20,7 +20,7 @@ from rill.ops.primitive import register_kernels
 from rill.ops.rules import normalize_axis
 
 from .elementwise import contiguous, launch
-from .launch import INTERPRET, cdiv, empty, pointer, tl, triton
+from .launch import INTERPRET, cdiv, empty, jit, pointer, tl, triton
 
 # Longest row (padded) that one program sorts on its own.
 CHUNK = 1 << 16 if INTERPRET else 4096
@@ -28,7 +28,7 @@ CHUNK = 1 << 16 if INTERPRET else 4096
 GROUP_ELEMENTS = 1 << 16 if INTERPRET else 2048
 
 
-@triton.jit
+@jit
 def _after(va, ia, vb, ib, R, DESC: tl.constexpr):
     """Whether (va, ia) comes after (vb, ib) in the final order."""
     a_nan = va != va
@@ -45,7 +45,7 @@ def _after(va, ia, vb, ib, R, DESC: tl.constexpr):
     return tl.where(a_pad != b_pad, a_pad, tl.where(a_pad, ia > ib, key))
 
 
-@triton.jit
+@jit
 def _exchange(keys_ptr, idx_ptr, row_start, lo, j, k, R, mask, DESC: tl.constexpr):
     """Compare-exchange positions lo and lo + j of the rows starting at row_start; ascending
     where (lo & k) == 0, descending elsewhere (the bitonic pattern for merge size k)."""
@@ -63,7 +63,7 @@ def _exchange(keys_ptr, idx_ptr, row_start, lo, j, k, R, mask, DESC: tl.constexp
     tl.store(idx_ptr + at_hi, tl.where(swap, ia, ib), mask=mask)
 
 
-@triton.jit
+@jit
 def _chunk_kernel(src_ptr, keys_ptr, idx_ptr, R, P, chunks, S_LO, S_HI, INIT: tl.constexpr,
                   DESC: tl.constexpr, CHUNK: tl.constexpr, LOG_CHUNK: tl.constexpr,
                   GROUP: tl.constexpr):
@@ -94,7 +94,7 @@ def _chunk_kernel(src_ptr, keys_ptr, idx_ptr, R, P, chunks, S_LO, S_HI, INIT: tl
             tl.debug_barrier()
 
 
-@triton.jit
+@jit
 def _global_kernel(keys_ptr, idx_ptr, R, P, pairs, s, e, DESC: tl.constexpr,
                    BLOCK: tl.constexpr):
     # One compare-exchange stage (merge size 2**s, distance 2**e) over every row.

@@ -11,10 +11,10 @@ from __future__ import annotations
 from rill.ops.primitive import register_kernels
 
 from .elementwise import contiguous
-from .launch import block_for, cdiv, empty, pointer, tl, triton
+from .launch import block_for, cdiv, empty, jit, pointer, tl
 
 
-@triton.jit
+@jit
 def _adam_kernel(p_ptr, g_ptr, m_ptr, v_ptr, step_size_ptr, bc2_ptr, p_out, m_out, v_out, n,
                  BETA1: tl.constexpr, BETA2: tl.constexpr, EPS: tl.constexpr,
                  WEIGHT_DECAY: tl.constexpr, DECAY: tl.constexpr, BLOCK: tl.constexpr):
