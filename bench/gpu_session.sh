@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One lease on a lent GPU machine (see BENCHMARKS.md, "GPU"): install rill over the image's
-# packages, a smoke test, bench/gpu.py beside PyTorch, then the gpu tests, each bounded so
+# packages, a smoke test, the gpu tests, then bench/gpu.py beside PyTorch, each bounded so
 # that the whole call ends inside its limit. Logs go to $OUT (or ./gpu-out when unset).
 #   bash bench/gpu_session.sh [BENCH_SECONDS] [TEST_SECONDS] [PYTEST_ARGS...]
+# (tests first: a bench case that disagrees with PyTorch stops the bench)
 set -u
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
 BENCH_S=${1:-120}; TEST_S=${2:-240}; shift 2 2>/dev/null || shift $#
@@ -23,9 +24,6 @@ y = (x * 2 + 1).sum()
 print("sum(2x+1) =", y.item(), "(want 36) first call", round(time.perf_counter() - t0, 2), "s")
 PY
 FILES=$(grep -l "gpu" tests/test_*.py | tr '\n' ' ')
-echo "== bench/gpu.py (limit ${BENCH_S}s)"
-timeout "$BENCH_S" python3 bench/gpu.py --repeats 11 --inner 10 --json "$OUT/gpu.json" > "$OUT/bench.log" 2>&1
-echo "bench exit $?"; tail -45 "$OUT/bench.log"
 echo "== gpu tests (limit ${TEST_S}s)"
 XDIST=$(python3 -c "import xdist" 2>/dev/null && echo "-n 12")
 timeout "$TEST_S" python3 -m pytest -q $XDIST -p no:cacheprovider --timeout 120 --tb=short -rfE \
@@ -33,3 +31,6 @@ timeout "$TEST_S" python3 -m pytest -q $XDIST -p no:cacheprovider --timeout 120 
 echo "tests exit $?"
 grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | cut -c1-200 | sort | uniq | head -60
 tail -3 "$OUT/tests.log"
+echo "== bench/gpu.py (limit ${BENCH_S}s)"
+timeout "$BENCH_S" python3 bench/gpu.py --repeats 11 --inner 10 --json "$OUT/gpu.json" > "$OUT/bench.log" 2>&1
+echo "bench exit $?"; tail -45 "$OUT/bench.log"
