@@ -2,7 +2,7 @@
 # One lease on a lent GPU machine (see BENCHMARKS.md, "GPU"): install rill over the image's
 # packages, a smoke test, the gpu tests, then bench/gpu.py beside PyTorch, each bounded so
 # that the whole call ends inside its limit. Logs go to $OUT (or ./gpu-out when unset).
-#   bash bench/gpu_session.sh [BENCH_SECONDS] [TEST_SECONDS] [PYTEST_ARGS...]
+#   bash bench/gpu_session.sh [BENCH_SECONDS (0: no bench)] [TEST_SECONDS] [PYTEST_ARGS...]
 # (tests first: a bench case that disagrees with PyTorch stops the bench)
 set -u
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
@@ -31,6 +31,7 @@ timeout "$TEST_S" python3 -m pytest -q $XDIST -p no:cacheprovider --timeout 120 
 echo "tests exit $?"
 grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | cut -c1-200 | sort | uniq | head -60
 tail -3 "$OUT/tests.log"
+[ "$BENCH_S" -gt 0 ] || exit 0  # 0: tests only
 echo "== bench/gpu.py (limit ${BENCH_S}s)"
 timeout "$BENCH_S" python3 bench/gpu.py --repeats 11 --inner 10 --json "$OUT/gpu.json" > "$OUT/bench.log" 2>&1
 echo "bench exit $?"; tail -45 "$OUT/bench.log"

@@ -35,11 +35,15 @@ def _batches(n, seed=1):
 
 
 def _forward(model, x, where):
-    """The first layer where the arguments are; the rest inside a scope for `where`."""
+    """The layers where the arguments are; between them, exactly rounded arithmetic inside a
+    scope for `where`. The last layer is pinned too: on a real GPU the placer would move it
+    there, where its product sums in another order than NumPy's (1-ulp differences, seen on
+    an H200). Bit-equality is the partitioning's property, not the kernels'."""
     h = model[1](model[0](x))
     with rill.device(where) if where else contextlib.nullcontext():
         h = h * 0.5 + 0.25  # exactly rounded on every device
-    return model[2](h)
+    with rill.device(x.device) if where else contextlib.nullcontext():
+        return model[2](h)
 
 
 def _train(where, steps=10):
@@ -49,7 +53,8 @@ def _train(where, steps=10):
     @rill.capture
     def step(x, y):
         opt.zero_grad()
-        loss = ((_forward(model, x, where) - y) ** 2).mean()
+        with rill.device(x.device):  # the loss, too, where the arguments are (see _forward)
+            loss = ((_forward(model, x, where) - y) ** 2).mean()
         loss.backward()
         opt.step()
         return loss

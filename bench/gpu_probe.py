@@ -1,0 +1,70 @@
+"""Probes for the GPU kernels' tuning knobs, one table each (a GPU session's measurements,
+not a benchmark beside a peer): the reduction split target behind "sum over columns" and
+"max, all" in bench/gpu.py, and the tf32 matmul's tile configs.
+
+    python bench/gpu_probe.py          # on a machine with a GPU
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+import numpy as np
+
+import rill
+from rill.kernels.triton import linalg, reduce, tuning
+
+
+def median_ms(fn, repeats=7, inner=10):
+    fn()
+    rill.gpu.synchronize()
+    samples = []
+    for _ in range(repeats):
+        rill.gpu.synchronize()
+        start = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        rill.gpu.synchronize()
+        samples.append((time.perf_counter() - start) * 1e3 / inner)
+    return statistics.median(samples)
+
+
+def probe_splits():
+    x = rill.tensor(np.random.default_rng(0).standard_normal((1 << 14, 1 << 14),
+                                                             dtype=np.float32), device="gpu")
+    gb = x.numel() * 4 / 1e9
+    print("split programs | sum(axis=0) GB/s | max() GB/s | sum(axis=1) GB/s")
+    for split in (512, 1024, 2048, 4096, 8192):
+        reduce.SPLIT_PROGRAMS = split
+        cols = median_ms(lambda: rill.sum(x, axis=0))
+        whole = median_ms(lambda: rill.max(x))
+        rows = median_ms(lambda: rill.sum(x, axis=1))
+        print(f"{split:14d} | {gb / cols * 1e3:16.0f} | {gb / whole * 1e3:10.0f} | "
+              f"{gb / rows * 1e3:16.0f}")
+    reduce.SPLIT_PROGRAMS = 512
+
+
+def probe_tf32(size=4096):
+    rng = np.random.default_rng(0)
+    a, b = (rill.tensor(rng.standard_normal((size, size), dtype=np.float32), device="gpu")
+            for _ in range(2))
+    linalg.ALLOW_TF32 = True
+    chosen = tuning.config_for
+    print("tf32 config (bm, bn, bk, group, warps, stages) | TFLOP/s")
+    try:
+        for config in tuning.DOT_CANDIDATES:
+            linalg.tuning.config_for = lambda *args, _c=config, **kw: _c
+            try:
+                ms = median_ms(lambda: a @ b, repeats=5, inner=5)
+                print(f"{tuple(config)} | {2 * size ** 3 / ms / 1e9:.1f}")
+            except Exception as e:  # a config the chip cannot hold (shared memory)
+                print(f"{tuple(config)} | failed: {type(e).__name__}: {str(e)[:80]}")
+    finally:
+        linalg.tuning.config_for = chosen
+        linalg.ALLOW_TF32 = False
+
+
+if __name__ == "__main__":
+    print("device:", tuning.device_name())
+    probe_splits()
+    probe_tf32()
