@@ -52,6 +52,33 @@ def test_forward_against_float64(path, shape, dtype, rtol):
     np.testing.assert_allclose(got, _softmax64(x.astype(np.float64)), rtol=rtol, atol=1e-30)
 
 
+# Offsets below each row's max across exp's whole tail: the vector exp's fast path (above
+# -87.3 / -708), the band the C pass redoes with the scalar exp, where exp rounds to 0, and a
+# causal mask's -inf (kernels/native/softmax.c: FAST_LOW, ZERO_BELOW).
+TAIL = {np.float32: [0.0, -1.5, -50.0, -86.9, -87.0, -87.2, -90.0, -100.0, -103.9, -104.0,
+                     -104.1, -120.0, -np.inf],
+        np.float64: [0.0, -1.5, -600.0, -699.9, -700.0, -700.1, -708.5, -730.0, -745.0,
+                     -745.2, -746.0, -800.0, -np.inf]}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("width", [13, 40])  # one vector's tail, and several vectors
+def test_far_tail_and_masked_lanes_against_float64(path, dtype, width):
+    offsets = np.array(TAIL[dtype] * 4)[:width]
+    rows = np.stack([np.roll(offsets, k) for k in range(width)]) + 2.5  # every lane, each row
+    rows[1:7, ::2] = -np.inf  # mask half of some rows, as a causal mask does
+    x = rows.astype(dtype)
+    got = F.softmax(rill.tensor(x), dim=-1).numpy()
+    with np.errstate(under="ignore"):
+        want = _softmax64(x.astype(np.float64))
+    tiny = np.finfo(dtype).smallest_subnormal
+    # subnormal results carry an absolute rounding of the last subnormal place
+    np.testing.assert_allclose(got, want, rtol=2e-6 if dtype == np.float32 else 1e-14,
+                               atol=float(tiny))
+    assert (got[np.isneginf(x)] == 0).all()  # masked lanes: exact zeros
+    assert (got[want > 4 * float(tiny)] > 0).all()  # nothing representable is flushed
+
+
 @pytest.mark.parametrize("shape", SHAPES[:4])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_gradient_against_torch(path, shape, dtype):
