@@ -111,3 +111,26 @@ def test_captured_graph_runs_on_gpu():
     assert out.device == rill.device("gpu")
     expected = (np.tanh(np.linspace(-1, 1, 12).reshape(3, 4)) * np.arange(4.0) + 1).sum(1)
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-12)
+
+
+def test_a_kernel_launched_with_a_runtime_python_float_is_refused():
+    """Compiled Triton passes a Python float argument as float32 (the interpreter keeps
+    float64): rill's launcher refuses one in either mode, and takes it as a constexpr."""
+    from rill.kernels.triton.launch import empty, jit, pointer, tl
+
+    def scale_kernel(x_ptr, out_ptr, n, factor, FACTOR: tl.constexpr, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        mask = offs < n
+        x = tl.load(x_ptr + offs, mask=mask)
+        tl.store(out_ptr + offs, x * FACTOR, mask=mask)
+
+    kernel = jit(scale_kernel)
+    x = rill.gpu.backend().from_host(np.arange(4, dtype=np.float64) + 0.1, None)
+    out = empty((4,), np.float64)
+    with pytest.raises(TypeError, match="factor=0.1 would reach the compiled kernel as float32"):
+        kernel[(1,)](pointer(x), pointer(out), 4, 0.1, FACTOR=0.1, BLOCK=4)
+    with pytest.raises(TypeError, match="factor"):
+        kernel[(1,)](pointer(x), pointer(out), 4, factor=0.1, FACTOR=0.1, BLOCK=4)
+    kernel[(1,)](pointer(x), pointer(out), 4, 1, FACTOR=0.1, BLOCK=4)  # constexpr: fine
+    host = rill.gpu.backend().to_host(out)
+    np.testing.assert_array_equal(host, (np.arange(4) + 0.1) * 0.1)

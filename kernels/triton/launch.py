@@ -8,6 +8,7 @@ computes is computed by a Triton kernel.
 """
 from __future__ import annotations
 
+import inspect
 import os
 
 import numpy as np
@@ -65,20 +66,39 @@ else:
 
 
 def jit(fn):
-    """triton.jit for rill's kernels: compiled without floating-point contraction, so that
-    a * b + c rounds twice, as NumPy and Triton's interpreter round it. With contraction
-    (Triton's default) a fused kernel's multiply-add became one FMA where the unfused kernels
-    round in between: captured steps stopped equalling eager ones bit for bit (seen on an
-    H200). Matrix products (tl.dot) are unaffected."""
-    kernel = triton.jit(fn)
-    if not INTERPRET:
-        run = kernel.run  # what kernel[grid](...) calls
+    """triton.jit for rill's kernels, with two rules the compiled kernels need:
 
-        def run_uncontracted(*args, **kwargs):
+    - no floating-point contraction: a * b + c rounds twice, as NumPy and Triton's
+      interpreter round it. With contraction (Triton's default) a fused kernel's multiply-add
+      became one FMA where the unfused kernels round in between: captured steps stopped
+      equalling eager ones bit for bit (seen on an H200). tl.dot is unaffected.
+    - no Python float as a runtime argument: compiled Triton passes it as float32 (the
+      interpreter keeps float64), which silently rounded float64 attention's scale on the
+      H200. Such a value goes as a tl.constexpr, or in a float64 buffer; a launch that breaks
+      the rule raises, under the interpreter too, so the CPU test suite catches it."""
+    kernel = triton.jit(fn)
+    params = list(inspect.signature(fn).parameters.values())
+    runtime = tuple("constexpr" not in str(p.annotation) for p in params)
+    runtime_names = {p.name for p, r in zip(params, runtime) if r}
+    run = kernel.run  # what kernel[grid](...) calls
+
+    def checked_run(*args, **kwargs):
+        for i, (value, is_runtime) in enumerate(zip(args, runtime)):
+            if is_runtime and type(value) is float:
+                _float_argument(fn, params[i].name, value)
+        for name, value in kwargs.items():
+            if type(value) is float and name in runtime_names:
+                _float_argument(fn, name, value)
+        if not INTERPRET:
             kwargs.setdefault("enable_fp_fusion", False)
-            return run(*args, **kwargs)
-        kernel.run = run_uncontracted
+        return run(*args, **kwargs)
+    kernel.run = checked_run
     return kernel
+
+
+def _float_argument(fn, name, value):
+    raise TypeError(f"{fn.__name__}: the Python float {name}={value!r} would reach the compiled "
+                    "kernel as float32; pass it as a tl.constexpr or in a float64 buffer")
 
 
 def empty(shape, dtype):
