@@ -75,12 +75,11 @@ static inline void softmax_row_##SUFFIX(const T *restrict row, T *restrict o, Py
         o[j] = z < FAST_LOW ? FAST_LOW : z;                                                   \
         band |= (z < FAST_LOW) & (z >= ZERO_BELOW);                                           \
     }                                                                                         \
-    _Pragma("omp simd")                                                                       \
-    for (Py_ssize_t j = 0; j < c; j++) o[j] = EXP(o[j]);                                      \
     T total = 0;                                                                              \
     _Pragma("omp simd reduction(+:total)")                                                    \
     for (Py_ssize_t j = 0; j < c; j++) {                                                      \
-        o[j] = row[j] - m < FAST_LOW ? (T)0 : o[j];                                           \
+        const T e = EXP(o[j]);                                                                \
+        o[j] = row[j] - m < FAST_LOW ? (T)0 : e;                                              \
         total += o[j];                                                                        \
     }                                                                                         \
     if (band) {                                                                               \
