@@ -124,16 +124,37 @@ def test_clip_grad_norm_matches_torch_and_clips():
 
 
 def test_which_gradients_are_joined():
+    def joined(tensors, ord):
+        groups, rest = rill_clip._joined_groups(tensors, ord)
+        return [[id(t) for t in g] for g in groups], sorted(id(t) for t in rest)
+
     dense = [rill.tensor(g) for g in _grads()]
-    assert rill_clip._joinable(dense, 2.0) and rill_clip._joinable(dense, float("inf"))
-    assert not rill_clip._joinable(dense, 0.0) and not rill_clip._joinable(dense, -1.0)
-    assert not rill_clip._joinable(dense[:1], 2.0)  # one tensor: its own norm already
-    mixed = dense[:2] + [rill.tensor(np.ones(3))]  # a float64 among float32
-    assert not rill_clip._joinable(mixed, 2.0)
-    sparse = dense[:1] + [rill.sparse.SparseRows(rill.tensor([0]), rill.ones((1, 2)), (3, 2))]
-    assert not rill_clip._joinable(sparse, 2.0)
+    ids = [id(t) for t in dense]
+    assert joined(dense, 2.0) == ([ids], []) and joined(dense, float("inf")) == ([ids], [])
+    assert joined(dense, 0.0) == ([], sorted(ids)) and joined(dense, -1.0) == ([], sorted(ids))
+    assert joined(dense[:1], 2.0) == ([], ids[:1])  # one tensor: its own norm already
+    wide = rill.tensor(np.ones(3))  # a float64 among float32: normed on its own
+    assert joined(dense[:2] + [wide], 2.0) == ([ids[:2]], [id(wide)])
+    sparse = rill.sparse.SparseRows(rill.tensor([0]), rill.ones((1, 2)), (3, 2))
+    # a sparse gradient (a GPT's embedding) no longer keeps the dense ones apart
+    assert joined(dense + [sparse], 2.0) == ([ids], [id(sparse)])
+    assert joined(dense[:1] + [sparse], 2.0) == ([], sorted([ids[0], id(sparse)]))
     big = [rill.zeros(rill_clip.JOIN_MAX_ELEMENTS), rill.zeros(1)]
-    assert not rill_clip._joinable(big, 2.0)
+    assert joined(big, 2.0) == ([], sorted(id(t) for t in big))
+
+
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, float("inf"), 3.0])
+def test_total_norm_of_dense_and_sparse_gradients_is_the_norm_of_all_entries(norm_type):
+    dense = _grads(np.float64, seed=7)
+    rows = np.random.default_rng(8).standard_normal((3, 4))
+    sparse = rill.sparse.SparseRows(rill.tensor([4, 0, 4]), rill.tensor(rows), (6, 4))
+    total = rill_clip.get_total_norm([rill.tensor(g) for g in dense] + [sparse], norm_type)
+    as_dense = np.zeros((6, 4))
+    np.add.at(as_dense, [4, 0, 4], rows)  # repeated rows add up
+    entries = np.concatenate([g.ravel() for g in dense] + [as_dense.ravel()])
+    want = np.abs(entries).max() if norm_type == float("inf") else \
+        (np.abs(entries) ** norm_type).sum() ** (1 / norm_type)
+    np.testing.assert_allclose(total.numpy(), want, rtol=1e-13)
 
 
 def test_mixed_dtypes_keep_torch_total():
