@@ -3,7 +3,8 @@
 # packages, a smoke test, the gpu tests, then bench/gpu.py beside PyTorch, each bounded so
 # that the whole call ends inside its limit. Logs go to $OUT (or ./gpu-out when unset).
 #   bash bench/gpu_session.sh [BENCH_SECONDS (0: no bench)] [TEST_SECONDS] [PYTEST_ARGS...]
-# (tests first: a bench case that disagrees with PyTorch stops the bench)
+# (tests first: a bench case that disagrees with PyTorch stops the bench). PROBE_S=N in the
+# environment also runs bench/gpu_probe.py, for at most N seconds, before the bench.
 set -u
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
 BENCH_S=${1:-120}; TEST_S=${2:-240}; shift 2 2>/dev/null || shift $#
@@ -31,6 +32,11 @@ timeout "$TEST_S" python3 -m pytest -q $XDIST -p no:cacheprovider --timeout 120 
 echo "tests exit $?"
 grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | cut -c1-200 | sort | uniq | head -60
 tail -3 "$OUT/tests.log"
+if [ "${PROBE_S:-0}" -gt 0 ]; then  # PROBE_S=100: bench/gpu_probe.py's tuning tables too
+  echo "== bench/gpu_probe.py (limit ${PROBE_S}s)"
+  timeout "$PROBE_S" python3 bench/gpu_probe.py > "$OUT/probe.log" 2>&1
+  echo "probe exit $?"; tail -25 "$OUT/probe.log"
+fi
 [ "$BENCH_S" -gt 0 ] || exit 0  # 0: tests only
 echo "== bench/gpu.py (limit ${BENCH_S}s)"
 timeout "$BENCH_S" python3 bench/gpu.py --repeats 11 --inner 10 --json "$OUT/gpu.json" > "$OUT/bench.log" 2>&1
