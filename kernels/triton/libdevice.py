@@ -37,9 +37,6 @@ if INTERPRET:
             data = [a.handle.data for a in args]
             with np.errstate(all="ignore"):
                 out = np.asarray(np_fn(*data))
-            if out.dtype == np.bool_:  # signbit: an int32 0/1, as libdevice's
-                return tl.core.tensor(TensorHandle(out.astype(np.int32), tl.int32),
-                                      first.type.with_element_ty(tl.int32))
             out = out.astype(data[0].dtype, copy=False)
             return tl.core.tensor(TensorHandle(out, first.dtype), first.type)
         fn.__name__ = np_fn.__name__
