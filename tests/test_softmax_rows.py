@@ -79,6 +79,45 @@ def test_far_tail_and_masked_lanes_against_float64(path, dtype, width):
     assert (got[want > 4 * float(tiny)] > 0).all()  # nothing representable is flushed
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_cross_entropy_over_the_far_tail_and_masked_logits(dtype, smoothing):
+    """cross-entropy's row statistics (the same C module) over exp's whole tail and -inf
+    logits (a masked vocabulary, invalid actions): the loss and its gradient against float64."""
+    width = 300  # past one 256-entry stage of the statistics pass
+    offsets = np.resize(np.array(TAIL[dtype]), width)
+    rows = np.stack([np.roll(offsets, k) for k in range(12)]) + 1.5
+    rows[2:6, 1::3] = -np.inf
+    target = np.array([int(np.argmax(r)) for r in rows])  # a finite logit
+    x = rows.astype(dtype)
+    xr = rill.tensor(x, requires_grad=True)
+    loss = F.cross_entropy(xr, rill.tensor(target), label_smoothing=smoothing)
+    loss.backward()
+    x64 = x.astype(np.float64)
+    with np.errstate(under="ignore", invalid="ignore"):
+        z = x64 - x64.max(axis=1, keepdims=True)
+        logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+        picked = -logp[np.arange(12), target]
+        if smoothing:
+            # torch's rule: the uniform part sums log-probabilities, -inf where a logit is
+            uniform = -np.where(np.isneginf(logp), -np.inf, logp).mean(axis=1)
+            picked = (1 - smoothing) * picked + smoothing * uniform
+    want = picked.mean()
+    xt = torch.tensor(x, requires_grad=True)
+    lt = torch.nn.functional.cross_entropy(xt, torch.tensor(target), label_smoothing=smoothing)
+    lt.backward()
+    if np.isfinite(want):
+        np.testing.assert_allclose(float(loss), want, rtol=2e-6 if dtype == np.float32 else 1e-13)
+    assert np.isnan(float(loss)) == np.isnan(float(lt)) and \
+        np.isinf(float(loss)) == np.isinf(float(lt))
+    grad = xr.grad.numpy()
+    assert (grad[np.isneginf(x)] == 0).all() or smoothing  # masked lanes get no gradient
+    finite = np.isfinite(xt.grad.numpy())
+    np.testing.assert_allclose(grad[finite], xt.grad.numpy()[finite],
+                               rtol=1e-5 if dtype == np.float32 else 1e-12,
+                               atol=float(np.finfo(dtype).tiny))
+
+
 @pytest.mark.parametrize("shape", SHAPES[:4])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_gradient_against_torch(path, shape, dtype):

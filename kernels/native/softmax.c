@@ -28,16 +28,22 @@
 #include "common.h"
 #include <stdint.h>
 
+#define STATS_CHUNK 256 /* row_stats' exp arguments, staged on the stack */
+
 #define DEFINE_ROWS(T, EXP, LOG, FAST_LOW, ZERO_BELOW, SUFFIX)                                  \
-static inline T row_shift_##SUFFIX(const T *restrict row, Py_ssize_t c)                       \
+/* the row's shift (below); *low = its smallest entry (NaN ignored), which says whether any  \
+ * exp argument leaves the vector exp's fast path */                                        \
+static inline T row_shift_##SUFFIX(const T *restrict row, Py_ssize_t c, T *restrict low)      \
 {                                                                                             \
-    T m = -INFINITY;                                                                          \
+    T m = -INFINITY, l = INFINITY;                                                            \
     int has_nan = 0;                                                                          \
-    _Pragma("omp simd reduction(max:m) reduction(|:has_nan)")                                 \
+    _Pragma("omp simd reduction(max:m) reduction(min:l) reduction(|:has_nan)")                \
     for (Py_ssize_t j = 0; j < c; j++) {                                                      \
         m = row[j] > m ? row[j] : m;                                                          \
+        l = row[j] < l ? row[j] : l;                                                          \
         has_nan |= row[j] != row[j];                                                          \
     }                                                                                         \
+    *low = l;                                                                                 \
     return has_nan || m == -INFINITY ? (T)0 : m == INFINITY ? (T)NAN : m;                    \
 }                                                                                             \
                                                                                               \
@@ -46,13 +52,35 @@ static void row_stats_##SUFFIX(const T *restrict x, T *restrict shift, T *restri
 {                                                                                             \
     for (Py_ssize_t i = 0; i < n; i++) {                                                      \
         const T *row = x + i * c;                                                             \
-        const T m = row_shift_##SUFFIX(row, c);                                               \
-        T total = 0, zs = 0;                                                                  \
-        _Pragma("omp simd reduction(+:total, zs)")                                            \
-        for (Py_ssize_t j = 0; j < c; j++) {                                                  \
-            const T z = row[j] - m;                                                           \
-            total += EXP(z);                                                                  \
-            zs += z;                                                                          \
+        T low;                                                                                \
+        const T m = row_shift_##SUFFIX(row, c, &low);                                         \
+        T total = 0, zs = 0, buf[STATS_CHUNK];                                                \
+        if (!(low - m < FAST_LOW)) {  /* every argument on the fast path (or NaN) */          \
+            _Pragma("omp simd reduction(+:total, zs)")                                        \
+            for (Py_ssize_t j = 0; j < c; j++) {                                              \
+                const T z = row[j] - m;                                                       \
+                total += EXP(z);                                                              \
+                zs += z;                                                                      \
+            }                                                                                 \
+        }                                                                                     \
+        /* else exp through buf, as softmax_row's through o: masked (-inf) logits stay on    \
+         * the vector exp's fast path. Lanes under FAST_LOW add nothing: the max's lane adds  \
+         * 1, and each of them under exp(FAST_LOW) (1.7e-38 float, 9.9e-305 double), far     \
+         * under half an ulp of 1 for any row length. */                                      \
+        else for (Py_ssize_t j0 = 0; j0 < c; j0 += STATS_CHUNK) {                             \
+            const Py_ssize_t len = c - j0 < STATS_CHUNK ? c - j0 : STATS_CHUNK;               \
+            const T *r = row + j0;                                                            \
+            _Pragma("omp simd reduction(+:zs)")                                               \
+            for (Py_ssize_t j = 0; j < len; j++) {                                            \
+                const T z = r[j] - m;                                                         \
+                buf[j] = z < FAST_LOW ? FAST_LOW : z;                                         \
+                zs += z;                                                                      \
+            }                                                                                 \
+            _Pragma("omp simd reduction(+:total)")                                            \
+            for (Py_ssize_t j = 0; j < len; j++) {                                            \
+                const T e = EXP(buf[j]);                                                      \
+                total += r[j] - m < FAST_LOW ? (T)0 : e;                                      \
+            }                                                                                 \
         }                                                                                     \
         shift[i] = m;                                                                         \
         lse[i] = LOG(total);                                                                  \
@@ -67,7 +95,8 @@ static void row_stats_##SUFFIX(const T *restrict x, T *restrict shift, T *restri
  * ZERO_BELOW (exp rounds to 0 there), the scalar exp in the band between (rare). */        \
 static inline void softmax_row_##SUFFIX(const T *restrict row, T *restrict o, Py_ssize_t c)   \
 {                                                                                             \
-    const T m = row_shift_##SUFFIX(row, c);                                                   \
+    T low;                                                                                    \
+    const T m = row_shift_##SUFFIX(row, c, &low);                                             \
     int band = 0;                                                                             \
     _Pragma("omp simd reduction(|:band)")                                                     \
     for (Py_ssize_t j = 0; j < c; j++) {                                                      \
