@@ -89,34 +89,38 @@ static void row_stats_##SUFFIX(const T *restrict x, T *restrict shift, T *restri
 }                                                                                             \
                                                                                               \
 /* o = softmax of one row: exp(row - shift) / its sum. The vector exp leaves its fast path  \
- * for each lane under FAST_LOW (a causal mask's -inf: 3x slower a row), so it is given     \
- * max(z, FAST_LOW), through o (in one loop GCC saw that the clamp only feeds lanes it      \
- * zeroes, and dropped it), and the lanes under FAST_LOW are put right after: 0 under       \
+ * for each lane under FAST_LOW (a causal mask's -inf: 3x slower a row), so a row with such \
+ * lanes gives exp max(z, FAST_LOW), through o (in one loop GCC saw that the clamp only      \
+ * feeds lanes it zeroes, and dropped it), and puts those lanes right after: 0 under        \
  * ZERO_BELOW (exp rounds to 0 there), the scalar exp in the band between (rare). */        \
 static inline void softmax_row_##SUFFIX(const T *restrict row, T *restrict o, Py_ssize_t c)   \
 {                                                                                             \
-    T low;                                                                                    \
+    T low, total = 0;                                                                         \
     const T m = row_shift_##SUFFIX(row, c, &low);                                             \
-    int band = 0;                                                                             \
-    _Pragma("omp simd reduction(|:band)")                                                     \
-    for (Py_ssize_t j = 0; j < c; j++) {                                                      \
-        const T z = row[j] - m;                                                               \
-        o[j] = z < FAST_LOW ? FAST_LOW : z;                                                   \
-        band |= (z < FAST_LOW) & (z >= ZERO_BELOW);                                           \
-    }                                                                                         \
-    T total = 0;                                                                              \
-    _Pragma("omp simd reduction(+:total)")                                                    \
-    for (Py_ssize_t j = 0; j < c; j++) {                                                      \
-        const T e = EXP(o[j]);                                                                \
-        o[j] = row[j] - m < FAST_LOW ? (T)0 : e;                                              \
-        total += o[j];                                                                        \
-    }                                                                                         \
-    if (band) {                                                                               \
-        total = 0;                                                                            \
+    if (!(low - m < FAST_LOW)) {  /* every argument on the fast path (or NaN) */              \
+        _Pragma("omp simd reduction(+:total)")                                                \
+        for (Py_ssize_t j = 0; j < c; j++) { o[j] = EXP(row[j] - m); total += o[j]; }         \
+    } else {                                                                                  \
+        int band = 0;                                                                         \
+        _Pragma("omp simd reduction(|:band)")                                                 \
         for (Py_ssize_t j = 0; j < c; j++) {                                                  \
             const T z = row[j] - m;                                                           \
-            if (z < FAST_LOW && z >= ZERO_BELOW) o[j] = EXP(z);                               \
+            o[j] = z < FAST_LOW ? FAST_LOW : z;                                               \
+            band |= (z < FAST_LOW) & (z >= ZERO_BELOW);                                       \
+        }                                                                                     \
+        _Pragma("omp simd reduction(+:total)")                                                \
+        for (Py_ssize_t j = 0; j < c; j++) {                                                  \
+            const T e = EXP(o[j]);                                                            \
+            o[j] = row[j] - m < FAST_LOW ? (T)0 : e;                                          \
             total += o[j];                                                                    \
+        }                                                                                     \
+        if (band) {                                                                           \
+            total = 0;                                                                        \
+            for (Py_ssize_t j = 0; j < c; j++) {                                              \
+                const T z = row[j] - m;                                                       \
+                if (z < FAST_LOW && z >= ZERO_BELOW) o[j] = EXP(z);                           \
+                total += o[j];                                                                \
+            }                                                                                 \
         }                                                                                     \
     }                                                                                         \
     _Pragma("omp simd")                                                                       \

@@ -207,7 +207,7 @@ def _kernel(name: str, attrs: tuple[str, ...]):
     if found is None:
         assert set(attrs) <= set(CONSTANTS.values()), attrs  # rill's own names only
         inputs, expression = EXPRESSIONS[name]
-        source = ("import triton\nimport triton.language as tl\n" + _HELPERS + "\n\n" +
+        source = ("import triton.language as tl\n" + _HELPERS + "\n\n" +
                   _kernel_source(name, inputs, expression, attrs))
         # Triton reads a kernel's source through `inspect`, which finds it in linecache.
         filename = f"<rill generated elementwise kernel {name}>"

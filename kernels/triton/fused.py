@@ -137,7 +137,7 @@ class _Generated:
         for j, v in enumerate(outputs):
             lines.append(f"    tl.store(o{j}_ptr + offs, {names[v]}.to(o{j}_ptr.dtype."
                          "element_ty), mask=mask)")
-        source = ("import triton\nimport triton.language as tl\n" + _HELPERS + "\n\n" +
+        source = ("import triton.language as tl\n" + _HELPERS + "\n\n" +
                   "\n\n".join(helpers.values()) + "\n\n" + "\n".join(lines) + "\n")
         self.source = source
         # Groups of the same ops and dtypes (each parameter's optimizer update) share one

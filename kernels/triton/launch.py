@@ -84,10 +84,10 @@ def jit(fn):
 
     def checked_run(*args, **kwargs):
         for i, (value, is_runtime) in enumerate(zip(args, runtime)):
-            if is_runtime and type(value) is float:
+            if is_runtime and isinstance(value, float):  # np.float64 too
                 _float_argument(fn, params[i].name, value)
         for name, value in kwargs.items():
-            if type(value) is float and name in runtime_names:
+            if isinstance(value, float) and name in runtime_names:
                 _float_argument(fn, name, value)
         if not INTERPRET:
             kwargs.setdefault("enable_fp_fusion", False)
