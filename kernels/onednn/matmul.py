@@ -43,9 +43,10 @@ def _usable(*arrays) -> bool:
                all(s > 0 and s % 4 == 0 for s in _strides(a)) for a in arrays)
 
 
-def matmul(a, b, bias=None):
+def matmul(a, b, bias=None, out=None):
     """a @ b (+ bias) for float32 a (..., m, k) and b (..., k, n) of equal rank, their batch
-    axes equal or 1 (broadcast), and bias (n,): a new C-ordered (..., m, n) array, or None."""
+    axes equal or 1 (broadcast), and bias (n,): into `out` (a C-ordered float32 array of the
+    result's shape) where given, else a new C-ordered (..., m, n) array; or None."""
     if not dnnl.teams_started():
         return None
     lib = dnnl.library()
@@ -74,7 +75,11 @@ def matmul(a, b, bias=None):
     prepared = _cache.get(lib, key, make)
     if prepared is None or prepared.reorders:
         return None  # no implementation reads these layouts as they are
-    y = cpu_memory.empty(out_shape, np.float32)  # a large weight's gradient: a kept buffer
+    if out is not None and (out.shape != out_shape or out.dtype != np.float32 or
+                            not out.flags.c_contiguous):
+        return None
+    # a large weight's gradient: a kept buffer
+    y = cpu_memory.empty(out_shape, np.float32) if out is None else out
     arrays = {dnnl.ARG_SRC: a, dnnl.ARG_WEIGHTS: b, dnnl.ARG_DST: y}
     if bias is not None:
         arrays[dnnl.ARG_BIAS] = bias
