@@ -119,7 +119,7 @@ def test_the_pipeline_fuses_only_what_the_c_loops_run(monkeypatch):
     def f(x, b):
         y = x * 2.0 + 1.0          # fused: same-shape and 0-d operands
         z = rill.exp(y) * 3.0      # exp has no exact C form: it stays a node
-        return rill.maximum(z, y) - x + b  # maximum stays; + b broadcasts a row: stays
+        return rill.maximum(z, y) - x + b  # maximum stays; - x + b (a row): one loop
 
     graph = pipeline.optimize(rill.capture(f, optimize=False).graph_for(x, b))
     ops = [n.op for n in graph.nodes if n.op not in ("input", "constant")]
@@ -161,6 +161,67 @@ def test_planned_output_buffers_are_written_and_others_replaced():
     wrong = np.empty((16, 16), np.float64)  # not the value's dtype: a new buffer instead
     got = kernel([x], [wrong])[0]
     assert got is not wrong and got.dtype == np.float32
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_trailing_blocks_broadcast_in_the_loop(dtype):
+    """A bias row and an attention-style mask beside a (5, 3, 7, 8) result (the bias a block
+    smaller than the mask's, inside its rows): the loop's bytes equal NumPy's, run whole, in
+    pieces cut inside rows (a thread's share), and on OpenMP's team."""
+    x = _values((5, 3, 7, 8), dtype, 20)
+    mask, bias = _values((1, 7, 8), dtype, 21), _values((8,), dtype, 22)
+    graph = _fused_graph(lambda a, m, b: (a * 0.5 + m) * 2.0 - b,
+                         *(rill.tensor(a) for a in (x, mask, bias)))
+    (node,) = [n for n in graph.nodes if n.op == "fused"]
+    body = node.attrs["body"]
+    # what the graph feeds it: the arguments, and the constants 0.5 and 2.0
+    inputs = [(x, mask, bias)[v.node.attrs["index"]] if v.node.op == "input" else
+              np.asarray(v.node.attrs["value"]) for v in node.inputs]
+    assert sorted(a.shape for a in inputs) == [(), (), (1, 7, 8), (5, 3, 7, 8), (8,)]
+    text = native_fused.source(body)
+    assert "% 8]" in text  # the bias inside the mask's rows of 56
+    with np.errstate(invalid="ignore"):  # inf - inf among the special values
+        want = numpy_fused.program(body)(*inputs)[0]
+        _check_body_bits(body, inputs)
+    module = native_fused._module(text)
+    n = x.size
+    for cuts in ([0, n], [0, 1, 55, 57, 500, n], [0, 41, 112, n]):
+        got = np.full(x.shape, np.nan, dtype)
+        for lo, hi in zip(cuts, cuts[1:]):
+            module.run(tuple(inputs), (got,), n, lo, hi)
+        _same_bits_but_nan_signs(got, want)
+        teamed = np.full(x.shape, np.nan, dtype)
+        module.run(tuple(inputs), (teamed,), n, cuts[1], n, 2)
+        module.run(tuple(inputs), (teamed,), n, 0, cuts[1], 2)
+        _same_bits_but_nan_signs(teamed, want)
+    with pytest.raises(ValueError, match="input"):  # a block of the wrong size
+        module.run(tuple(a[:5] if a is bias else a for a in inputs), (got,), n, 0, n)
+
+
+def test_the_pipeline_fuses_a_bias_and_a_residual_into_one_loop(monkeypatch):
+    """x + (h @ w + b), the residual of a transformer block: one C loop over the two adds,
+    the bias read as a row; and a column broadcast (a (rows, 1) operand) is not fused."""
+    monkeypatch.setitem(fuse_module.MIN_ELEMENTS, "cpu", 1)
+    rng = np.random.default_rng(23)
+    x, h = (rill.tensor(rng.standard_normal((4, 9, 16)).astype(np.float32)) for _ in range(2))
+    w = rill.tensor(rng.standard_normal((16, 16)).astype(np.float32))
+    b = rill.tensor(rng.standard_normal(16).astype(np.float32))
+    column = rill.tensor(rng.standard_normal((4, 9, 1)).astype(np.float32))
+
+    def block(x, h, w, b):
+        return x + (h @ w + b)
+
+    graph = pipeline.optimize(rill.capture(block, optimize=False).graph_for(x, h, w, b))
+    (body,) = _bodies(graph)
+    assert [n.op for n in body.nodes if n.op != "input"] == ["add", "add"]
+    assert native_fused.source(body) is not None
+    assert rill.capture(block)(x, h, w, b).numpy().tobytes() == block(x, h, w, b).numpy().tobytes()
+
+    def by_column(x, c):
+        return (x + c) * 2.0
+
+    graph = pipeline.optimize(rill.capture(by_column, optimize=False).graph_for(x, column))
+    assert graph.count("fused") == 0
 
 
 def test_the_source_holds_nothing_taken_from_the_graph():

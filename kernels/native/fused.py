@@ -14,8 +14,11 @@ exact casts), each in the dtype NumPy computes it in, with no FMA contraction
 (build.FLAGS). maximum/minimum/relu are left out (NumPy's vector loops and a C select
 disagree on which zero `max(-0.0, 0.0)` gives), as are transcendentals (exp, tanh: libm and
 NumPy's own SIMD code differ in the last bit) and integers (C's overflow is undefined).
-A group with any other op, or whose inputs broadcast other than as 0-d scalars, has no C
-source and runs in NumPy. One freedom is left to the compiler, as to NumPy's own loops:
+Inputs may broadcast as 0-d scalars or as trailing blocks: an input whose shape, leading 1s
+dropped, is the result's last axes (a bias (512,) beside (16, 64, 512), an attention mask
+(64, 64) beside (16, 4, 64, 64)) is read at the element's offset within its block; the loop
+then runs row by row over the largest such block. A group with any other op, or other
+broadcasting, has no C source and runs in NumPy. One freedom is left to the compiler, as to NumPy's own loops:
 where two NaNs meet in an op (NaN + -NaN), which one's sign and payload the result takes
 (IEEE 754 does not say; a + b and b + a are the same op to both). NaN stays NaN.
 
@@ -125,12 +128,29 @@ def _expression(node, args) -> str:
     raise _NotC(op)
 
 
+def _block(input_shape, shape) -> int | None:
+    """How the loop reads an input of `input_shape` beside a result of `shape`: 0 for one
+    element per element (the result's shape), else the size of the block it repeats (1: a
+    0-d scalar; a trailing block: the result's last axes, leading 1s dropped); None where
+    it broadcasts otherwise."""
+    input_shape = tuple(input_shape)
+    if input_shape == shape:
+        return 0
+    trailing = input_shape[next((k for k, d in enumerate(input_shape) if d != 1),
+                                len(input_shape)):]
+    if len(trailing) > len(shape) or (trailing and shape[len(shape) - len(trailing):] !=
+                                      trailing) or len(input_shape) > len(shape):
+        return None
+    return math.prod(trailing)
+
+
 def compiles(node) -> bool:
     """Whether a group may hold `node` and keep a C form: an op of the tables above on its
-    dtypes, each input 0-d or of the result's shape. The pipeline fuses CPU nodes only where
-    this holds (and a compiler is at hand), so its CPU groups all run as C loops."""
+    dtypes, each input 0-d, of the result's shape or a trailing block of it. The pipeline
+    fuses CPU nodes only where this holds (and a compiler is at hand), so its CPU groups all
+    run as C loops."""
     shape = tuple(node.outputs[0].shape)
-    if not shape or any(tuple(v.shape) not in ((), shape) for v in node.inputs) or \
+    if not shape or any(_block(v.shape, shape) is None for v in node.inputs) or \
             any(_dtype(v) not in _C_TYPE for v in node.inputs + node.outputs):
         return False
     try:
@@ -163,22 +183,23 @@ def source(body) -> str | None:
 def _source(body) -> str:
     shape = tuple(body.outputs[0].shape)
     names, lines, loads = {}, [], []
-    scalars = []
-    for j, v in enumerate(body.inputs):
+    blocks = [_block(v.shape, shape) for v in body.inputs]
+    if any(b is None for b in blocks):
+        raise _NotC("broadcast input")
+    row = max([b for b in blocks if b > 1], default=0)  # the loop's row: the largest block
+    for j, (v, b) in enumerate(zip(body.inputs, blocks)):
         d = _dtype(v)
         if d not in _C_TYPE:
             raise _NotC("input dtype")
         t = _C_TYPE[d]
         if tuple(v.shape) == ():
-            scalars.append(1)
             loads.append(f"    const {t} x{j} = *(const {t} *)in[{j}];")
             names[v] = f"x{j}"
-        elif tuple(v.shape) == shape:
-            scalars.append(0)
-            loads.append(f"    const {t} *restrict p{j} = (const {t} *)in[{j}];")
-            names[v] = f"p{j}[i]"
         else:
-            raise _NotC("broadcast input")
+            loads.append(f"    const {t} *restrict p{j} = (const {t} *)in[{j}];")
+            # a block repeats along the rows: the row's offset, or within a smaller block
+            names[v] = f"p{j}[i]" if b == 0 else f"p{j}[0]" if b == 1 else \
+                f"p{j}[j]" if b == row else f"p{j}[j % {b}]"
     if any(tuple(v.shape) != shape for v in body.outputs) or not shape:
         raise _NotC("output shape")
     k = 0
@@ -204,21 +225,57 @@ def _source(body) -> str:
     out_sizes = ", ".join(str(_dtype(v).itemsize) for v in body.outputs)
     return _TEMPLATE.format(
         n_in=len(body.inputs), n_out=len(body.outputs), in_sizes=itemsizes,
-        in_scalar=", ".join(map(str, scalars)) or "0", out_sizes=out_sizes,
+        in_fixed=", ".join(map(str, blocks)) or "0", out_sizes=out_sizes, row=row,
         loads="\n".join(loads), body="\n".join(lines + stores))
 
 
 # The module around the loop: run(inputs, outputs, n, start, stop[, threads]) checks every
-# buffer's size against the body's specs (0-d inputs hold one element, the others n), then
-# runs elements [start, stop) with the GIL released, on `threads` of OpenMP's team if more
-# than 1 (the body written twice: a parallel loop whose `if` clause is false ran unvectorized).
+# buffer's size against the body's specs (a 0-d input holds one element, a trailing block its
+# block, the others n), then runs elements [start, stop) with the GIL released, on `threads`
+# of OpenMP's team if more than 1 (the body written twice: a parallel loop whose `if` clause
+# is false ran unvectorized). Where blocks repeat (ROW > 0), the elements run row by row,
+# the element's offset in its row indexing the blocks: a vector loop with no division in it
+# (a row cut by start or stop runs in part).
 _TEMPLATE = """/* generated by rill (kernels/native/fused.py) for a fused elementwise group */
 #include "common.h"
+#include <omp.h>
 
 enum {{ N_IN = {n_in}, N_OUT = {n_out} }};
 static const Py_ssize_t IN_SIZE[] = {{{in_sizes}}}, OUT_SIZE[] = {{{out_sizes}}};
-static const int IN_SCALAR[] = {{{in_scalar}}};
+static const Py_ssize_t IN_FIXED[] = {{{in_fixed}}};  /* elements, or 0: n */
+#define ROW ((Py_ssize_t){row})
 
+#if {row} > 0
+static void rows(char *const *in, char *const *out, Py_ssize_t start, Py_ssize_t stop)
+{{
+{loads}
+    for (Py_ssize_t first = start; first < stop;) {{
+        const Py_ssize_t base = first - first % ROW;
+        const Py_ssize_t end = stop - base < ROW ? stop - base : ROW;
+        _Pragma("omp simd")
+        for (Py_ssize_t j = first - base; j < end; j++) {{
+            const Py_ssize_t i = base + j;
+{body}
+        }}
+        first = base + end;
+    }}
+}}
+
+static void loop(char *const *in, char *const *out, Py_ssize_t start, Py_ssize_t stop,
+                 int threads)
+{{
+    if (threads > 1) {{  /* on OpenMP's team (kernels/numpy/parallel.py:team_threads) */
+        _Pragma("omp parallel num_threads(threads)")
+        {{
+            const Py_ssize_t n = stop - start, t = omp_get_thread_num();
+            const Py_ssize_t parts = omp_get_num_threads();
+            rows(in, out, start + n * t / parts, start + n * (t + 1) / parts);
+        }}
+    }} else {{
+        rows(in, out, start, stop);
+    }}
+}}
+#else
 static void loop(char *const *in, char *const *out, Py_ssize_t start, Py_ssize_t stop,
                  int threads)
 {{
@@ -235,6 +292,7 @@ static void loop(char *const *in, char *const *out, Py_ssize_t start, Py_ssize_t
         }}
     }}
 }}
+#endif
 
 static PyObject *run(PyObject *self, PyObject *args)
 {{
@@ -260,7 +318,7 @@ static PyObject *run(PyObject *self, PyObject *args)
             break;
         }}
         held++;
-        const Py_ssize_t count = !is_out && IN_SCALAR[j] ? 1 : n;
+        const Py_ssize_t count = !is_out && IN_FIXED[j] ? IN_FIXED[j] : n;
         ok = check_size(&views[j], count, is_out ? OUT_SIZE[j - N_IN] : IN_SIZE[j],
                         is_out ? "output" : "input");
         if (is_out) out[j - N_IN] = views[j].buf; else in[j] = views[j].buf;
