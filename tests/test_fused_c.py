@@ -165,11 +165,11 @@ def test_planned_output_buffers_are_written_and_others_replaced():
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_trailing_blocks_broadcast_in_the_loop(dtype):
-    """A bias row and an attention-style mask beside a (5, 3, 7, 8) result (the bias a block
+    """A bias row and an attention-style mask beside a (5, 3, 7, 16) result (the bias a block
     smaller than the mask's, inside its rows): the loop's bytes equal NumPy's, run whole, in
     pieces cut inside rows (a thread's share), and on OpenMP's team."""
-    x = _values((5, 3, 7, 8), dtype, 20)
-    mask, bias = _values((1, 7, 8), dtype, 21), _values((8,), dtype, 22)
+    x = _values((5, 3, 7, 16), dtype, 20)
+    mask, bias = _values((1, 7, 16), dtype, 21), _values((16,), dtype, 22)
     graph = _fused_graph(lambda a, m, b: (a * 0.5 + m) * 2.0 - b,
                          *(rill.tensor(a) for a in (x, mask, bias)))
     (node,) = [n for n in graph.nodes if n.op == "fused"]
@@ -177,15 +177,15 @@ def test_trailing_blocks_broadcast_in_the_loop(dtype):
     # what the graph feeds it: the arguments, and the constants 0.5 and 2.0
     inputs = [(x, mask, bias)[v.node.attrs["index"]] if v.node.op == "input" else
               np.asarray(v.node.attrs["value"]) for v in node.inputs]
-    assert sorted(a.shape for a in inputs) == [(), (), (1, 7, 8), (5, 3, 7, 8), (8,)]
+    assert sorted(a.shape for a in inputs) == [(), (), (1, 7, 16), (5, 3, 7, 16), (16,)]
     text = native_fused.source(body)
-    assert "% 8]" in text  # the bias inside the mask's rows of 56
+    assert "% 16]" in text  # the bias inside the mask's rows of 112
     with np.errstate(invalid="ignore"):  # inf - inf among the special values
         want = numpy_fused.program(body)(*inputs)[0]
         _check_body_bits(body, inputs)
     module = native_fused._module(text)
     n = x.size
-    for cuts in ([0, n], [0, 1, 55, 57, 500, n], [0, 41, 112, n]):
+    for cuts in ([0, n], [0, 1, 111, 113, 500, n], [0, 41, 224, n]):
         got = np.full(x.shape, np.nan, dtype)
         for lo, hi in zip(cuts, cuts[1:]):
             module.run(tuple(inputs), (got,), n, lo, hi)
@@ -200,7 +200,8 @@ def test_trailing_blocks_broadcast_in_the_loop(dtype):
 
 def test_the_pipeline_fuses_a_bias_and_a_residual_into_one_loop(monkeypatch):
     """x + (h @ w + b), the residual of a transformer block: one C loop over the two adds,
-    the bias read as a row; and a column broadcast (a (rows, 1) operand) is not fused."""
+    the bias read as a row; a column broadcast (a (rows, 1) operand) and a row of fewer than
+    MIN_BLOCK elements are not fused."""
     monkeypatch.setitem(fuse_module.MIN_ELEMENTS, "cpu", 1)
     rng = np.random.default_rng(23)
     x, h = (rill.tensor(rng.standard_normal((4, 9, 16)).astype(np.float32)) for _ in range(2))
@@ -221,6 +222,10 @@ def test_the_pipeline_fuses_a_bias_and_a_residual_into_one_loop(monkeypatch):
         return (x + c) * 2.0
 
     graph = pipeline.optimize(rill.capture(by_column, optimize=False).graph_for(x, column))
+    assert graph.count("fused") == 0
+    short = rill.tensor(rng.standard_normal(4).astype(np.float32))
+    graph = pipeline.optimize(rill.capture(by_column, optimize=False).graph_for(
+        rill.tensor(rng.standard_normal((9, 4)).astype(np.float32)), short))
     assert graph.count("fused") == 0
 
 

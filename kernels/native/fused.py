@@ -16,8 +16,8 @@ disagree on which zero `max(-0.0, 0.0)` gives), as are transcendentals (exp, tan
 NumPy's own SIMD code differ in the last bit) and integers (C's overflow is undefined).
 Inputs may broadcast as 0-d scalars or as trailing blocks: an input whose shape, leading 1s
 dropped, is the result's last axes (a bias (512,) beside (16, 64, 512), an attention mask
-(64, 64) beside (16, 4, 64, 64)) is read at the element's offset within its block; the loop
-then runs row by row over the largest such block. A group with any other op, or other
+(64, 64) beside (16, 4, 64, 64); 16 elements or more) is read at the element's offset within
+its block; the loop then runs row by row over the largest such block. A group with any other op, or other
 broadcasting, has no C source and runs in NumPy. One freedom is left to the compiler, as to NumPy's own loops:
 where two NaNs meet in an op (NaN + -NaN), which one's sign and payload the result takes
 (IEEE 754 does not say; a + b and b + a are the same op to both). NaN stays NaN.
@@ -141,7 +141,13 @@ def _block(input_shape, shape) -> int | None:
     if len(trailing) > len(shape) or (trailing and shape[len(shape) - len(trailing):] !=
                                       trailing) or len(input_shape) > len(shape):
         return None
-    return math.prod(trailing)
+    size = math.prod(trailing)
+    return size if size == 1 or size >= MIN_BLOCK else None
+
+
+# The smallest trailing block a loop reads (above 0-d): rows of a few elements would make
+# the loop mostly row changes, where NumPy's own broadcasting runs them as fast.
+MIN_BLOCK = 16
 
 
 def compiles(node) -> bool:
