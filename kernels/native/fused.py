@@ -17,9 +17,9 @@ NumPy's own SIMD code differ in the last bit) and integers (C's overflow is unde
 Inputs may broadcast as 0-d scalars or as trailing blocks: an input whose shape, leading 1s
 dropped, is the result's last axes (a bias (512,) beside (16, 64, 512), an attention mask
 (64, 64) beside (16, 4, 64, 64); 16 elements or more) is read at the element's offset within
-its block; the loop then runs row by row over the largest such block. A group with any other op, or other
-broadcasting, has no C source and runs in NumPy. One freedom is left to the compiler, as to NumPy's own loops:
-where two NaNs meet in an op (NaN + -NaN), which one's sign and payload the result takes
+its block; the loop then runs row by row over the largest such block. A group with any
+other op, or other broadcasting, has no C source and runs in NumPy. One freedom is left to
+the compiler, as to NumPy's own loops: where two NaNs meet in an op (NaN + -NaN), which one's sign and payload the result takes
 (IEEE 754 does not say; a + b and b + a are the same op to both). NaN stays NaN.
 
 The first call of a new group starts its compile on a background thread (~0.3 s) and runs
