@@ -19,8 +19,9 @@ dropped, is the result's last axes (a bias (512,) beside (16, 64, 512), an atten
 (64, 64) beside (16, 4, 64, 64); 16 elements or more) is read at the element's offset within
 its block; the loop then runs row by row over the largest such block. A group with any
 other op, or other broadcasting, has no C source and runs in NumPy. One freedom is left to
-the compiler, as to NumPy's own loops: where two NaNs meet in an op (NaN + -NaN), which one's sign and payload the result takes
-(IEEE 754 does not say; a + b and b + a are the same op to both). NaN stays NaN.
+the compiler, as to NumPy's own loops: where two NaNs meet in an op (NaN + -NaN), which
+one's sign and payload the result takes (IEEE 754 does not say; a + b and b + a are the same
+op to both). NaN stays NaN.
 
 The first call of a new group starts its compile on a background thread (~0.3 s) and runs
 the NumPy function meanwhile (the same bits): a step never waits for the compiler.
@@ -138,8 +139,7 @@ def _block(input_shape, shape) -> int | None:
         return 0
     trailing = input_shape[next((k for k, d in enumerate(input_shape) if d != 1),
                                 len(input_shape)):]
-    if len(trailing) > len(shape) or (trailing and shape[len(shape) - len(trailing):] !=
-                                      trailing) or len(input_shape) > len(shape):
+    if len(input_shape) > len(shape) or shape[len(shape) - len(trailing):] != trailing:
         return None
     size = math.prod(trailing)
     return size if size == 1 or size >= MIN_BLOCK else None
