@@ -239,6 +239,19 @@ class TupleOf(AttrType):
             found += self.item.problems(v, f"{path}[{i}]")
         return found
 
+    def check(self, value):
+        # a shape, a permutation, a split's sizes: bind checks one on many ops, so a tuple
+        # whose items all pass is judged without building lists (a doubt takes the full path)
+        if type(value) is tuple and len(value) >= self.min_length and \
+                (self.length is None or len(value) == self.length):
+            item = self.item.check
+            for v in value:
+                if item(v) is not None:
+                    break
+            else:
+                return None
+        return AttrType.check(self, value)
+
 
 class Tuple(AttrType):
     """A tuple of fixed length whose items have the given types, in order."""
