@@ -27,8 +27,10 @@ The first call of a new group starts its compile on a background thread (~0.3 s)
 the NumPy function meanwhile (the same bits): a step never waits for the compiler.
 
 Trust: the source holds names made here (x0, v3, y1), C types and operators from the tables
-below, and float literals written with float.hex() from the validated attributes of the
-node; nothing is text taken from the graph, so a loaded graph cannot put code in it.
+below, float literals written with float.hex() from the validated attributes of the node,
+and block sizes, products of the values' shapes (ints a loaded graph's schema checked, each
+>= 0, under 2^48 in all); nothing is text taken from the graph, so a loaded graph cannot put
+code in it.
 """
 from __future__ import annotations
 
