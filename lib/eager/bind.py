@@ -3,7 +3,8 @@
 Every op, eager or captured, passes here:
 1. attrs are checked against the primitive's declared types, and inputs are normalized
    (Python scalars lifted as weak values, dtypes promoted);
-2. the shape/dtype rule runs first, so bad input fails at the user's call, named;
+2. the shape/dtype rule runs first, so bad input fails at the user's call, named (its
+   answers remembered per primitive: rule_cache.py);
 3. the current interpreter (chosen by context, never by the arguments) runs the op;
 4. a tape node is recorded when grad mode is on and an input requires grad (or came
    from an op without a gradient, so that differentiating it later can say which).
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 from ..errors import ArgumentError, DeviceError, Error
 from .context import current
+from .rule_cache import inferred
 from .tape import mark_no_gradient, record
 
 # What a shape/dtype rule or a normalization raises when handed a value it cannot use: the
@@ -41,7 +43,7 @@ def bind(prim, *args, **attrs):
                 if a.device is not device:
                     args, device = _across_devices(args, device, a.device, ctx)
                     break
-        avals = prim.infer(*args, **attrs)
+        avals = inferred(prim, args, attrs)
     except Error as e:
         if e.op is None:
             e.op = prim.name

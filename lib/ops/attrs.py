@@ -63,9 +63,16 @@ def _type_name(value) -> str:
 
 class AttrType:
     """One kind of attribute value. `problems` lists (relative path, why) pairs; `check` says
-    the first. Leaf types override `check` for speed: bind calls it on every op."""
+    the first. Leaf types override `check` for speed: bind calls it on every op.
+
+    `cache_key` says whether a value that passed `check` can key a cache of shape/dtype rule
+    results (eager/rule_cache.py): "value" when two equal values always mean the same (an int,
+    never a bool, so 1 and True cannot meet), "typed" when they must be told apart by type
+    too (a float attr takes 1 and 1.0, which are equal in Python and may give different
+    dtypes), None when no such key is known (a graph, an index key with slices)."""
 
     name = "value"
+    cache_key = None
 
     def problems(self, value, path: str = "") -> list:
         why = self.check(value)
@@ -85,6 +92,8 @@ class AttrType:
 
 class Int(AttrType):
     """An int (not bool) in [low, high]; int64 bounds by default."""
+
+    cache_key = "value"
 
     def __init__(self, low: int = INT64_MIN, high: int = INT64_MAX):
         self.low, self.high = low, high
@@ -110,6 +119,8 @@ class Float(AttrType):
     """A real number: a float, or an int a float can hold (never bool); finite only when
     `finite`. Ints stay ints where exactness matters (arange's bounds)."""
 
+    cache_key = "typed"
+
     def __init__(self, finite: bool = False):
         self.finite = finite
         self.name = "finite float" if finite else "float"
@@ -129,6 +140,7 @@ class Float(AttrType):
 
 class Bool(AttrType):
     name = "bool"
+    cache_key = "value"
 
     def check(self, value):
         return None if value is True or value is False else self.wrong_type(value)
@@ -136,6 +148,7 @@ class Bool(AttrType):
 
 class Str(AttrType):
     name = "str"
+    cache_key = "value"
 
     def check(self, value):
         return None if isinstance(value, str) else self.wrong_type(value)
@@ -143,6 +156,8 @@ class Str(AttrType):
 
 class Choice(AttrType):
     """One of a few strings (a mode, a reduction)."""
+
+    cache_key = "value"
 
     def __init__(self, *options: str):
         self.options = options
@@ -158,6 +173,7 @@ class Letters(AttrType):
     """A string of ASCII letters, possibly empty (einsum subscripts)."""
 
     name = "a string of ASCII letters"
+    cache_key = "value"
 
     def check(self, value):
         if isinstance(value, str) and value.isascii() and (value.isalpha() or value == ""):
@@ -169,6 +185,7 @@ class Scalar(AttrType):
     """A fill value: bool, int (int64 or uint64 range) or float."""
 
     name = "bool, int or float"
+    cache_key = "typed"
 
     def check(self, value):
         if isinstance(value, (bool, float)):
@@ -181,10 +198,12 @@ class Scalar(AttrType):
 
 class Instance(AttrType):
     """An instance of a class (DType, Device, Graph, Generator, ndarray), imported lazily so
-    that this module depends on nothing else in rill."""
+    that this module depends on nothing else in rill. `cache_key="value"` for classes whose
+    instances are one per meaning (dtypes, devices), compared by identity."""
 
-    def __init__(self, name: str, find):
+    def __init__(self, name: str, find, cache_key: str | None = None):
         self.name, self._find, self._cls = name, find, None
+        self.cache_key = cache_key
 
     def check(self, value):
         if self._cls is None:
@@ -198,6 +217,7 @@ class Optional(AttrType):
     def __init__(self, inner: AttrType):
         self.inner = inner
         self.name = f"None or {inner.name}"
+        self.cache_key = inner.cache_key  # None is told apart from any value of inner
 
     def problems(self, value, path=""):
         return [] if value is None else self.inner.problems(value, path)
@@ -226,6 +246,8 @@ class TupleOf(AttrType):
     def __init__(self, item: AttrType, length: int | None = None, min_length: int = 0):
         self.item, self.length, self.min_length = item, length, min_length
         self.name = f"tuple of {item.name}" + (f" (length {length})" if length else "")
+        # a tuple is one key: its items must need no type beside them
+        self.cache_key = "value" if item.cache_key == "value" else None
 
     def problems(self, value, path=""):
         if not isinstance(value, tuple):
@@ -259,6 +281,7 @@ class Tuple(AttrType):
     def __init__(self, *items: AttrType):
         self.items = items
         self.name = "(" + ", ".join(t.name for t in items) + ")"
+        self.cache_key = "value" if all(t.cache_key == "value" for t in items) else None
 
     def problems(self, value, path=""):
         if not isinstance(value, tuple):
@@ -275,6 +298,7 @@ class Axes(AttrType):
     """The axes of a reduction: None (all), an int, or a tuple of ints."""
 
     name = "None, an int or a tuple of ints"
+    cache_key = "value"
 
     def problems(self, value, path=""):
         if value is None or (type(value) is int and INT64_MIN <= value <= INT64_MAX):
@@ -387,8 +411,8 @@ AXIS = INT                      # one axis; its range is the shape rule's to che
 AXES = Axes()
 SHAPE = TupleOf(NonNegInt)
 PAIR = TupleOf(INT, length=2)   # (height, width) of a window, a stride, a dilation
-DTypeAttr = Instance("a rill dtype", _dtype_class)
-DeviceAttr = Instance("a rill device", _device_class)
+DTypeAttr = Instance("a rill dtype", _dtype_class, cache_key="value")
+DeviceAttr = Instance("a rill device", _device_class, cache_key="value")
 Subgraph = Instance("a graph", _graph_class)
 GeneratorAttr = Instance("a rill.Generator", _generator_class)
 NDArray = Instance("a NumPy array", lambda: np.ndarray)

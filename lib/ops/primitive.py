@@ -38,7 +38,7 @@ class Primitive:
 
     __slots__ = ("name", "infer", "vjp", "normalize", "multiple_results", "save_output",
                  "device_attr", "effect", "residuals", "kernels", "attrs", "required_attrs",
-                 "attr_checks", "cpu_only", "batch", "__weakref__")
+                 "attr_checks", "cpu_only", "batch", "rule_cache", "typed_attrs", "__weakref__")
 
     def __init__(self, name: str, infer: Callable, vjp: Callable | None = None, *,
                  normalize: Callable | None = None, multiple_results: bool = False,
@@ -62,6 +62,11 @@ class Primitive:
         self.required_attrs = frozenset(k for k in self.attrs or () if k not in defaults)
         # Bound `check`s looked up once here: bind runs them on every call.
         self.attr_checks = None if attrs is None else {k: t.check for k, t in attrs.items()}
+        # infer's results by inputs' shapes, dtypes, devices and attrs (eager/rule_cache.py),
+        # when every attr's value can key it; typed_attrs are keyed by their type as well.
+        keys = [t.cache_key for t in (attrs or {}).values()]
+        self.rule_cache = {} if attrs is not None and None not in keys else None
+        self.typed_attrs = tuple(k for k, t in (attrs or {}).items() if t.cache_key == "typed")
 
     def __repr__(self) -> str:
         return f"Primitive({self.name})"

@@ -1,0 +1,117 @@
+"""bind remembers shape/dtype rule answers per primitive (eager/rule_cache.py): a remembered
+answer is never one the rule would not give now."""
+import numpy as np
+import pytest
+
+import rill
+from rill.eager import rule_cache
+from rill.eager.bind import bind
+from rill.ops import attrs as A
+from rill.ops.primitive import PRIMITIVES, Primitive
+from rill.ops.promotion import lift
+
+
+def _probe(name, infer, attrs):
+    """An unregistered primitive whose cpu kernel returns a float32 zero of the rule's shape."""
+    prim = Primitive(name, infer, normalize=lift, attrs=attrs)
+    prim.kernels["cpu"] = lambda x, **_: np.zeros(x.shape, np.float32)
+    return prim
+
+
+def test_a_float_attr_is_keyed_by_its_type_too():
+    """1 and 1.0 are equal keys in Python; a rule may give them different dtypes."""
+    def infer(x, *, value):
+        return x.shape, rill.int64 if type(value) is int else rill.float32
+
+    prim = _probe("typed_probe", infer, {"value": A.FLOAT})
+    prim.kernels["cpu"] = lambda x, value: np.zeros(
+        x.shape, np.int64 if type(value) is int else np.float32)
+    x = rill.ones(3)
+    assert bind(prim, x, value=1).dtype is rill.int64
+    assert bind(prim, x, value=1.0).dtype is rill.float32
+    assert bind(prim, x, value=1).dtype is rill.int64
+    assert len(prim.rule_cache) == 2
+
+
+def test_a_rule_that_reads_anything_else_fails_the_check(monkeypatch):
+    """With RILL_CHECK_KERNELS (set for the suite) every remembered answer is recomputed:
+    a rule that reads state outside its inputs and attrs is caught, not answered stale."""
+    monkeypatch.setattr(rule_cache, "CHECK_KERNELS", True)
+    rows = [2]
+    prim = _probe("stateful_probe", lambda x: ((rows[0],), rill.float32), {})
+    prim.kernels["cpu"] = lambda x: np.zeros(rows[0], np.float32)
+    x = rill.ones(3)
+    assert bind(prim, x).shape == (2,)
+    rows[0] = 5
+    with pytest.raises(AssertionError, match="stateful_probe.*cannot be cached"):
+        bind(prim, x)
+
+
+def test_the_default_float_dtype_is_part_of_the_key():
+    """A rule may give int inputs the default float dtype (dtypes.to_float)."""
+    from rill import dtypes as dt
+    prim = _probe("default_float_probe", lambda x: (x.shape, dt.to_float(x.dtype)), {})
+    prim.kernels["cpu"] = lambda x: np.zeros(x.shape, dt.default_float.storage)
+    x = rill.arange(4)
+    assert bind(prim, x).dtype is rill.float32
+    rill.set_default_dtype(rill.float64)
+    try:
+        assert bind(prim, x).dtype is rill.float64
+        assert rill.sqrt(x).dtype is rill.float64
+    finally:
+        rill.set_default_dtype(rill.float32)
+    assert bind(prim, x).dtype is rill.float32
+
+
+def test_bad_input_fails_every_time():
+    """A rule that raises is not remembered: the second bad call is refused as the first."""
+    x = rill.ones(2, 3)
+    for _ in range(2):
+        with pytest.raises(rill.ShapeError, match="cannot reshape"):
+            x.reshape(4, 2)
+    for _ in range(2):
+        with pytest.raises(rill.ShapeError):
+            rill.ones(2, 3) @ rill.ones(2, 3)
+
+
+def test_which_primitives_are_cached():
+    """Only primitives whose every attr type can key a cache have one: an index key (whose
+    slices are not hashable before Python 3.12) and a graph attr leave theirs uncached."""
+    assert PRIMITIVES["matmul"].rule_cache is not None
+    assert PRIMITIVES["reshape"].rule_cache is not None
+    assert PRIMITIVES["layer_norm"].typed_attrs == ("eps",)
+    assert PRIMITIVES["getitem"].rule_cache is None
+    uncached = {n for n, p in PRIMITIVES.items() if p.rule_cache is None}
+    assert {"while", "scan", "switch"} <= uncached
+    assert len(uncached) < len(PRIMITIVES) // 10, sorted(uncached)
+
+
+def test_the_cache_stays_bounded(monkeypatch):
+    monkeypatch.setattr(rule_cache, "MAX_ENTRIES", 4)
+    prim = _probe("bounded_probe", lambda x: (x.shape, rill.float32), {})
+    for n in range(1, 12):
+        assert bind(prim, rill.ones(n)).shape == (n,)
+        assert len(prim.rule_cache) <= 4
+
+
+def test_a_repeated_step_reuses_the_answers():
+    """The point of the cache: a second identical step asks no rule again."""
+    calls = []
+    prim = PRIMITIVES["matmul"]
+    infer = prim.infer
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return infer(*args, **kwargs)
+
+    prim.rule_cache.clear()
+    try:
+        prim.infer = counting
+        a, b = rill.ones(3, 4), rill.ones(4, 5)
+        for _ in range(3):
+            assert (a @ b).shape == (3, 5)
+        # once, plus one recomputation per remembered answer under the suite's check mode
+        assert len(calls) == (3 if rule_cache.CHECK_KERNELS else 1)
+    finally:
+        prim.infer = infer
+        prim.rule_cache.clear()
