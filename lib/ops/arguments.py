@@ -128,6 +128,12 @@ def as_axes(value, op: str, what: str = "axis"):
 
 def as_ints(value, what: str, op: str, low: int = INT64_MIN, error=ArgumentError) -> tuple:
     """A tuple of ints, from one int or a sequence of them."""
+    if type(value) is tuple:  # a shape: every reshape, view and creation op asks
+        for v in value:
+            if type(v) is not int or not low <= v <= INT64_MAX:
+                break
+        else:
+            return value
     if _is_int_like(value):
         return (as_int(value, what, op, low, error=error),)
     if isinstance(value, (tuple, list)):

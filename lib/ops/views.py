@@ -38,6 +38,9 @@ EXPANDED = ("an in-place change of an expanded tensor would write one element ma
 # ---- PyTorch's strides, simulated ------------------------------------------------------------
 
 
+# Both are pure functions of tuples, asked the same few questions on every step (a model's
+# reshapes): remembered.
+@functools.lru_cache(maxsize=1024)
 def contiguous_strides(shape_: tuple) -> tuple:
     """The strides, in elements, of a row-major tensor of this shape (PyTorch's)."""
     strides, step = [], 1
@@ -67,6 +70,7 @@ def is_contiguous(t: Tensor) -> bool:
     return True
 
 
+@functools.lru_cache(maxsize=1024)
 def view_strides(old_shape: tuple, old_strides: tuple, new_shape: tuple):
     """The strides of `new_shape` as a view of a tensor with these shape and strides, or None
     when no view can hold it (then PyTorch's reshape copies). Each run of old axes laid out
@@ -174,15 +178,21 @@ def _permute_back(inverse, base, new):
     return shape.permuted_value(new, inverse)
 
 
-def permuted(x: Tensor, order: tuple) -> Tensor:
-    """x's axes in `order` (transposes of every spelling)."""
+@functools.lru_cache(maxsize=256)
+def _inverse(order: tuple) -> tuple:
     inverse = [0] * len(order)
     for i, a in enumerate(order):
         inverse[a] = i
+    return tuple(inverse)
+
+
+def permuted(x: Tensor, order: tuple) -> Tensor:
+    """x's axes in `order` (transposes of every spelling)."""
+    order = tuple(order)
     strides = strides_of(x)
-    return make_view(shape.permuted_value(source(x), tuple(order)), x,
-                     functools.partial(_permute_back, tuple(inverse)),
-                     tuple(strides[a] for a in order))
+    return make_view(shape.permuted_value(source(x), order), x,
+                     functools.partial(_permute_back, _inverse(order)),
+                     tuple([strides[a] for a in order]))
 
 
 def _reshape_back(base, new):
