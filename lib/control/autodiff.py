@@ -264,9 +264,11 @@ def _copy(nodes, graph: Graph, mapping: dict) -> None:
 
 def _refuse_higher_order(op: str) -> None:
     if is_grad_enabled():
-        raise GradientError(f"higher-order gradients through {op} are not supported yet "
-                            "(create_graph=True, or grad of grad, across a loop or branch)",
-                            op=op)
+        refused = GradientError(f"higher-order gradients through {op} are not supported yet "
+                                "(create_graph=True, or grad of grad, across a loop or "
+                                "branch)", op=op)
+        refused.higher_order = True  # eager/grad.py tells this refusal from other errors
+        raise refused
 
 
 def _check_traced_targets(inputs, positions, op: str) -> None:

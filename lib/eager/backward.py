@@ -21,6 +21,29 @@ def not_differentiable(t: Tensor, op: str) -> GradientError:
                          "required grad, or it ran under no_grad)", op=op)
 
 
+def taped_leaves(roots, own) -> list:
+    """The grad-requiring leaves behind `roots` other than those in `own`: the tensors an
+    enclosing tape records that a functional transform's function read (a closure over model
+    parameters, over x with x.requires_grad). Its derivative must be taped too, or it would
+    be a constant to that tape (eager/grad.py)."""
+    own = {id(t) for t in own}
+    found, seen, stack = {}, set(), [r._node for r in roots if r._node is not None]
+    while stack:
+        node = stack.pop()
+        if node in seen or node.inputs is None:
+            continue
+        seen.add(node)
+        for i in node.inputs:
+            if not i.requires_grad:
+                continue
+            if i._node is None:
+                if id(i) not in own:
+                    found[id(i)] = i
+            elif i._node not in seen:
+                stack.append(i._node)
+    return list(found.values())
+
+
 def _toposort(roots, targets, positions=frozenset()):
     """Nodes behind `roots`, parents first; with `targets` (ids, and the tape positions
     (node, index) of the non-leaf ones), only nodes that lead to one."""

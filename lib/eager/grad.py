@@ -1,13 +1,40 @@
 """Functional autodiff: rill.grad and rill.value_and_grad (JAX-style transformations)."""
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 
 from ..errors import ArgumentError, DTypeError, GradientError
 from ..tensor import Tensor, detached_value
+from ..ops.primitive import Primitive
 from ..tree import flatten
 from . import context
-from .backward import not_differentiable, gradients
+from .tape import record
+from .backward import gradients, not_differentiable, taped_leaves
+
+# How many differentiating transforms (grad, vjp, jvp and the Jacobians built on them) are
+# running their function in this context. Inside one, a transform's own derivative is taped
+# whatever its arguments are: the function may read a tensor the enclosing transform
+# differentiates without taking it as an argument (a closure, `grad(lambda w: loss(x, w))`
+# inside a grad over x), and an untaped inner derivative would be a constant to the outer
+# one: a zero, silently.
+_enclosing = contextvars.ContextVar("rill_differentiating_transforms", default=0)
+
+
+def nested() -> bool:
+    """Whether an enclosing differentiating transform is running its function."""
+    return _enclosing.get() > 0
+
+
+@contextlib.contextmanager
+def differentiating():
+    """Around a transform's call of its function: transforms inside it are nested()."""
+    token = _enclosing.set(_enclosing.get() + 1)
+    try:
+        yield
+    finally:
+        _enclosing.reset(token)
 
 
 def value_and_grad(f, argnums=0, has_aux: bool = False):
@@ -34,7 +61,8 @@ def value_and_grad(f, argnums=0, has_aux: bool = False):
     def run(*args, **kwargs):
         outer_recording = context.is_grad_enabled()
         args = list(args)
-        structures, inputs, create_graph = [], [], False
+        structures, inputs = [], []
+        create_graph = outer_recording and nested()
         for n in nums:
             if n >= len(args):
                 raise GradientError(f"argnums {n} is out of range for {len(args)} arguments",
@@ -47,17 +75,30 @@ def value_and_grad(f, argnums=0, has_aux: bool = False):
             args[n] = rebuild(fresh)
             structures.append((rebuild, len(fresh)))
             inputs.extend(fresh)
-        with context.enable_grad():
+        with differentiating(), context.enable_grad():
             out = f(*args, **kwargs)
         value, aux = (out if has_aux else (out, None))
         if not isinstance(value, Tensor) or value.size != 1 or not value.dtype.is_floating:
             raise GradientError("grad needs f to return a one-element float tensor, got "
                                 f"{_describe(value)}", op="grad")
+        closure = []
         if value.requires_grad:
             from ..ops.creation import ones_like
-            found = gradients([value], [ones_like(value)], targets=inputs,
-                              create_graph=create_graph,
-                              retain_graph=create_graph)
+            if outer_recording and not create_graph:
+                # f read tensors the tape outside records (a closure): so is its gradient
+                closure = taped_leaves([value], inputs)
+                create_graph = bool(closure)
+            try:
+                found = gradients([value], [ones_like(value)], targets=inputs,
+                                  create_graph=create_graph, retain_graph=create_graph)
+            except GradientError as refused:
+                if not closure or not getattr(refused, "higher_order", False):
+                    raise
+                # a loop or branch on the way has no higher-order rule yet: the gradient, and
+                # a tape node that refuses, with this error, to be differentiated further
+                found = gradients([value], [ones_like(value)], targets=inputs)
+                found = {k: (t, _refusing(g, closure, refused)) for k, (t, g) in found.items()}
+                create_graph = False
         elif value._origin is not None:
             raise not_differentiable(value, "grad")
         else:
@@ -90,6 +131,21 @@ def grad(f, argnums=0, has_aux: bool = False):
         return (g, out[1]) if has_aux else g
 
     return run
+
+
+def _refuse(g, out, *closure, error):
+    raise GradientError(str(error.args[0]), op=error.op)
+
+
+# A gradient that the tape outside cannot differentiate (see value_and_grad): its node reaches
+# the leaves the function read, and its rule raises the refusal met when taping it.
+_REFUSING = Primitive("grad", None, _refuse)
+
+
+def _refusing(g, closure, error) -> Tensor:
+    out = detached_value(g)
+    record(_REFUSING, tuple(closure), {"error": error}, out)
+    return out
 
 
 def _differentiable(x, outer_recording: bool) -> Tensor:

@@ -13,7 +13,8 @@ from __future__ import annotations
 import functools
 
 from ..eager import context
-from ..eager.backward import gradients
+from ..eager.backward import gradients, taped_leaves
+from ..eager.grad import differentiating, nested
 from ..errors import ArgumentError, ShapeError
 from ..sparse import SparseRows
 from ..tensor import Tensor, detached_value
@@ -66,7 +67,7 @@ def _linearized(func, primals, has_aux, op):
     leaves, rebuild = flatten(primals)
     outer = context.is_grad_enabled()
     xs = [differentiable_input(p, outer, op) for p in leaves]
-    with context.enable_grad():
+    with differentiating(), context.enable_grad():
         out = func(*rebuild(xs))
     value, aux = out if has_aux else (out, None)
     outs, rebuild_out = flatten(value)
@@ -88,7 +89,11 @@ def _linearized(func, primals, has_aux, op):
             g = entry[1].to_dense() if isinstance(entry[1], SparseRows) else entry[1]
             if g.requires_grad:
                 transposed.append((k, g))
-    keep_value = outer and any(isinstance(p, Tensor) and p.requires_grad for p in leaves)
+    # inside an enclosing transform, func may read what it differentiates; a closure may
+    # read what the tape outside records (eager/grad.py)
+    keep_value = outer and (nested() or any(isinstance(p, Tensor) and p.requires_grad
+                                            for p in leaves)
+                            or taped_leaves([o for o in outs if o.requires_grad], xs))
 
     def linear(tangents, keep):
         ts = _tangents(tangents, leaves, op)

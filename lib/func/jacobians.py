@@ -7,7 +7,8 @@ from __future__ import annotations
 import functools
 
 from ..eager import context
-from ..eager.backward import gradients
+from ..eager.backward import gradients, taped_leaves
+from ..eager.grad import differentiating, nested
 from ..errors import ArgumentError
 from ..sparse import SparseRows
 from ..tensor import Tensor, detached_value
@@ -31,13 +32,17 @@ def vjp(func, *primals, has_aux: bool = False):
     structures = [flatten(p) for p in primals]
     xs = [[differentiable_input(leaf, outer, "vjp") for leaf in leaves]
           for leaves, _ in structures]
-    with context.enable_grad():
+    with differentiating(), context.enable_grad():
         out = func(*[rebuild(x) for (_, rebuild), x in zip(structures, xs)])
     value, aux = out if has_aux else (out, None)
     outs, _ = flatten(value)
     flat_xs = [x for group in xs for x in group]
-    differentiated = outer and any(isinstance(p, Tensor) and p.requires_grad
-                                   for leaves, _ in structures for p in leaves)
+    # inside an enclosing transform, func may read what it differentiates; a closure may
+    # read what the tape outside records (eager/grad.py)
+    differentiated = outer and (nested() or any(isinstance(p, Tensor) and p.requires_grad
+                                                for leaves, _ in structures for p in leaves)
+                                or taped_leaves([o for o in outs if isinstance(o, Tensor)
+                                                       and o.requires_grad], flat_xs))
 
     def vjp_fn(cotangents):
         cts = flatten(cotangents)[0]
