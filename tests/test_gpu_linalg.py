@@ -79,6 +79,10 @@ def test_linear_and_weight_grad(rng):
     g = rng.standard_normal((150, 70))
     xs = rng.standard_normal((150, 40))
     close(linalg._linear_weight_grad(dev(g), dev(xs)), g.T @ xs)
+    g3, x3 = g.reshape(3, 50, 70), xs.reshape(3, 50, 40)  # summed over every leading axis
+    close(linalg._linear_weight_grad(dev(g3), dev(x3)), g.T @ xs)
+    close(linalg._linear_weight_grad(dev(g3)[:, ::2], dev(x3)[:, ::2]),
+          cpu_linalg._weight_grad(g3[:, ::2], x3[:, ::2]))
 
 
 def test_split_k_matches(rng, monkeypatch):

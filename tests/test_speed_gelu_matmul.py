@@ -319,11 +319,14 @@ def test_weight_gradient_is_one_2d_product():
     y = x @ w
     with rill.profiler.profile(record_shapes=True) as prof:
         y.backward(rill.ones_like(y))
-    shapes = sorted(tuple(map(tuple, e.shapes)) for e in prof.events() if e.name == "matmul")
-    # x's gradient g @ W^T (one GEMM in the kernel), W's x^T g over all 32 rows: not four
-    # (16, 8) @ (8, 32) products then their sum
-    assert shapes == [((4, 8, 32), (32, 16)), ((16, 32), (32, 32))], shapes
-    assert "sum" not in {e.name for e in prof.events()}
+    products = sorted((e.name, tuple(map(tuple, e.shapes))) for e in prof.events()
+                      if e.name in ("matmul", "linear", "linear_weight_grad"))
+    # x's gradient g @ W^T (one GEMM in the kernel, W read transposed), W's x^T g over all
+    # 32 rows (one GEMM in the kernel): not four (16, 8) @ (8, 32) products then their sum,
+    # and no transpose or reshape op
+    assert products == [("linear", ((4, 8, 32), (16, 32))),
+                        ("linear_weight_grad", ((4, 8, 16), (4, 8, 32)))], products
+    assert not {"sum", "transpose", "reshape"} & {e.name for e in prof.events()}
     np.testing.assert_array_equal(w.grad.numpy(), np.full((16, 32), 32, np.float32))
 
 
@@ -334,3 +337,39 @@ def test_captured_batched_matmul_step_equals_eager():
 
     _assert_captured_equals_eager(rill.value_and_grad(lambda w, x: ((x @ w) ** 2).sum()),
                                   w0, x0)
+
+
+@pytest.mark.parametrize("lead", [(5,), (2, 3), (2, 0), (1, 2, 3)])
+def test_linear_weight_grad_sums_over_every_leading_axis(lead):
+    """g^T x over all leading axes, as the primitive the vjps of x @ W and linear bind."""
+    from rill.eager.bind import bind
+    from rill.ops.linalg import linear_weight_grad_p
+    rng = np.random.default_rng(3)
+    g, x = rng.standard_normal(lead + (4,)), rng.standard_normal(lead + (6,))
+    got = bind(linear_weight_grad_p, rill.tensor(g), rill.tensor(x))
+    want = np.tensordot(g, x, axes=(list(range(len(lead))), list(range(len(lead)))))
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-12, atol=1e-12)
+    with pytest.raises(rill.ShapeError, match="same leading axes"):
+        bind(linear_weight_grad_p, rill.tensor(g), rill.tensor(rng.standard_normal((7, 6))))
+
+
+def test_second_order_and_vmap_through_the_product_of_a_3d_activation():
+    """The gradient of x @ W is itself differentiable (linear and linear_weight_grad's own
+    rules) and batches under vmap, matching PyTorch."""
+    rng = np.random.default_rng(4)
+    x0, w0 = rng.standard_normal((2, 3, 4)), rng.standard_normal((4, 5))
+
+    def loss(fw, x, w):
+        return ((x @ w).tanh() ** 2).sum()
+
+    def outer(fw, grad):
+        return lambda x, w: (grad(lambda w2: loss(fw, x, w2))(w) ** 2).sum()
+
+    hx = rill.grad(outer(rill, rill.grad))(rill.tensor(x0), rill.tensor(w0))
+    hxt = torch.func.grad(outer(torch, torch.func.grad))(torch.tensor(x0), torch.tensor(w0))
+    np.testing.assert_allclose(hx.numpy(), hxt.numpy(), rtol=1e-10, atol=1e-12)
+    per_sample = rill.vmap(rill.grad(lambda w, x: loss(rill, x, w)),
+                                in_dims=(None, 0))(rill.tensor(w0), rill.tensor(x0))
+    want = torch.func.vmap(torch.func.grad(lambda w, x: loss(torch, x, w)),
+                           in_dims=(None, 0))(torch.tensor(w0), torch.tensor(x0))
+    np.testing.assert_allclose(per_sample.numpy(), want.numpy(), rtol=1e-10, atol=1e-12)

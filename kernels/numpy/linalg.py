@@ -1,6 +1,8 @@
 """Linear-algebra CPU kernels (BLAS through NumPy)."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from rill import cpu_memory
@@ -99,10 +101,14 @@ def _as_one_gemm(a, b):
 
 
 def _weight_grad(g, x):
-    """g.T @ x: a linear layer's weight gradient. Its buffer is a kept one where a buffer of
+    """g.T @ x over all leading axes (g (..., out), x (..., in)): a linear layer's weight
+    gradient. Its buffer is a kept one where a buffer of
     its shape was given back (cpu_memory): VGG-11's first dense layer's gradient is 411 MB,
     and a fresh one page-faulted through its first write (40 ms a step, and 270-470 ms when
     the OS compacted memory for huge pages on the way)."""
+    if g.ndim > 2:  # rows over all leading axes (a view where they are contiguous)
+        rows = math.prod(g.shape[:-1])  # not -1, which a last axis of 0 leaves unknown
+        g, x = g.reshape(rows, g.shape[-1]), x.reshape(rows, x.shape[-1])
     multiply_adds = g.size * x.shape[-1]
     y = _onednn(g.T, x, multiply_adds=multiply_adds)
     if y is not None:

@@ -352,10 +352,11 @@ def _linear(x, w, *bias):
 
 
 def _linear_weight_grad(g, x):
-    # g^T x: (out, in), summed over the rows (samples) of both.
-    sizes = {"r": g.shape[0], "m": g.shape[1], "n": x.shape[1]}
-    out = empty((g.shape[1], x.shape[1]), x.dtype)
-    return contract(g, axes_of(g, ["r", "m"], sizes), x, axes_of(x, ["r", "n"], sizes),
+    # g^T x: (out, in), summed over the leading axes (the rows) of both.
+    lead = _letters(g.ndim - 1, "r")
+    sizes = dict(zip(lead, g.shape[:-1]), m=g.shape[-1], n=x.shape[-1])
+    out = empty((g.shape[-1], x.shape[-1]), x.dtype)
+    return contract(g, axes_of(g, lead + ["m"], sizes), x, axes_of(x, lead + ["n"], sizes),
                     out, axes_of(out, ["m", "n"], sizes), sizes, op="linear_weight_grad")
 
 

@@ -13,6 +13,7 @@ every op and said once, so a missing rule costs speed, never a wrong answer.
 """
 from __future__ import annotations
 
+import math
 import warnings
 
 from ..eager.bind import bind
@@ -351,8 +352,12 @@ def einsum_rule(prim, size, args, dims, attrs):
 
 
 def linear_weight_grad_rule(prim, size, args, dims, attrs):
-    """g (N, out) and x (N, in) per member: a batch of g^T x, one batched matmul."""
+    """g (..., out) and x (..., in) per member: a batch of g^T x over the members' rows, one
+    batched matmul."""
     g, x = (batched_front(a, d, size) for a, d in zip(args, dims))
+    if g.ndim > 3:  # the members' leading axes as one axis of rows
+        rows = math.prod(g.shape[1:-1])
+        g, x = _reshape(g, (size, rows, g.shape[-1])), _reshape(x, (size, rows, x.shape[-1]))
     gt = bind(PRIMITIVES["transpose"], g, axes=(0, 2, 1))
     return bind(PRIMITIVES["matmul"], gt, x), 0
 

@@ -39,6 +39,16 @@ def _matmul_infer(x, y):
 def _matmul_vjp(g, out, x, y):
     from .elementwise import sum_to_shape
     from .shape import reshape, swapaxes
+    if y.ndim == 2 and x.ndim >= 2 and x.dtype.kind == "f" and x.dtype is y.dtype is g.dtype:
+        # x @ W, a linear layer written as a product: x's gradient g @ W^T is one `linear`,
+        # W's x^T g over all rows one `linear_weight_grad`: 2 ops instead of 4 to 6 (a
+        # transpose and a matmul each, the rows' reshapes), the same GEMMs (an eager GPT
+        # step: 502 -> 434 ops)
+        gx = linear(g, y) if x.requires_grad else None
+        gy = None
+        if y.requires_grad:
+            gy = bind(linear_weight_grad_p, x, g)  # x^T g over all leading axes
+        return gx, gy
     x2 = x if x.ndim > 1 else reshape(x, (1,) + x.shape)
     y2 = y if y.ndim > 1 else reshape(y, y.shape + (1,))
     g2 = g
@@ -268,19 +278,20 @@ def _linear_vjp(g, out, x, w, *bias):
     from .shape import reshape
     gx = matmul(g, w) if x.requires_grad else None
     gw = gb = None
-    g2, x2 = (g, x) if x.ndim == 2 else (reshape(g, (-1, w.shape[0])),
-                                          reshape(x, (-1, w.shape[1])))
-    if w.requires_grad:
-        gw = bind(linear_weight_grad_p, g2, x2)
+    if w.requires_grad and x.ndim >= 2:
+        gw = bind(linear_weight_grad_p, g, x)  # over all leading axes at once
+    elif w.requires_grad:  # one sample: its outer product
+        gw = bind(linear_weight_grad_p, reshape(g, (1, -1)), reshape(x, (1, -1)))
     if bias and bias[0].requires_grad:
-        gb = sum_(g2, axis=0)
+        gb = sum_(g if g.ndim == 2 else reshape(g, (-1, w.shape[0])), axis=0)
     return (gx, gw, gb) if bias else (gx, gw)
 
 
 def _weight_grad_infer(g, x):
-    if g.ndim != 2 or x.ndim != 2 or g.shape[0] != x.shape[0]:
-        raise ShapeError(f"expects g (N, out) and x (N, in), got {g.shape} and {x.shape}")
-    return (g.shape[1], x.shape[1]), x.dtype
+    if g.ndim < 2 or g.ndim != x.ndim or g.shape[:-1] != x.shape[:-1]:
+        raise ShapeError(f"expects g (..., out) and x (..., in) with the same leading axes, "
+                         f"got {g.shape} and {x.shape}")
+    return (g.shape[-1], x.shape[-1]), x.dtype
 
 
 def _weight_grad_vjp(h, out, g, x):
@@ -292,8 +303,9 @@ def _weight_grad_vjp(h, out, g, x):
 # x @ w.T (+ bias): one primitive, so the bias costs no op, buffer or tape node of its own.
 linear_p = primitive("linear", _linear_infer, _linear_vjp, normalize=promotion.common_float,
                      attrs={}, batch=batching.first_leading)
-# g^T x: the weight's gradient, in the weight's own (out, in) layout (so the optimizer's
-# update reads it contiguously), with no transpose op on the tape.
+# g^T x summed over the leading axes (the rows): the weight's gradient, in the weight's own
+# (out, in) layout (so the optimizer's update reads it contiguously), with no transpose or
+# reshape op on the tape.
 linear_weight_grad_p = primitive("linear_weight_grad", _weight_grad_infer, _weight_grad_vjp,
                                  normalize=promotion.common_float, attrs={},
                                  batch=batching.linear_weight_grad_rule)
