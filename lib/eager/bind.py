@@ -43,7 +43,8 @@ def bind(prim, *args, **attrs):
                 if a.device is not device:
                     args, device = _across_devices(args, device, a.device, ctx)
                     break
-        avals = inferred(prim, args, attrs)
+        avals = prim.infer(*args, **attrs) if prim.rule_cache is None else \
+            inferred(prim, args, attrs)
     except Error as e:
         if e.op is None:
             e.op = prim.name

@@ -313,7 +313,8 @@ _UNARY_ATTRS = {"leaky_relu": {"alpha": A.FLOAT}, "elu": {"alpha": A.FLOAT},
                 "gelu": {"approximate": A.Choice(*_GELU_MODES)}}
 
 P = {name: primitive(name, infer, vjp, normalize=norm, save_output=save,
-                     attrs=_UNARY_ATTRS.get(name, {}), batch=batching.elementwise)
+                     attrs=_UNARY_ATTRS.get(name, {}), batch=batching.elementwise,
+                     cache_rule=False)  # a shape copied: cheaper than a lookup
      for name, (norm, infer, vjp, save) in _UNARY.items()}
 
 
@@ -686,7 +687,7 @@ _BINARY = {
 }
 
 P.update({name: primitive(name, infer, vjp, normalize=norm, save_output=save, attrs={},
-                          batch=batching.elementwise)
+                          batch=batching.elementwise, cache_rule=False)
           for name, (norm, infer, vjp, save) in _BINARY.items()})
 
 
