@@ -6,12 +6,12 @@ import contextvars
 import functools
 
 from ..errors import ArgumentError, DTypeError, GradientError
-from ..tensor import Tensor, detached_value
 from ..ops.primitive import Primitive
+from ..tensor import Tensor, detached_value
 from ..tree import flatten
 from . import context
-from .tape import record
 from .backward import gradients, not_differentiable, taped_leaves
+from .tape import record
 
 # How many differentiating transforms (grad, vjp, jvp and the Jacobians built on them) are
 # running their function in this context. Inside one, a transform's own derivative is taped
@@ -133,8 +133,8 @@ def grad(f, argnums=0, has_aux: bool = False):
     return run
 
 
-def _refuse(g, out, *closure, error):
-    raise GradientError(str(error.args[0]), op=error.op)
+def _refuse(g, out, *closure, why, op):
+    raise GradientError(why, op=op)
 
 
 # A gradient that the tape outside cannot differentiate (see value_and_grad): its node reaches
@@ -142,9 +142,10 @@ def _refuse(g, out, *closure, error):
 _REFUSING = Primitive("grad", None, _refuse)
 
 
-def _refusing(g, closure, error) -> Tensor:
+def _refusing(g, closure, error: GradientError) -> Tensor:
     out = detached_value(g)
-    record(_REFUSING, tuple(closure), {"error": error}, out)
+    # the message, not the exception: its traceback would keep the frames alive
+    record(_REFUSING, tuple(closure), {"why": str(error.args[0]), "op": error.op}, out)
     return out
 
 
