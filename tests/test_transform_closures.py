@@ -92,26 +92,3 @@ def test_a_loop_without_a_higher_order_rule_gives_the_gradient_and_refuses_more(
         (got ** 2).sum().backward()
     (eager ** 2).sum().backward()  # eagerly the loop is Python: second order works
     assert float(gru.weight_ih_l0.grad.abs().sum()) > 0
-
-
-def test_a_custom_vjp_that_closes_over_a_taped_tensor_is_refused():
-    """bwd returns cotangents for the arguments only: a tensor read by closure would get no
-    gradient, silently (JAX refuses this too). A constant closure stays fine."""
-    w, c = rill.tensor([2.0], requires_grad=True), rill.tensor([2.0])
-
-    def make(scale):
-        @rill.custom_vjp
-        def f(x):
-            return x * scale
-        f.defvjp(lambda x: (x * scale, None), lambda res, g: (g * scale,))
-        return f
-
-    x = rill.tensor([3.0], requires_grad=True)
-    with pytest.raises(rill.GradientError, match="closure.*pass it as an argument"):
-        make(w)(x)
-    with pytest.raises(rill.GradientError, match="closure"):
-        rill.grad(lambda v: make(v)(rill.tensor([3.0]) + 0 * v).sum())(rill.tensor([2.0]))
-    make(c)(x).sum().backward()
-    assert x.grad.tolist() == [2.0]
-    with rill.no_grad():  # nothing recorded: nothing to refuse
-        assert make(w)(x).tolist() == [6.0]

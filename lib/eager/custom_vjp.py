@@ -53,18 +53,9 @@ class custom_vjp:
         tensors = [args[i] for i in positions]
         if not (context.is_grad_enabled() and any(t.requires_grad for t in tensors)):
             return self.fun(*args)
-        # fwd on detached arguments with the tape on: nothing is recorded, unless fwd reads
-        # a tensor the tape records that is not an argument (a closure): bwd could not
-        # return its cotangent, and it would silently get none
-        with context.enable_grad():
-            out, residuals = self.fwd(*[detached_value(a) if isinstance(a, Tensor) else a
-                                        for a in args])
+        with context.no_grad():
+            out, residuals = self.fwd(*args)
         multi = isinstance(out, (tuple, list))
-        if any(isinstance(o, Tensor) and o.requires_grad for o in (out if multi else (out,))):
-            raise GradientError(f"{self.__name__} reads a tensor that requires grad without "
-                                "taking it as an argument (a closure), so its bwd cannot "
-                                "return that tensor's gradient; pass it as an argument, or "
-                                ".detach() it if it is a constant", op="custom_vjp")
         # Fresh handles: fwd may return an input itself, which must stay what it was.
         out = tuple(detached_value(o) for o in out) if multi else detached_value(out)
         record(self._prims[multi], tuple(tensors),
