@@ -373,3 +373,18 @@ def test_second_order_and_vmap_through_the_product_of_a_3d_activation():
     want = torch.func.vmap(torch.func.grad(lambda w, x: loss(torch, x, w)),
                            in_dims=(None, 0))(torch.tensor(w0), torch.tensor(x0))
     np.testing.assert_allclose(per_sample.numpy(), want.numpy(), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("xs, out", [((2, 4, 3), 0), ((3,), 2), ((2, 0, 3), 4)])
+def test_linear_gradients_at_edge_shapes_match_pytorch(xs, out):
+    """A layer of no outputs, one sample (a 1-d x), no rows: the weight's and bias's
+    gradients as PyTorch's (a layer of 0 outputs on a 3-d x failed to reshape before)."""
+    rng = np.random.default_rng(6)
+    x0, w0, b0 = rng.standard_normal(xs), rng.standard_normal((out, 3)), rng.standard_normal(out)
+    got = [rill.tensor(a, requires_grad=True) for a in (x0, w0, b0)]
+    want = [torch.tensor(a, requires_grad=True) for a in (x0, w0, b0)]
+    (rill.nn.functional.linear(*got) ** 2).sum().backward()
+    (torch.nn.functional.linear(*want) ** 2).sum().backward()
+    for r, t in zip(got, want):
+        assert r.grad.shape == tuple(t.grad.shape)
+        np.testing.assert_allclose(r.grad.numpy(), t.grad.numpy(), rtol=1e-12, atol=1e-12)

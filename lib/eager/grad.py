@@ -6,12 +6,11 @@ import contextvars
 import functools
 
 from ..errors import ArgumentError, DTypeError, GradientError
-from ..ops.primitive import Primitive
 from ..tensor import Tensor, detached_value
 from ..tree import flatten
 from . import context
 from .backward import gradients, not_differentiable, taped_leaves
-from .tape import record
+from .custom_vjp import custom_vjp
 
 # How many differentiating transforms (grad, vjp, jvp and the Jacobians built on them) are
 # running their function in this context. Inside one, a transform's own derivative is taped
@@ -133,20 +132,24 @@ def grad(f, argnums=0, has_aux: bool = False):
     return run
 
 
-def _refuse(g, out, *closure, why, op):
+# A gradient that the tape outside cannot differentiate (see value_and_grad): g itself, on a
+# tape node that reaches the leaves the function read and whose rule raises the refusal met
+# when taping it (the message, not the exception: its traceback would keep frames alive).
+@custom_vjp
+def _refused(g, why: str, op: str, *closure):
+    return g
+
+
+def _raise_refusal(residuals, ct):
+    why, op = residuals
     raise GradientError(why, op=op)
 
 
-# A gradient that the tape outside cannot differentiate (see value_and_grad): its node reaches
-# the leaves the function read, and its rule raises the refusal met when taping it.
-_REFUSING = Primitive("grad", None, _refuse)
+_refused.defvjp(lambda g, why, op, *closure: (g, (why, op)), _raise_refusal)
 
 
 def _refusing(g, closure, error: GradientError) -> Tensor:
-    out = detached_value(g)
-    # the message, not the exception: its traceback would keep the frames alive
-    record(_REFUSING, tuple(closure), {"why": str(error.args[0]), "op": error.op}, out)
-    return out
+    return _refused(g, str(error.args[0]), error.op, *closure)
 
 
 def _differentiable(x, outer_recording: bool) -> Tensor:

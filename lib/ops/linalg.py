@@ -281,9 +281,11 @@ def _linear_vjp(g, out, x, w, *bias):
     if w.requires_grad and x.ndim >= 2:
         gw = bind(linear_weight_grad_p, g, x)  # over all leading axes at once
     elif w.requires_grad:  # one sample: its outer product
-        gw = bind(linear_weight_grad_p, reshape(g, (1, -1)), reshape(x, (1, -1)))
+        gw = bind(linear_weight_grad_p, reshape(g, (1,) + g.shape), reshape(x, (1,) + x.shape))
     if bias and bias[0].requires_grad:
-        gb = sum_(g if g.ndim == 2 else reshape(g, (-1, w.shape[0])), axis=0)
+        # rows counted, not -1: a layer of 0 outputs leaves -1 unknown
+        rows = math.prod(g.shape[:-1])
+        gb = sum_(g if g.ndim == 2 else reshape(g, (rows, w.shape[0])), axis=0)
     return (gx, gw, gb) if bias else (gx, gw)
 
 
