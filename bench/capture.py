@@ -43,6 +43,7 @@ the BLAS NumPy uses (kernel family, threads; threadpoolctl) and torch's CPU capa
     python bench/capture.py --quick         # smoke run, about 15 s
     python bench/capture.py --cases gpt conv --repeats 400 --json capture.json
     python bench/capture.py --guards        # per call: the cost of checking a trace's guards
+    python bench/capture.py --base e080e54  # also rill eager and captured at that commit
 """
 from __future__ import annotations
 
@@ -580,7 +581,7 @@ def blas() -> dict:
 
 def main(argv=None) -> None:
     parser = harness.rotation_parser(__doc__, repeats=200, block=20,
-                                     quick="few repeats, short pauses")
+                                     quick="few repeats, short pauses", base=True)
     parser.add_argument("--chain-calls", type=int, default=200,
                         help="chain calls averaged into one sample")
     parser.add_argument("--per-node", action="store_true",
@@ -611,13 +612,16 @@ def main(argv=None) -> None:
         labels.append(JAX)
     else:
         console.print("jax is not importable: the jax.jit rows are skipped")
-    procs, conns, skipped, _ = harness.start({label: MODULES[label] for label in labels},
-                                              setup, WARMUP_CALLS)
+    modules, first_paths = harness.with_base({label: MODULES[label] for label in labels},
+                                             args.base)
+    procs, conns, skipped, _ = harness.start(modules, setup, WARMUP_CALLS,
+                                              first_paths=first_paths)
     for label, why in skipped.items():
         console.print(f"{label} skipped ({why})")
 
     report = {"machine": harness.machine(), "blas": blas(),
               "repeats": args.repeats, "block": args.block, "chain_calls": args.chain_calls,
+              "base": args.base,
               "skipped": skipped, "cases": {}}
     console.print(f"BLAS: {report['blas']}")
     try:

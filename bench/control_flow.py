@@ -32,6 +32,7 @@ the timing and the BLAS libraries NumPy uses (threadpoolctl), as the figures dep
 
     python bench/control_flow.py                  # about a minute
     python bench/control_flow.py --quick          # smoke run: tiny sizes, a few seconds
+    python bench/control_flow.py --base e080e54   # also rill's variants at that commit
     python bench/control_flow.py --jax-python /tmp/jaxvenv/bin/python --json lstm.json
 """
 from __future__ import annotations
@@ -294,6 +295,7 @@ def table(title: str, samples: dict, medians: dict):
 
 def main(argv=None) -> None:
     parser = harness.rotation_parser(__doc__, repeats=60, block=5, unit="steps", cases=False,
+                                     base=True,
                                      quick="tiny sizes, few repeats")
     parser.add_argument("--jax-python",
                         help="a Python interpreter with jax installed, to run the jax.jit "
@@ -312,9 +314,12 @@ def main(argv=None) -> None:
     else:
         console.print("jax is not importable: the jax.jit row is skipped (--jax-python PATH "
                       "runs it from an interpreter that has jax)")
+    modules, first_paths = harness.with_base({label: MODULES[label] for label in labels},
+                                             args.base)
     procs, conns, skipped, found_versions = harness.start(
-        {label: MODULES[label] for label in labels}, setup, WARMUP_CALLS,
-        executables={JAX: args.jax_python} if args.jax_python else None)
+        modules, setup, WARMUP_CALLS,
+        executables={JAX: args.jax_python} if args.jax_python else None,
+        first_paths=first_paths)
     for label, why in skipped.items():
         console.print(f"{label} skipped ({why})")
     if EAGER not in conns or CAPTURED not in conns:

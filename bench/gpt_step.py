@@ -19,15 +19,9 @@ tree: before and after in one run.
 """
 from __future__ import annotations
 
-import io
 import math
 import statistics
-import subprocess
-import sys
-import tarfile
-import tempfile
 import types
-from pathlib import Path
 
 import numpy as np
 
@@ -40,7 +34,7 @@ ELEMENTS = (16, 64, 512)  # the MLP's hidden activations: B, T, 4d
 WARMUP_CALLS, CHECK_CALLS = 3, 3
 
 EAGER, CAPTURED, TORCH = "rill eager", "rill captured", "torch eager"
-BASE_EAGER, BASE_CAPTURED = "rill eager @base", "rill captured @base"
+BASE_EAGER, BASE_CAPTURED = EAGER + harness.BASE, CAPTURED + harness.BASE
 CASES = {"step": "ms per training step", "erf": "ns per element", "gelu": "ns per element",
          "gelu_grad": "ns per element", "matmul 3d@2d": "ms", "matmul 3d@2d fwd+bwd": "ms"}
 
@@ -144,39 +138,8 @@ def setup(label: str, case: str):
     if case != "step":
         return kernel_case(fw, case), []
     step, x, y = gpt_step(fw, clip)
-    call = fw.capture(step) if label in (CAPTURED, BASE_CAPTURED) else step
+    call = fw.capture(step) if label == CAPTURED else step
     return (lambda: call(x, y)), [float(call(x, y).detach()) for _ in range(CHECK_CALLS)]
-
-
-def tree_at(rev: str) -> str:
-    """A folder holding `rill` (lib/) and `rill/kernels` (kernels/) at commit `rev`."""
-    root = Path(__file__).resolve().parent.parent
-    archive = subprocess.run(["git", "-C", str(root), "archive", rev, "lib", "kernels"],
-                             capture_output=True, check=True, timeout=60).stdout
-    folder = Path(tempfile.mkdtemp(prefix="rill-base-"))
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(folder, filter="data")
-    (folder / "lib").rename(folder / "rill")
-    (folder / "kernels").rename(folder / "rill" / "kernels")
-    return str(folder)
-
-
-def start(labels: list, base: str | None):
-    """Workers for `labels`; those of the base tree see it first on their sys.path (spawned
-    workers take the parent's sys.path as it is when each starts)."""
-    ours = [label for label in labels if label not in (BASE_EAGER, BASE_CAPTURED)]
-    procs, conns, skipped, _ = harness.start(
-        {label: "torch" if label == TORCH else "rill" for label in ours}, setup, WARMUP_CALLS)
-    if base:
-        sys.path.insert(0, base)
-        try:
-            more = harness.start({label: "rill" for label in (BASE_EAGER, BASE_CAPTURED)},
-                                 setup, WARMUP_CALLS)
-        finally:
-            sys.path.remove(base)
-        for mine, theirs in zip((procs, conns, skipped), more):
-            mine.update(theirs)
-    return procs, {label: conns[label] for label in labels if label in conns}, skipped
 
 
 def per_element(case: str) -> float:
@@ -186,18 +149,17 @@ def per_element(case: str) -> float:
 
 def main(argv=None) -> None:
     parser = harness.rotation_parser(__doc__, repeats=60, block=10,
-                                     quick="few repeats, short pauses")
-    parser.add_argument("--base", metavar="REV",
-                        help="also run rill at this commit (git archive of lib/ and kernels/)")
+                                     quick="few repeats, short pauses", base=True)
     args = parser.parse_args(argv)
     if args.quick:
         args.repeats, args.block = 4, 2
     settle = harness.QUICK_SETTLE_S if args.quick else harness.SETTLE_S
-    base = tree_at(args.base) if args.base else None
-    labels = [EAGER, CAPTURED] + ([BASE_EAGER, BASE_CAPTURED] if base else []) + [TORCH]
     report = {"machine": harness.machine(), "blas": blas(), "base": args.base, "cases": {}}
     print(f"BLAS: {report['blas']}", flush=True)
-    procs, conns, skipped = start(labels, base)
+    modules, first_paths = harness.with_base({EAGER: "rill", CAPTURED: "rill", TORCH: "torch"},
+                                             args.base)
+    procs, conns, skipped, _ = harness.start(modules, setup, WARMUP_CALLS,
+                                             first_paths=first_paths)
     for label, why in skipped.items():
         print(f"{label} skipped ({why})")
     try:

@@ -26,12 +26,17 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import io
 import multiprocessing as mp
 import os
 import platform
+import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 import traceback
+from pathlib import Path
 
 # A pause between blocks: BLAS and OpenMP worker threads keep spinning for a while after
 # their last task, and would otherwise steal the cores from the next process's block.
@@ -58,11 +63,16 @@ def machine() -> dict:
 # ---- one process per variant ---------------------------------------------------------------
 
 def worker(label: str, module: str, setup, warmup_calls: int, from_other_interpreter: bool,
-           conn) -> None:
+           conn, first_path: str | None = None) -> None:
     """Serves one variant. First answers ("ok", version of `module`), or why `module` does
     not import. Then answers ("setup", what) with the `first` of `setup(label, what)` (then
     warms up), ("time", n, inner) with n samples, each the mean ms of `inner` consecutive
-    calls; None ends it. A failure is sent back as {"error": traceback}."""
+    calls; None ends it. A failure is sent back as {"error": traceback}. A worker given
+    `first_path` imports from there first: a variant at another commit (`with_base`), whose
+    `setup` sees the label without its BASE suffix."""
+    if first_path:
+        sys.path.insert(0, first_path)
+        label = label.removesuffix(BASE)
     if from_other_interpreter:
         # Started from another interpreter (see `start`), this process got the parent's
         # sys.path: add that interpreter's own site-packages, where its extra libraries are.
@@ -70,7 +80,10 @@ def worker(label: str, module: str, setup, warmup_calls: int, from_other_interpr
         sys.path.extend(p for p in site.getsitepackages() if p not in sys.path)
     # rill is imported in every process: its import sets glibc's malloc to keep freed
     # buffers (lib/cpu_memory.py), and every variant gets the same allocator.
-    importlib.import_module("rill")
+    rill = importlib.import_module("rill")
+    if first_path and not rill.__file__.startswith(first_path):
+        conn.send(f"rill came from {rill.__file__}, not from the base tree {first_path}")
+        return
     try:
         imported = importlib.import_module(module)
     except Exception as e:  # noqa: BLE001 -- an absent or broken framework: rows skipped
@@ -108,19 +121,21 @@ def receive(label: str, conn):
     return answer
 
 
-def start(modules: dict, setup, warmup_calls: int, executables: dict | None = None):
+def start(modules: dict, setup, warmup_calls: int, executables: dict | None = None,
+          first_paths: dict | None = None):
     """One worker per variant: `modules` maps each label, in table order, to the module it
-    needs; `executables` optionally maps a label to another Python interpreter to run it.
+    needs; `executables` optionally maps a label to another Python interpreter to run it,
+    `first_paths` a label to a folder its worker imports from first (see `with_base`).
     Returns (procs, conns, skipped, found): skipped maps a label whose module did not import
     to why, found the others to their module's __version__."""
-    executables = executables or {}
+    executables, first_paths = executables or {}, first_paths or {}
     ctx = mp.get_context("spawn")
     procs, conns, skipped, found = {}, {}, {}, {}
     for label, module in modules.items():
         parent, child = ctx.Pipe()
         proc = ctx.Process(target=worker, daemon=True,
                            args=(label, module, setup, warmup_calls, label in executables,
-                                 child))
+                                 child, first_paths.get(label)))
         if label in executables:
             ctx.set_executable(executables[label])
         try:
@@ -137,6 +152,40 @@ def start(modules: dict, setup, warmup_calls: int, executables: dict | None = No
             procs.pop(label).join(timeout=10)
             conns.pop(label)
     return procs, conns, skipped, found
+
+
+# ---- rill at an earlier commit, beside the working tree -------------------------------------
+
+BASE = " @base"  # the label of a variant run at the --base commit: "rill eager @base"
+
+
+def tree_at(rev: str) -> str:
+    """A new folder holding `rill` (lib/) and `rill/kernels` (kernels/) as of commit `rev`."""
+    root = Path(__file__).resolve().parent.parent
+    archive = subprocess.run(["git", "-C", str(root), "archive", rev, "lib", "kernels"],
+                             capture_output=True, check=True, timeout=60).stdout
+    folder = Path(tempfile.mkdtemp(prefix="rill-base-"))
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(folder, filter="data")
+    (folder / "lib").rename(folder / "rill")
+    (folder / "kernels").rename(folder / "rill" / "kernels")
+    return str(folder)
+
+
+def with_base(modules: dict, rev: str | None) -> tuple[dict, dict]:
+    """(modules, first_paths) for `start`: `modules` and, after each rill variant, the same
+    variant at commit `rev` (labelled with BASE), imported from that commit's tree: before
+    and after in one rotation. Without `rev`, `modules` as it is."""
+    if not rev:
+        return modules, {}
+    tree = tree_at(rev)
+    out, first_paths = {}, {}
+    for label, module in modules.items():
+        out[label] = module
+        if module == "rill":
+            out[label + BASE] = module
+            first_paths[label + BASE] = tree
+    return out, first_paths
 
 
 def set_up(conns: dict, what) -> dict:
@@ -162,9 +211,10 @@ def time_in_rotation(conns: dict, repeats: int, block: int, settle: float,
 
 
 def rotation_parser(doc: str, *, repeats: int, block: int, quick: str, unit: str = "samples",
-                    cases: bool = True):
+                    cases: bool = True, base: bool = False):
     """The command line the rotating benchmarks share (--quick, --repeats, --block, --cases,
-    --json); a script adds its own options to the parser it returns."""
+    --json, and --base where the script passes its modules through `with_base`); a script
+    adds its own options to the parser it returns."""
     import argparse
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
@@ -178,6 +228,10 @@ def rotation_parser(doc: str, *, repeats: int, block: int, quick: str, unit: str
                             help="run only the cases whose name contains one of these words "
                                  "(e.g. --cases gpt conv)")
     parser.add_argument("--json", help="write samples, medians, ratios and the machine here")
+    if base:
+        parser.add_argument("--base", metavar="REV",
+                            help="also run each rill variant at this commit (its lib/ and kernels/ "
+                                 "from `git archive`): before and after in one rotation")
     return parser
 
 

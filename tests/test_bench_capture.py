@@ -31,3 +31,11 @@ def test_capture_bench_per_node():
     out = run("--per-node", "--quick", "--cases", "conv")
     assert "conv net with BatchNorm" in out and "slowest nodes" in out, out[-3000:]
     assert "gpt" not in out
+
+
+def test_capture_bench_base_commit_runs_beside_the_tree():
+    # --base: rill's variants also run from `git archive HEAD` of lib/ and kernels/, each
+    # worker checking that it imported rill from there (bench/harness.py's with_base)
+    out = run("--quick", "--cases", "batch 16", "--base", "HEAD")
+    assert "rill eager @base" in out and "rill captured @base" in out, out[-3000:]
+    assert "@base skipped" not in out, out[-3000:]
