@@ -506,3 +506,26 @@ def test_save_keeps_every_traced_variant_and_load_dispatches_like_the_original(t
     with pytest.raises(rill.CaptureError, match=r"must be float32\[[25], 3\] on cpu \(or 1 "
                                                 r"other saved variant"):
         loaded(rill.randn(7, 3))
+
+
+def test_small_adds_run_as_the_ufunc_large_ones_keep_their_kernel():
+    # add's CPU kernel is np.add below parallel.TEAM_MIN_ELEMENTS (above it, a C pass on
+    # OpenMP's team may run): a program calls np.add itself for nodes known to be smaller
+    from rill.kernels.numpy import parallel
+    from rill.kernels.numpy.elementwise import KERNELS
+    kernel = KERNELS["add"]
+    big = parallel.TEAM_MIN_ELEMENTS
+
+    def f(x, y):
+        return x + y
+
+    for n, expected in ((64, np.add), (big, kernel)):
+        x = rill.tensor(np.arange(n, dtype=np.float32))
+        y = rill.tensor(np.ones(n, np.float32))
+        fn = rill.capture(f, optimize=False)
+        out = fn(x, y)
+        (variant,) = fn.variants.values()
+        (step,) = [s for s, node in zip(variant.program.steps, variant.program.graph.nodes)
+                   if node.op == "add"]
+        assert step is expected
+        np.testing.assert_array_equal(out.numpy(), np.arange(n, dtype=np.float32) + 1)

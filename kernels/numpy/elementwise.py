@@ -256,6 +256,7 @@ def _add(x, y, out=None):
 
 _add.ufunc = np.add  # what it computes, bit for bit (kernels/numpy/fused.py: UFUNCS)
 _TEAM_MIN = parallel.TEAM_MIN_ELEMENTS  # read once: an eager add of a few elements pays ~0.1 us
+_add.ufunc_below = _TEAM_MIN  # below this many elements it is np.add itself (capture/executor)
 
 
 def _relu_grad(g, x):

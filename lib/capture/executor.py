@@ -12,6 +12,7 @@ made it.
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import queue
 import time
@@ -370,7 +371,21 @@ def _kernel_of(node, graph):
     kernel = prim.kernels.get(node.device.kind)
     if kernel is None:
         raise prim.missing_kernel(node.device.kind)
+    below = getattr(kernel, "ufunc_below", None)
+    if below is not None and _static_size(node) < below:
+        # The kernel is exactly its ufunc at this size (kernels/numpy/elementwise.py: `add`
+        # leaves it only for OpenMP's team on large operands): the program calls the ufunc,
+        # without the wrapper's checks, which cost a small op ~20 % of its call.
+        return kernel.ufunc
     return kernel
+
+
+def _static_size(node) -> float:
+    """The elements of the node's largest output (every operand of an elementwise node has
+    at most as many); inf where a dimension is not a number known when capturing."""
+    sizes = [math.prod(v.shape) if all(isinstance(d, int) for d in v.shape) else math.inf
+             for v in node.outputs]
+    return max(sizes, default=math.inf)
 
 
 def _memory_plan(graph):
