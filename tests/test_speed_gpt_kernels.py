@@ -144,13 +144,16 @@ def test_which_gradients_are_joined():
 
 
 @pytest.mark.parametrize("norm_type", [2.0, 1.0, float("inf"), 3.0])
-def test_total_norm_of_dense_and_sparse_gradients_is_the_norm_of_all_entries(norm_type):
+@pytest.mark.parametrize("table_rows, ids", [(6, [4, 0, 4]), (2, [1, 0, 1])],
+                         ids=["coalesced", "scattered"])  # more rows than ids, or not
+def test_total_norm_of_dense_and_sparse_gradients_is_the_norm_of_all_entries(
+        norm_type, table_rows, ids):
     dense = _grads(np.float64, seed=7)
     rows = np.random.default_rng(8).standard_normal((3, 4))
-    sparse = rill.sparse.SparseRows(rill.tensor([4, 0, 4]), rill.tensor(rows), (6, 4))
+    sparse = rill.sparse.SparseRows(rill.tensor(ids), rill.tensor(rows), (table_rows, 4))
     total = rill_clip.get_total_norm([rill.tensor(g) for g in dense] + [sparse], norm_type)
-    as_dense = np.zeros((6, 4))
-    np.add.at(as_dense, [4, 0, 4], rows)  # repeated rows add up
+    as_dense = np.zeros((table_rows, 4))
+    np.add.at(as_dense, ids, rows)  # repeated rows add up
     entries = np.concatenate([g.ravel() for g in dense] + [as_dense.ravel()])
     want = np.abs(entries).max() if norm_type == float("inf") else \
         (np.abs(entries) ** norm_type).sum() ** (1 / norm_type)
