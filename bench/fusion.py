@@ -1,8 +1,6 @@
 """Captured steps with and without fusion + memory planning, in one process, blocks interleaved."""
 import sys, time, statistics, json
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
-import numpy as np
-import rill
 from rill.capture.passes import pipeline
 from rill.capture.passes.fuse import fuse_where_it_pays
 from rill.capture.passes.memory import memory

@@ -40,14 +40,14 @@ from .ops.elementwise import (
     acos, asin, atan, acosh, asinh, atanh, arcsinh, arccosh, arctanh, log10, logaddexp, hypot,
     copysign, nextafter, signbit, positive, negative, bitwise_invert, bitwise_left_shift,
     bitwise_right_shift)
-from .ops.reduce import (sum, mean, prod, max, min, argmax, argmin, var, std, logsumexp, all,
-                         any, cumsum, cumprod, norm, cumulative_sum, cumulative_prod, cummax,
-                         cummin, logcumsumexp)
+# max, min, var, std and sort come from ops.torch_functions below (PyTorch's meanings)
+from .ops.reduce import (sum, mean, prod, argmax, argmin, logsumexp, all, any, cumsum, cumprod,
+                         norm, cumulative_sum, cumulative_prod, cummax, cummin, logcumsumexp)
 from .ops.shape import concat, stack, pad, flip, roll, tile, repeat, tril, triu
 from .ops.indexing import (take, take_along_axis, scatter_add, index_add, index_set, one_hot,
                            gather, scatter, scatter_reduce, index_select, masked_fill,
                            masked_select)
-from .ops.sorting import sort, argsort, topk
+from .ops.sorting import argsort, topk
 from .ops.linalg import matmul, dot, outer, tensordot, einsum
 from .linalg import vecdot
 from .ops.data_types import astype, can_cast, isdtype, result_type, iinfo, finfo

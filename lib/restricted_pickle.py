@@ -48,7 +48,9 @@ _GET = frozenset({"GET", "BINGET", "LONG_BINGET"})
 _TUPLE_N = {"TUPLE1": 1, "TUPLE2": 2, "TUPLE3": 3}
 
 
-def loads(data: bytes, *, allowed, persistent_load=None, build=None):
+# One loop over the opcodes, each branch a few lines, read top to bottom against the pickle
+# protocol: split into handlers, the stack and memo would travel through every call.
+def loads(data: bytes, *, allowed, persistent_load=None, build=None):  # noqa: C901
     """The object pickled in `data`, built without running code from it.
 
     allowed: qualified name ('module name', as the pickle spells it) -> the object a

@@ -13,7 +13,7 @@ import rill.nn.functional as F
 from rill.capture.executor import Program
 from rill.capture.passes import fuse as fuse_module
 from rill.capture.passes import pipeline
-from rill.capture.passes.fuse import fuse, fuse_where_it_pays
+from rill.capture.passes.fuse import fuse_where_it_pays
 from rill.capture.passes import memory as memory_module
 from rill.capture.passes.memory import memory, plan
 

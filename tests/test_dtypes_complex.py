@@ -281,7 +281,6 @@ def test_captured_complex_gradient_equals_eager(rng):
     a, b = _z(rng), _z(rng)
 
     def step(x, y):
-        loss = _real_loss(rill.exp(x) * E.conj(y) / (1 + rill.abs(x)))
         return rill.grad(lambda x_: _real_loss(rill.exp(x_) * E.conj(y) / (1 + rill.abs(x_))))(x)
 
     x, y = rill.tensor(a), rill.tensor(b)

@@ -11,7 +11,7 @@ import pytest
 
 import rill
 
-from test_ops import OPS, CASES, as_tuple, cotangents_for, diff_positions, is_float, make_inputs
+from test_ops import CASES, as_tuple, cotangents_for, diff_positions, is_float, make_inputs
 
 if not rill.gpu.is_available():  # pragma: no cover - CI has Triton and the interpreter
     pytest.skip("no gpu device: " + "; ".join(rill.gpu.missing_parts()), allow_module_level=True)

@@ -30,7 +30,6 @@ reads or assigns, so a shard is the state after one whole step.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import secrets
@@ -66,7 +65,7 @@ def sha256_of(path: str) -> str:
 def _open_shard(path: str):
     try:
         f, _ = files.open_regular(path, op="restore", follow_symlinks=False)
-    except CheckpointError as e:
+    except CheckpointError:
         if not os.path.lexists(path):
             raise CheckpointError(f"{path}: no such file (a shard of a distributed checkpoint)",
                                   op="restore") from None
