@@ -4,7 +4,7 @@ against scipy's erfc in float64 (few double ulps, far below a float32 ulp).
 
 The compiled kernel (kernels/native/special.c) computes float32 GELU to ~2^-34 relative
 rather than through libmvec's double erfc; this is the check that its results stay within
-1 ulp of the true value (tests/test_speed_gelu_matmul.py samples 400 k points in the suite).
+1 ulp of the true value (tests/kernels/numpy/test_speed_gelu_matmul.py samples 400 k points in the suite).
 The gradient's error is counted in ulps of the size of its two terms, Phi(x) + |x phi(x)|,
 as its terms cancel near x = -0.75.
 

@@ -1,5 +1,12 @@
 """Test configuration: every kernel result is checked against its op's shape/dtype rule, and
-the gpu device runs through Triton's interpreter unless this machine has a real GPU."""
+the gpu device runs through Triton's interpreter unless this machine has a real GPU.
+
+The folders mirror lib/ and kernels/ (tests/ops for lib/ops, tests/kernels/numpy for
+kernels/numpy, ...); tests of lib/'s top-level modules sit here. The modules here that are
+not tests (ops_table.py, op_cases.py, launching.py, saved_graphs.py, ...) are shared by
+several folders: pytest puts this folder on sys.path, as the folder of this conftest, so a
+test anywhere below imports them by name. Test files' names stay unique across folders
+(pytest imports each by its name)."""
 import importlib.util
 import os
 

@@ -2,7 +2,7 @@
 
 Each row gives the rill call, a NumPy float64 reference, a PyTorch reference, the input
 shapes (broadcasting, 0-d and empty cases included), the input domain, and which inputs are
-differentiated. tests/test_ops.py runs every row through every check.
+differentiated. tests/ops/test_ops.py runs every row through every check.
 """
 from __future__ import annotations
 

@@ -260,7 +260,7 @@ def test_captured_methods_agree_with_eager():
 
 def test_pytorch_names_rill_spells_otherwise_are_named():
     with pytest.raises(rill.Error, match="no_grad") as info:
-        rill.set_grad_enabled  # (rill.FloatTensor exists: tests/test_torch_constructors.py)
+        rill.set_grad_enabled  # (rill.FloatTensor exists: tests/ops/test_torch_constructors.py)
     assert isinstance(info.value, AttributeError)
     with pytest.raises(AttributeError, match="COMING_FROM_PYTORCH"):
         rill.no_such_function

@@ -15,7 +15,7 @@ Three rules, with the meanings of PyTorch's autocast op lists:
 float64 inputs are never cast (as in PyTorch: autocast is about float32 and below), and
 integer and bool inputs never are. PyTorch keeps separate lists per device; this table
 follows its CUDA lists, which put softmax, log_softmax, layer_norm, exp and log in float32
-where its CPU list leaves them in the input's type (tests/test_amp.py compares the two).
+where its CPU list leaves them in the input's type (tests/amp/test_amp.py compares the two).
 """
 from __future__ import annotations
 

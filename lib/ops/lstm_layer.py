@@ -9,7 +9,7 @@ primitive (kernels/onednn/lstm.py), PyTorch's CPU kernel for nn.LSTM.
 The last four are residuals, saved for the gradient only: workspace (bytes, uint8), what
 oneDNN's forward leaves for its backward (every step's gates and states, in its own layout),
 and copies of the outputs, which that backward reads too (oneDNN 3.2 reads hs and c_T:
-tests/test_lstm_onednn.py), kept apart from the outputs the caller may drop or reuse.
+tests/kernels/onednn/test_lstm_onednn.py), kept apart from the outputs the caller may drop or reuse.
 
 Why the projection is inside: oneDNN's LSTM takes the layer's input and its weights, not a
 projection made before (giving it the projection would cost a (4H, 4H) identity product per

@@ -4,7 +4,7 @@ PyTorch's view functions and methods, and the Array API's names for the same ope
 all live here, so that the view rule (ops/views.py, docs/DESIGN.md "Names and meanings")
 holds for every spelling: `rill.permute_dims(x, ...)`, `x.permute(...)`, `x.T` and
 `rill.matrix_transpose(x)` write through alike. FUNCTIONS, LINALG, METHODS and PROPERTIES
-list them (tests/test_view_rule.py checks each against PyTorch); rill's namespace,
+list them (tests/eager/test_view_rule.py checks each against PyTorch); rill's namespace,
 rill.linalg and Tensor take them from here. Library code inside rill calls the value ops of
 ops/shapes.py, which make no views.
 """

@@ -6,7 +6,7 @@ log_softmax, NLL on the training nodes, Adam with weight decay.
 The data is a synthetic graph of Cora's size (2708 nodes, 5278 undirected edges: 13264
 stored entries of A_hat with the self loops, 1433 binary features, 7 classes), with class
 structure: most edges join nodes of one class and each class favours its own words, so
-accuracy means something. tests/test_sparse_gcn.py runs this file on PyTorch and, with only
+accuracy means something. tests/ports/test_sparse_gcn.py runs this file on PyTorch and, with only
 the import block swapped, on rill; bench/gcn.py times its training step.
 """
 # --- imports: the only lines that change between PyTorch and rill ---

@@ -23,7 +23,7 @@ value are slots. So a value gets a slot only if
   it (elementwise ops, fused, GEMMs, reductions): a reshape or transpose of a slot could
   otherwise be returned or assigned, and the next call would overwrite what the user holds.
 Outputs of earlier calls therefore stay as they were after later calls
-(tests/test_capture_memory.py checks it). A Program that runs on several threads at once
+(tests/capture/test_capture_memory.py checks it). A Program that runs on several threads at once
 gives each running call its own set of slots.
 
 The pass (`memory`) marks a graph for planning; the plan itself is made by the Program from

@@ -4,7 +4,7 @@ The order matters:
 - fold first, so that the arithmetic on lifted numbers is constants before the others look;
 - simplify next: its rules recognize constants (x * 1.0 where the 1.0 was folded). Issue 18
   wrote simplify -> cse -> fold -> dce; that order leaves `x / (2.0 - 1.0)` a divide by a
-  folded 1.0 that no later pass removes (tests/test_capture_passes.py,
+  folded 1.0 that no later pass removes (tests/capture/test_capture_passes.py,
   test_optimize_shrinks_a_captured_expression, fails with it), so fold stays first;
 - cse after the rewrites, which can make two nodes identical (and it merges equal constants);
 - dce last, to drop what the others left without users;
