@@ -278,3 +278,31 @@ def default_device() -> Device:
         if found is not None:
             return found
     return cpu
+
+
+# ---- operands on two devices (bind calls these only when devices differ) --------------------
+
+def operands_on_two_devices(args, first: Device, other: Device, capturing: bool):
+    """(args, device) for an op whose inputs are on `first` and `other`. While a capture
+    records, values held by another task of a distributed job (a parameter server's
+    variables) are read where the op runs: the recorded graph moves them there (placement
+    and partition make that a send/recv over MPI). Anything else is the user's to move."""
+    local = [a.device for a in args if a.device.task is None]
+    if capturing and local and all(d is local[0] for d in local):
+        return [a if a.device.task is None else a.to(local[0]) for a in args], local[0]
+    check_read(first, other, capturing)
+    check_read(other, first, capturing)
+    raise DeviceError(f"inputs are on different devices: {first} and {other}; move one with "
+                      ".to(device)")
+
+
+def check_read(held: Device, where: Device, capturing: bool) -> None:
+    """Refuses, eagerly, an op on `where` that reads a tensor another task holds (`held` of a
+    task): only a captured step reads across tasks (the graph's send/recv)."""
+    if held.task is not None and not capturing:
+        raise DeviceError(f"inputs are on {held} and {where}: a tensor on {held} is held by "
+                          f"task {held.task}, and is read across tasks only inside a "
+                          "captured step (@rill.capture or rill.distributed.replicate); "
+                          "eagerly, rill.distributed.fetch(module_or_tensors) returns the "
+                          "values that task holds now, as local tensors (the tensor "
+                          "here keeps the value it was made with)")

@@ -11,7 +11,8 @@ Every op, eager or captured, passes here:
 """
 from __future__ import annotations
 
-from ..errors import ArgumentError, DeviceError, Error
+from ..devices import check_read, operands_on_two_devices
+from ..errors import ArgumentError, Error
 from .context import current
 from .rule_cache import inferred
 from .tape import mark_no_gradient, record
@@ -34,14 +35,14 @@ def bind(prim, *args, **attrs):
         args = prim.normalize(args)
         if prim.device_attr:
             device = attrs["device"]
-            if args and args[0].device.task is not None and device is not args[0].device \
-                    and not ctx.interpreter.capturing:
-                _across_devices(args, args[0].device, device, ctx)
+            if args and args[0].device is not device:  # a move: from another task, refused
+                check_read(args[0].device, device, ctx.interpreter.capturing)
         else:
             device = args[0].device
             for a in args:
                 if a.device is not device:
-                    args, device = _across_devices(args, device, a.device, ctx)
+                    args, device = operands_on_two_devices(args, device, a.device,
+                                                           ctx.interpreter.capturing)
                     break
         avals = prim.infer(*args, **attrs) if prim.rule_cache is None else \
             inferred(prim, args, attrs)
@@ -64,26 +65,6 @@ def bind(prim, *args, **attrs):
             if origin is not None:
                 mark_no_gradient(prim, outs, origin)
     return outs
-
-
-def _across_devices(args, first, other, ctx):
-    """Inputs on two devices. While a capture records, values held by another task of a
-    distributed job (a parameter server's variables) are read where the op runs: the
-    recorded graph moves them there (placement and partition make that a send/recv over
-    MPI). Anything else is the user's to move."""
-    local = [a.device for a in args if a.device.task is None]
-    if ctx.interpreter.capturing and local and all(d is local[0] for d in local):
-        return [a if a.device.task is None else a.to(local[0]) for a in args], local[0]
-    remote = next((d for d in (first, other) if d.task is not None), None)
-    if remote is not None and not ctx.interpreter.capturing:
-        raise DeviceError(f"inputs are on {first} and {other}: a tensor on {remote} is held by "
-                          f"task {remote.task}, and is read across tasks only inside a "
-                          "captured step (@rill.capture or rill.distributed.replicate); "
-                          "eagerly, rill.distributed.fetch(module_or_tensors) returns the "
-                          "values that task holds now, as local tensors (the tensor "
-                          "here keeps the value it was made with)")
-    raise DeviceError(f"inputs are on different devices: {first} and {other}; move one with "
-                      ".to(device)")
 
 
 def _attrs_fit(checks, attrs) -> bool:
