@@ -13,6 +13,8 @@ also changes its base (ops/views.py says how, for every spelling of a view).
 """
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from . import dtypes as _dt
@@ -111,7 +113,7 @@ class Tensor:
     def __array_namespace__(self, *, api_version: str | None = None):
         """The namespace of functions for this tensor: `rill` (which conforms to the Array API
         standard, version 2024.12)."""
-        import rill
+        rill = sys.modules[__package__]  # the package this module belongs to, imported already
         if api_version not in (None, "2021.12", "2022.12", "2023.12", "2024.12"):
             from .errors import ArgumentError
             raise ArgumentError(f"rill implements the Array API standard 2024.12 (and the "
