@@ -190,11 +190,19 @@ def _task_of(spec: str):
     local = local or "cpu"
     if _task_of(local)[0] is not None:
         raise DeviceError(f"device {spec!r} names two tasks", op="device")
-    from .distributed.world import joined
-    here = joined()
-    if here is not None and here.task_name == task:
+    if task == _this_task:
         return None, local
     return task, local
+
+
+_this_task: str | None = None  # the task this process runs, once rill.distributed.init says
+
+
+def set_this_task(name: str | None) -> None:
+    """Called by rill.distributed.init: devices naming this task ("worker:0/cpu") are this
+    process's own. (The distributed layer tells the devices; they never ask it.)"""
+    global _this_task
+    _this_task = name
 
 
 cpu = device("cpu")

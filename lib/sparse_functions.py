@@ -121,7 +121,7 @@ def softmax(input, dim: int, dtype=None):
     k = s.sparse_dim()
     (d,) = _dims(dim, s.ndim, "sparse.softmax")
     if d >= k:  # along a dense dim of the values: an ordinary softmax
-        from .nn.functional import softmax as dense_softmax
+        from .ops.activation import softmax as dense_softmax
         out = dense_softmax(values, d - k + 1)
     else:
         from .sparse_tensor import _linear

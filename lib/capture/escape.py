@@ -21,8 +21,8 @@ _ESCAPED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 def find(name: str, roots: list, own: set) -> None:
     """Remember graph values of this trace (nodes in `own`) reachable from `roots`, a list of
     (path prefix, object), one attribute or item deep (and every submodule of a Module)."""
-    from ..nn.module import Module
     from ..tensor import Tensor
+    from .holders import is_module
     from .ir import Value
 
     def note(path: str, obj) -> None:
@@ -39,7 +39,7 @@ def find(name: str, roots: list, own: set) -> None:
     for prefix, root in roots:
         prefix = prefix.rstrip(".") or type(root).__name__  # a captured Module: its class
         objects = [(prefix, root)]
-        if isinstance(root, Module):
+        if is_module(root):
             objects = [(f"{prefix}.{n}" if n else prefix, m) for n, m in root.named_modules()]
         for path, obj in objects:
             fields = getattr(obj, "__dict__", None)

@@ -23,7 +23,6 @@ import numpy as np
 from ..dtypes import bfloat16
 from ..eager.interpreter import CHECK_KERNELS, check_kernel_result, kernel_error
 from ..errors import CaptureError
-from ..profiler import state as _profiling
 from ..tensor import new_tensor
 from . import graph_ops
 from .donation import ONE_LOCAL, donor, exclusive, row_update
@@ -45,6 +44,12 @@ PARALLEL_MARGIN = 0.9
 # the pool against 245 straight, and after the pool's trial calls the straight-line step
 # stayed at 290 ms. (Unmeasured on more cores: there the trials decide.)
 TRIAL_MIN_THREADS = 4
+
+
+# Set by rill.profiler while a profile records (its recorder's run_program, which runs the
+# program node by node, timed); None otherwise. The profiler sits above capture and sets
+# it; the executor never imports the profiler.
+PROFILED_RUN = None
 
 
 class Program:
@@ -73,9 +78,8 @@ class Program:
             self._schedule = _Schedule(graph, self.steps)
 
     def __call__(self, args):
-        if _profiling.ACTIVE:  # one check per call, none per node: the profiler times nodes
-            from ..profiler.recorder import run_program
-            return run_program(self, args)
+        if PROFILED_RUN is not None:  # one check per call, none per node
+            return PROFILED_RUN(self, args)
         if self._trials is not None:
             return self._trial(args)
         if self.parallel:

@@ -26,6 +26,7 @@ from ..tensor import Tensor, new_tensor
 from ..tree import flatten
 from . import escape, guards, python_reads
 from .evaluate import evaluate
+from .holders import is_module, is_optimizer
 from .executor import Program
 from .serialize import describe
 from .signature import _readable, explain, leaf_key, leaves_with_paths, structure
@@ -280,8 +281,8 @@ class CapturedFunction:
         from .passes.pipeline import lower
         optimized, partitioned = lower(optimized, self.devices)
         if any(d.task is not None for d in partitioned.devices()):
-            from ..distributed.graphs.program import TaskProgram  # parts on other tasks
-            program = TaskProgram(partitioned, name=self.name, replicas=self.replicas)
+            from .partitioned import task_program  # parts on other tasks: rill.distributed's
+            program = task_program(partitioned, name=self.name, replicas=self.replicas)
         elif len(partitioned.devices()) > 1 or self.timeline:
             from .partitioned import PartitionedProgram
             program = PartitionedProgram(partitioned, timeline=self.timeline)
@@ -389,10 +390,9 @@ def _roots(captured, args, kwargs) -> list:
 
 def _object_paths(captured, args, kwargs) -> dict:
     """{id(module): its path} for the modules in reach, to name their settings."""
-    from ..nn.module import Module
     paths: dict = {}
     for prefix, obj in _roots(captured, args, kwargs):
-        if isinstance(obj, Module):
+        if is_module(obj):
             base = prefix.rstrip(".") or type(obj).__name__  # a captured Module: its class
             for n, m in obj.named_modules():
                 paths.setdefault(id(m), f"{base}.{n}" if n else base)
@@ -401,18 +401,16 @@ def _object_paths(captured, args, kwargs) -> dict:
 
 def _variable_names(captured, args, kwargs) -> dict:
     """{id(tensor): readable name} for parameters, buffers and optimizer slots in reach."""
-    from ..nn.module import Module
-    from ..optim.optimizer import Optimizer
     roots = _roots(captured, args, kwargs)
     names: dict = {}
     optimizers = []
     for prefix, obj in roots:
-        if isinstance(obj, Module):
+        if is_module(obj):
             for n, p in obj.named_parameters():
                 names.setdefault(id(p), prefix + n)
             for n, b in obj.named_buffers():
                 names.setdefault(id(b), prefix + n)
-        elif isinstance(obj, Optimizer):
+        elif is_optimizer(obj):
             optimizers.append((prefix, obj))
     for prefix, opt in optimizers:
         for name, t in opt.hyper_tensors():  # lr, momentum, betas read by reference
@@ -465,8 +463,7 @@ def capture(fn=None, *, optimize: bool = True, parallel: bool | str = "auto",
                                       not isinstance(memory_budget, int) or memory_budget < 0):
         raise CaptureError(f"memory_budget must be a number of bytes (an int >= 0) or None, "
                            f"got {memory_budget!r}", op="capture")
-    from ..nn.module import Module
-    if isinstance(fn, Module):
+    if is_module(fn):
         return CapturedFunction(fn, name=name or type(fn).__name__, optimize=optimize,
                                 parallel=parallel, max_variants=max_variants, module=fn,
                                 devices=devices, timeline=timeline,

@@ -16,7 +16,18 @@ from ..tensor import new_tensor
 
 def handler(node, graph):
     """run(args, inputs) -> tuple of output buffers, for a graph op node."""
-    return _HANDLERS[node.op](node, graph)
+    make = _HANDLERS.get(node.op)
+    if make is None:  # an op a higher layer runs (save/restore: rill.distributed's checkpoints)
+        raise CaptureError(f"a {node.op} node runs through {_LATER.get(node.op, 'a module')}, "
+                           "which is not imported: import it before running this graph",
+                           op=node.op)
+    return make(node, graph)
+
+
+def register_handler(op: str, make) -> None:
+    """make(node, graph) -> run(args, inputs) for graph op `op`: how a layer above capture
+    (rill.distributed's checkpoints) runs the graph ops it adds."""
+    _HANDLERS[op] = make
 
 
 def _input(node, graph):
@@ -158,15 +169,12 @@ def _add_rows(node, graph):
     return run
 
 
-def _checkpoint(node, graph):
-    # A task's checkpoint graph (lib/distributed/graphs/checkpoint.py) says how.
-    from ..distributed.graphs import checkpoint
-    return checkpoint.handler(node, graph)
-
-
 _HANDLERS = {"input": _input, "constant": _constant, "read": _read, "assign": _assign,
              "send": _send, "recv": _recv, "accumulate": _accumulate, "take": _take,
-             "save": _checkpoint, "restore": _checkpoint, "add_rows": _add_rows}
+             "add_rows": _add_rows}
+# Graph ops whose handlers a layer above registers (register_handler), and which module.
+_LATER = {"save": "rill.distributed (its checkpoints)",
+          "restore": "rill.distributed (its checkpoints)"}
 
 
 def variable_of(node, graph):

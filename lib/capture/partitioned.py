@@ -79,6 +79,29 @@ def _worker(device) -> _Worker:
         return found
 
 
+# How a graph partitioned over the tasks of a distributed job runs: registered by
+# rill.distributed (its TaskProgram, a PartitionedProgram whose other tasks' parts run
+# there). capture sits below distributed and never imports it.
+_task_program = None
+
+
+def register_task_program(make) -> None:
+    """make(partitioned_graph, *, name, replicas) -> the program of a step over tasks."""
+    global _task_program
+    _task_program = make
+
+
+def task_program(graph, *, name: str, replicas):
+    """The program of a graph with parts on other tasks, from the registered maker."""
+    if _task_program is None:
+        from ..errors import CaptureError
+        raise CaptureError("this step places ops on other tasks of a distributed job (ps:0, "
+                           "worker:1, ...), which run through rill.distributed: import "
+                           "rill.distributed (pip install 'rill[distributed]') and run the "
+                           "step in a rill-launch job", op="capture")
+    return _task_program(graph, name=name, replicas=replicas)
+
+
 class PartitionedProgram:
     """partitioned graph -> callable(args) -> output buffers, one thread per device."""
 

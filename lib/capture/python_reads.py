@@ -37,6 +37,7 @@ import weakref
 import numpy as np
 
 from .guards import Guard
+from .holders import is_module
 
 MISSING = object()   # the root or a step is gone now
 OPAQUE = object()    # a step capture does not follow (property, __getattr__, C descriptor)
@@ -117,8 +118,7 @@ def attribute(obj, name):
         return fields[name]
     if found is not MISSING:
         return found if not hasattr(type(found), "__get__") else OPAQUE
-    from ..nn.module import Module
-    if isinstance(obj, Module):  # Module.__getattr__: parameters, buffers, submodules
+    if is_module(obj):  # Module.__getattr__: parameters, buffers, submodules
         for registry in ("_parameters", "_buffers", "_modules"):
             held = obj.__dict__.get(registry)
             if held and name in held:
@@ -376,9 +376,8 @@ class Watcher:
         return self.on_opcode
 
     def _rill_method(self, frame, code) -> None:
-        from ..nn.module import Module
         obj = frame.f_locals.get("self")
-        if not isinstance(obj, Module):
+        if not is_module(obj):
             return
         where = f"{code.co_qualname if hasattr(code, 'co_qualname') else code.co_name}"
         for name in _self_reads(code):

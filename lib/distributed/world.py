@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 
+from ..devices import set_this_task
 from ..errors import ArgumentError, DistributedError
 
 # Set by MPICH's and Open MPI's launchers, by srun's PMI-2 and PMIx plugins, and by
@@ -112,6 +113,7 @@ def init(timeout: float | None = None) -> World:
                                    f"without an MPI process-management interface, so the "
                                    f"tasks cannot find each other: {_SRUN_FIX}", op="init")
         _WORLD = World(0, 1, 0, timeout)
+        set_this_task(_WORLD.task_name)
         return _WORLD
     try:
         from mpi4py import MPI
@@ -133,6 +135,7 @@ def init(timeout: float | None = None) -> World:
         from .status import StatusBoard
         board = StatusBoard(path, comm.Get_size(), comm.Get_rank())
     _WORLD = World(comm.Get_rank(), comm.Get_size(), num_ps, timeout, comm, board)
+    set_this_task(_WORLD.task_name)
     # The shutdown barrier's own communicator: on COMM_WORLD, a rank's barrier at exit would
     # match a peer's dist.barrier() (collectives match in order), and let that peer run on as
     # if the exiting rank had been there.

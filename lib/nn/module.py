@@ -13,6 +13,7 @@ from collections import OrderedDict, namedtuple
 from collections.abc import Mapping
 
 from ..capture.guards import module_called
+from ..capture.holders import holds_modules
 from .. import dtypes as _dt
 from ..eager.context import set_grad
 from ..errors import ArgumentError, Error
@@ -48,6 +49,7 @@ def assign_(target: Tensor, value: Tensor) -> Tensor:
     return target
 
 
+@holds_modules
 class Module:
     """Base class of every layer: subclass it, assign parameters and submodules in
     `__init__`, and compute in `forward`.

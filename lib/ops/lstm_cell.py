@@ -88,7 +88,7 @@ def _grad_infer(acts, tanh_c, c, g_h, g_c):
 
 def _activations(x_proj, h, c, w_hh, *bias):
     """(acts, tanh_c') in rill ops, as the kernel saves them (differentiable)."""
-    from ..nn.functional import linear
+    from .linalg import linear
     from .elementwise import sigmoid, tanh
     from .shape import concat, split
     i, f, g, o = split(x_proj + linear(h, w_hh, *bias), x_proj.shape[-1] // 4, axis=-1)
@@ -116,7 +116,7 @@ lstm_cell_grad_p = primitive("lstm_cell_grad", _grad_infer, None, multiple_resul
 
 def lstm_cell_composite(x_proj, h, c, w_hh, b_hh=None):
     """One LSTM step in rill ops: (h', c'), as lstm_cell (any device, dtype and batch shape)."""
-    from ..nn.functional import linear
+    from .linalg import linear
     from .elementwise import sigmoid, tanh
     from .shape import split
     gates = x_proj + linear(h, w_hh, b_hh)

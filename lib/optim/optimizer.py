@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from .. import cpu_memory
 from ..capture.guards import guard
+from ..capture.holders import holds_optimizer_state
 from ..dtypes import bfloat16, float32
 from ..eager.context import current, enable_grad, no_grad, outside_capture, set_grad
 from ..errors import ArgumentError, CaptureError
@@ -203,6 +204,7 @@ def _value(groups, i, key):
         return None
 
 
+@holds_optimizer_state
 class Optimizer:
     """Base class of rill's optimizers: holds parameter groups and per-parameter state.
 

@@ -16,9 +16,10 @@ from collections import namedtuple
 from time import perf_counter
 
 from ..errors import ArgumentError, CaptureError
+from ..capture import executor
 from . import state
 from .events import Event, assign_children
-from .recorder import Frees, ProfilingInterpreter, frames_of_user, fresh_bytes
+from .recorder import Frees, ProfilingInterpreter, frames_of_user, fresh_bytes, run_program
 
 # A graph node's record in the form the placement cost model reads (as f.last_timeline()).
 _Timed = namedtuple("_Timed", "device node start end")
@@ -69,6 +70,7 @@ class profile:  # noqa: N801 - PyTorch's name (torch.profiler.profile)
         self._switch = use_interpreter(ProfilingInterpreter(interpreter, self))
         self._switch.__enter__()
         state.ACTIVE.append(self)
+        executor.PROFILED_RUN = run_program  # compiled graphs run timed, node by node
         self.started = perf_counter()
         return self
 
@@ -78,6 +80,8 @@ class profile:  # noqa: N801 - PyTorch's name (torch.profiler.profile)
                                 op="profile")
         self.stopped = perf_counter()
         state.ACTIVE.remove(self)
+        if not state.ACTIVE:
+            executor.PROFILED_RUN = None
         switch, self._switch = self._switch, None
         switch.__exit__(None, None, None)
         if self._watch is not None:

@@ -1,8 +1,9 @@
-"""Which profilers are recording: read once per call of a compiled graph (lib/capture/executor.py).
+"""Which profiles are recording, outermost first (session.py opens and closes them).
 
-Kept apart, importing nothing, so that the executor can read it without importing the
-profiler (which imports the executor). Eager ops need no flag at all: a profile swaps the
-interpreter `bind` already calls (see recorder.py), so with none active nothing is checked per op.
+While any is, compiled graphs run node by node, timed: session.py sets the executor's
+PROFILED_RUN hook (lib/capture/executor.py checks it once per call; capture never imports
+the profiler). Eager ops need no flag at all: a profile swaps the interpreter `bind`
+already calls (see recorder.py), so with none active nothing is checked per op.
 """
 from __future__ import annotations
 

@@ -64,7 +64,7 @@ def _fused_infer(*inputs, body):
 
 
 def _fused_vjp(g, out, *inputs, body):
-    from ...control.autodiff import graph_vjp
+    from ..graph_vjp import graph_vjp
     cts = {i: c for i, c in enumerate(g) if c is not None}
     wrt = [i for i, x in enumerate(inputs) if x.dtype.kind in "fc"]
     grads = iter(graph_vjp(body, list(inputs), cts, wrt) if cts and wrt else ())

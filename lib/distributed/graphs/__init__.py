@@ -16,7 +16,9 @@ run each step; the ps (server.py) runs no model code.
     postbox.py       values and control messages over MPI, with deadlines
     placement.py     place_on_ps(): variables over the ps tasks
     embedding.py     ShardedEmbedding: a table split by rows over the ps tasks
+    checkpoint.py    save/restore graph ops, run by capture through its handler registry
 """
+from . import checkpoint  # noqa: F401 - registers the save/restore graph ops with capture
 from .embedding import ShardedEmbedding
 from .placement import place_on_ps
 from .program import close, fetch, global_step, replicate

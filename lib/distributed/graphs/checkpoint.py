@@ -38,6 +38,7 @@ import threading
 import numpy as np
 
 from ... import files
+from ...capture import graph_ops
 from ...errors import ArgumentError, CheckpointError, DistributedError, Error
 
 SHARD_KIND, SHARD_VERSION = "rill.distributed.Shard", 1
@@ -548,3 +549,7 @@ def restore_shards(shards: list, path, step) -> None:
             refused = refused or CheckpointError(e.message, op="restore")
     if refused is not None:
         raise refused
+
+
+graph_ops.register_handler("save", handler)  # capture runs these nodes through this module
+graph_ops.register_handler("restore", handler)

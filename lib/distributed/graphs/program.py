@@ -13,7 +13,7 @@ import threading
 
 import numpy as np
 
-from ...capture.partitioned import PartitionedProgram
+from ...capture.partitioned import PartitionedProgram, register_task_program
 from ...capture.passes.partition import split_results
 from ...capture.transport import Rendezvous, Transport
 from ...errors import DistributedError
@@ -145,6 +145,8 @@ class TaskProgram(PartitionedProgram):
         return (f"<captured step {self.name} over this process and "
                 f"{', '.join(self.remote)}>")
 
+
+register_task_program(TaskProgram)  # capture runs steps over tasks through it
 
 def fetch(obj):
     """The current values of tensors held by other tasks (parameter servers), as local
