@@ -30,12 +30,16 @@ def graph_vjp(graph, primals, cts: dict, wrt: list):
         return tuple(gradients_or_zeros(roots, [proxies[i] for i in wrt], create_graph=higher))
 
 
-def gradients_or_zeros(roots, targets, create_graph: bool = False) -> list:
-    """Dense gradients of the (root, cotangent) pairs for each target; zeros where none."""
+def gradients_or_zeros(roots, targets, create_graph: bool = False,
+                       retain_graph: bool | None = None) -> list:
+    """Dense gradients of the (root, cotangent) pairs for each target; zeros where none. The
+    tape is kept (`retain_graph`) when a second derivative will walk it (create_graph) unless
+    told otherwise (rill.func.vjp's vjp_fn may be called again)."""
     from ..eager.backward import gradients
     from ..ops.creation import zeros_like
+    retain = create_graph if retain_graph is None else retain_graph
     found = gradients([r for r, _ in roots], [c for _, c in roots], targets=targets,
-                      create_graph=create_graph, retain_graph=create_graph) if roots else {}
+                      create_graph=create_graph, retain_graph=retain) if roots else {}
     grads = []
     for t in targets:
         entry = found.get(id(t))

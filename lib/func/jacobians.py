@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import functools
 
+from ..capture.graph_vjp import gradients_or_zeros
 from ..eager import context
-from ..eager.backward import gradients, taped_leaves
+from ..eager.backward import taped_leaves
 from ..eager.grad import differentiating, nested
 from ..errors import ArgumentError
-from ..sparse import SparseRows
 from ..tensor import Tensor, detached_value
 from ..tree import flatten
 from .forward import differentiable_input, jvp
@@ -52,14 +52,7 @@ def vjp(func, *primals, has_aux: bool = False):
         pairs = [(o, c) for o, c in zip(outs, cts) if o.requires_grad]
         create = outer and (differentiated or any(c.requires_grad for c in cts))
         with context.enable_grad():
-            found = gradients([o for o, _ in pairs], [c for _, c in pairs], targets=flat_xs,
-                              create_graph=create, retain_graph=True) if pairs else {}
-        from ..ops.creation import zeros_like
-        grads = []
-        for x in flat_xs:
-            entry = found.get(id(x))
-            g = zeros_like(x) if entry is None else entry[1]
-            grads.append(g.to_dense() if isinstance(g, SparseRows) else g)
+            grads = gradients_or_zeros(pairs, flat_xs, create_graph=create, retain_graph=True)
         results, start = [], 0
         for (leaves, rebuild) in structures:
             results.append(rebuild(grads[start:start + len(leaves)]))
