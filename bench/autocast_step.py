@@ -2,7 +2,7 @@
 median step time and the step's peak allocation (tracemalloc, which sees NumPy's buffers),
 in one process, alternating blocks of steps.
 
-rill carries bfloat16 in float32 buffers rounded after each kernel (BENCHMARKS.md, "bfloat16
+rill carries bfloat16 in float32 buffers rounded after each kernel (docs/benchmarks-history.md, "bfloat16
 storage"), so autocast on the CPU is expected to cost time and save no memory: this says how
 much, to weigh against a 2-byte storage.
 

@@ -358,6 +358,7 @@ def main(argv=None) -> None:
                   "load_average": {"before": load_before, "after": load_after},
                   "blas": blas_info(),
                   "sizes": sizes, "repeats": args.repeats, "block": args.block,
+                  "base": args.base,
                   "skipped": skipped, "median_ms": medians,
                   "min_ms": {k: min(v) for k, v in samples.items()}, "ratios": found,
                   "losses": {k: v[0] for k, v in first.items()},

@@ -12,10 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
-import sys
 import timeit
 
 import numpy as np
@@ -91,15 +88,9 @@ def summarize(samples: dict[str, list[float]]) -> dict:
 
 
 def machine() -> dict:
-    return {
-        "platform": platform.platform(),
-        "processor": platform.processor(),
-        "python": sys.version.split()[0],
-        "numpy": np.__version__,
-        "torch": getattr(torch, "__version__", None),
-        "rill": getattr(rill, "__version__", None),
-        "cpu_count": os.cpu_count(),
-    }
+    """bench/harness.py's description of the machine, and torch's version if present."""
+    import harness  # bench/, on sys.path when run as `python bench/dispatch.py`
+    return {**harness.machine(), "torch": getattr(torch, "__version__", None)}
 
 
 def report(summary: dict, repeats: int, number: int) -> None:

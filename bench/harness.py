@@ -55,9 +55,43 @@ def versions() -> dict:
 
 
 def machine() -> dict:
-    """The machine and library versions, for a --json report."""
-    return {"platform": platform.platform(), "python": platform.python_version(),
-            "cpus": os.cpu_count(), **versions()}
+    """The machine and library versions, for a --json report (bench/report.py prints them
+    above each table): the date (UTC), the CPU, and the BLAS this process loaded."""
+    return {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "platform": platform.platform(), "python": platform.python_version(),
+            "cpus": os.cpu_count(), "cpu": cpu_model(), "blas": blas_libraries(),
+            **versions()}
+
+
+def cpu_model() -> str:
+    """"AMD EPYC (family 26, model 2)": /proc/cpuinfo's name, family and model on Linux (a VM
+    often names only the vendor's line; the family tells the generation)."""
+    fields = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip(), value.strip())
+                if not line.strip():
+                    break
+    except OSError:
+        return platform.processor() or platform.machine()
+    name = fields.get("model name", platform.machine())
+    if "cpu family" in fields:
+        return f"{name} (family {fields['cpu family']}, model {fields.get('model', '?')})"
+    return name
+
+
+def blas_libraries() -> list[str]:
+    """The BLAS libraries loaded here, as threadpoolctl reports them ("openblas 0.3.31
+    SkylakeX, 2 threads"); [] without threadpoolctl."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return []
+    return [f"{i.get('internal_api')} {i.get('version')} {i.get('architecture') or ''}, "
+            f"{i.get('num_threads')} threads".replace(" ,", ",")
+            for i in threadpool_info() if i.get("user_api") == "blas"]
 
 
 # ---- one process per variant ---------------------------------------------------------------

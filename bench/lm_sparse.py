@@ -16,7 +16,7 @@ warm-up (the first call traces and compiles the step).
     tasks, the LSTM's weights are placed on the ps (place_on_ps). Sampled softmax gathers
     the true and sampled words' rows from their shards (only those rows travel, and only
     their gradient rows go back); full softmax reads every shard whole and sends a dense
-    gradient of it back, since a ps here answers a step in one exchange (see BENCHMARKS.md).
+    gradient of it back, since a ps here answers a step in one exchange (see docs/benchmarks-history.md).
     The worker times what it waits for values from the ps and each ps what its programs
     run, so a step splits into worker compute, ps compute and transport.
 

@@ -4,7 +4,7 @@ with no profile open and inside one, in microseconds per call.
 "off" must not move: eager ops reach the profiler only through the interpreter a profile puts
 in the context (bind is unchanged), and a compiled graph checks one flag per call. To compare
 "off" with the code before the profiler existed, run this script under both trees, interleaved
-(see BENCHMARKS.md); `python bench/dispatch.py` times the eager path the same way.
+(see docs/benchmarks-history.md); `python bench/dispatch.py` times the eager path the same way.
 
     python bench/profiler.py                       # 9 rounds x 20000 calls
     python bench/profiler.py --repeats 15 --number 50000 --json profiler.json

@@ -22,7 +22,7 @@ calibration.json: per-message and per-step costs, spin, handoff), the bed's link
                 at the fewest hosts (small MLP -> net_msg, large -> net_byte), then predicted
 
     sudo python bench/scale/bed_validate.py [--hosts 2,3,4,5,6] [--rounds 2]
-writes results/bed_validation.json and prints the table BENCHMARKS.md shows.
+writes results/bed_validation.json and prints the table docs/benchmarks-history.md shows.
 """
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ import netbed  # noqa: E402
 
 
 # Measured on the bed (2026-11-29 17:23, 2-6 hosts, 60 steps a job, load 2.9-3.7, the other
-# busy processes 0.0-1.0; BENCHMARKS.md), each rank's main thread timed by its thread clock
+# busy processes 0.0-1.0; docs/benchmarks-history.md), each rank's main thread timed by its thread clock
 # and /proc/thread-self/schedstat at every wait's ends (a worker's Postbox._wait, a ps
 # event-loop pass that moved nothing):
 #   bed_spin  a waiting worker's CPU per second of wait over a busy rank's share of a core

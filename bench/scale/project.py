@@ -33,7 +33,7 @@ from simulate import Compute, Link, Setup, Traffic, simulate  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results")
 # When calibration.json is missing: rill's costs as measured in earlier sessions on this
-# machine (BENCHMARKS.md, captured null step ~0.08 ms at 1 worker), rounded.
+# machine (docs/benchmarks-history.md, captured null step ~0.08 ms at 1 worker), rounded.
 GUESSED = {"step_overhead": 3e-5, "ps_msg": 3e-5, "byte_cpu": 1e-10, "apply_fixed": 0.0,
            "apply_rate": 1e10}
 WORKERS = (1, 2, 5, 10, 25, 50, 100, 150, 200)

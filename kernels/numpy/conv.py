@@ -33,7 +33,7 @@ COMPILED = ('conv',)
 
 # float32 convolutions run oneDNN's kernels where the optional library is installed
 # (kernels/onednn: at PyTorch's speed, 1.0-1.4x ahead of the ones below on the Table 1
-# models' and ResNet-18's layers; BENCHMARKS.md), except an input gradient into a few
+# models' and ResNet-18's layers; docs/benchmarks-history.md), except an input gradient into a few
 # channels (a first layer's, 3 -> 64 at 224x224: 28 ms against 10.5 here), which training
 # rarely asks for. Without it, or where it declines a case:
 # 1x1 convolutions of stride 1 without padding are matrix products (conv_pointwise) where the
@@ -53,7 +53,7 @@ def _per_image(out_size) -> bool:
     Per image, a GEMM's long side is one image's output pixels: for outputs of at most 16x16
     it is too skinny for BLAS, and the batch's columns ran faster in every layer of the
     Table 1 models and ResNet-18 measured (fwd+bwd: AlexNet's conv3 1.14x, Overfeat's 12x12
-    1.45x, GoogLeNet's 14x14 1.7x, ResNet's 7x7 several times; BENCHMARKS.md); from 27x27 up
+    1.45x, GoogLeNet's 14x14 1.7x, ResNet's 7x7 several times; docs/benchmarks-history.md); from 27x27 up
     the per-image GEMMs tie or win. The rule depends only on the layer, so a step's three
     kernels agree, and the forward's columns serve the weight gradient."""
     return PER_IMAGE and int(np.prod(out_size)) > 256

@@ -29,7 +29,7 @@ def _applies(x, w, stride, dilation, padding) -> bool:
 
 
 # Where the loops beat the GEMM kernels (measured on the Table 1 models' and ResNet-18's
-# layers, 2-core AMD EPYC, BENCHMARKS.md; the loops were tuned on the bench's 32x32 layers
+# layers, 2-core AMD EPYC, docs/benchmarks-history.md; the loops were tuned on the bench's 32x32 layers
 # of at most 64 channels, on an Intel Xeon): rows of at least 16 pixels (one
 # vector: a 13-pixel row of AlexNet's conv3 leaves lanes idle and the GEMM 1.5x ahead) and
 # at most 128 channels in and out (past that the packed weights outgrow the caches: VGG's

@@ -89,7 +89,7 @@ def _as_one_gemm(a, b):
     to `shape`; None where a is not C-contiguous (its rows may not be one strided matrix
     without a copy: a transposed view), or b has a batch. NumPy's stacked matmul runs one
     small GEMM per batch on one thread: 1.3-5x the time of the single GEMM on two (measured
-    in BENCHMARKS.md)."""
+    in docs/benchmarks-history.md)."""
     if a.ndim < 3 or any(d != 1 for d in b.shape[:-2]):
         return None
     b2 = b.reshape(b.shape[-2:]) if b.ndim > 2 else b

@@ -3,7 +3,7 @@
 Why a library here: oneDNN's convolutions are JIT-compiled, register-blocked loops over
 channel-blocked layouts, the kernels PyTorch's CPU convolutions run; on the Table 1 models
 and ResNet-18 they run a layer's three passes 1.0-1.4x faster than rill's im2col + OpenBLAS
-and C loops, and the training steps 1.1-1.5x faster (BENCHMARKS.md). It is an optional extra
+and C loops, and the training steps 1.1-1.5x faster (docs/benchmarks-history.md). It is an optional extra
 (`pip install rill[onednn]`: the `onednn-cpu-gomp` wheel, its CPU-only build threaded by GNU
 OpenMP); `import rill` loads nothing of it, and without it the NumPy/C kernels run.
 

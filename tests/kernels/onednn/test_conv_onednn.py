@@ -118,7 +118,7 @@ def test_without_the_library_the_numpy_kernels_give_the_same_step(monkeypatch):
 
 
 def test_a_first_layers_input_gradient_stays_on_rills_kernel(monkeypatch):
-    """Few input channels: oneDNN's input gradient is slower there (BENCHMARKS.md)."""
+    """Few input channels: oneDNN's input gradient is slower there (docs/benchmarks-history.md)."""
     asked = []
     monkeypatch.setattr(onednn_conv, "conv_transpose", lambda *a: asked.append(a) or None)
     g = np.ones((1, 8, 4, 4), np.float32)
