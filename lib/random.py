@@ -73,13 +73,6 @@ def manual_seed(seed: int) -> Generator:
     return default_generator.manual_seed(seed)
 
 
-_CANDIDATE_SAMPLERS = ("log_uniform_candidate_sampler", "uniform_candidate_sampler")
-
-
-def __getattr__(name: str):
-    # TensorFlow's candidate samplers, under tf.random's names; loaded on first use, as they
-    # are built from ops that import this module.
-    if name in _CANDIDATE_SAMPLERS:
-        from . import random_candidates
-        return getattr(random_candidates, name)
-    raise AttributeError(f"module 'rill.random' has no attribute {name!r}")
+# TensorFlow's candidate samplers are rill.random's too, as tf.random has them:
+# random_candidates.py, built from ops that import this module, adds them here when it is
+# imported (rill's own import does).

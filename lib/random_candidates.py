@@ -34,6 +34,7 @@ from .ops.creation import arange
 from .ops.random import _concrete, randint, uniform
 from .ops.reduce import cumsum, sum as _sum
 from .ops.sorting import topk
+from . import random as _random_module
 from .random import Generator, default_generator
 from .tensor import detached_value
 
@@ -207,3 +208,9 @@ def _generator(seed, op) -> Generator:
         if stream is None:
             stream = _streams[seed] = Generator(seed)
         return stream
+
+
+# rill.random.<name>, as tf.random spells them: this module imports rill.random (below it),
+# never the other way round.
+_random_module.log_uniform_candidate_sampler = log_uniform_candidate_sampler
+_random_module.uniform_candidate_sampler = uniform_candidate_sampler

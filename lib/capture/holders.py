@@ -31,8 +31,10 @@ def holds_optimizer_state(cls: type) -> type:
 
 
 def is_module(obj) -> bool:
+    """Whether `obj` is an instance of a class registered with `holds_modules`."""
     return isinstance(obj, _MODULE_TYPES)
 
 
 def is_optimizer(obj) -> bool:
+    """Whether `obj` is an instance of a class registered with `holds_optimizer_state`."""
     return isinstance(obj, _OPTIMIZER_TYPES)

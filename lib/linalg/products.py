@@ -10,18 +10,13 @@ from __future__ import annotations
 from ..errors import ShapeError, reports_as
 from ..ops import linalg as _ops
 from ..ops.arguments import as_dtype, as_int, as_tensor
+from ..ops.matrices import diagonal, stack_of_matrices as _stack_of_matrices
 from ..ops.rules import require
 
 
 # The standard's numeric dtypes: integers, real floating and complex (not bool).
 _NUMERIC = "iufc"
 _NUMERIC_WHAT = "numeric (integer, floating-point or complex) tensors"
-
-
-def _stack_of_matrices(x, op: str):
-    if x.ndim < 2:
-        raise ShapeError(f"expected a matrix or a stack of matrices (at least 2-d), got shape "
-                         f"{tuple(x.shape)}", op=op)
 
 
 def _trailing_axis(axis, x1, x2, op: str) -> int:
@@ -136,29 +131,6 @@ def cross(x1, x2, /, *, axis: int = -1):
     b0, b1, b2 = b[..., 0], b[..., 1], b[..., 2]
     c = stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], axis=-1)
     return moveaxis(c, -1, axis)
-
-
-@reports_as("diagonal")
-def diagonal(x, /, *, offset: int = 0):
-    """The diagonal of each matrix in the last two axes: (..., M, N) -> (..., K); offset > 0
-    is above the main diagonal, < 0 below (an empty result when it lies outside).
-
-    >>> rill.linalg.diagonal(rill.tensor([[1., 2.], [3., 4.]]), offset=1)
-    tensor([2.])
-    """
-    from ..ops.shape import reshape
-    x = as_tensor(x, "x", "diagonal")
-    offset = as_int(offset, "offset", "diagonal")
-    _stack_of_matrices(x, "diagonal")
-    *batch, n, m = x.shape
-    length = max(0, min(n, m - offset) if offset >= 0 else min(n + offset, m))
-    start = offset if offset >= 0 else -offset * m
-    # Row-major, element (i, i + offset) of the flattened matrix is m + 1 after (i-1, ...):
-    # one strided slice, whose gradient the slice op already scatters back.
-    flat = reshape(x, tuple(batch) + (n * m,))
-    if length == 0:
-        return flat[..., 0:0]
-    return flat[..., start:start + (length - 1) * (m + 1) + 1:m + 1]
 
 
 @reports_as("trace")

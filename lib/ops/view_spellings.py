@@ -18,6 +18,7 @@ from . import shape as shapes
 from . import torch_functions as T
 from . import views as V
 from .arguments import as_int, as_ints, as_tensor
+from .matrices import stack_of_matrices
 from .rules import normalize_axis
 
 
@@ -133,9 +134,8 @@ def movedim(input, source, destination):  # noqa: A002
 
 def matrix_transpose(x, /):
     """The last two axes swapped, (..., M, N) -> (..., N, M): a view (PyTorch's x.mT)."""
-    from ..linalg.products import _stack_of_matrices
     x = _tensor(x, "matrix_transpose")
-    _stack_of_matrices(x, "matrix_transpose")
+    stack_of_matrices(x, "matrix_transpose")
     return V.permuted(x, shapes.swapaxes_order(x, -1, -2))
 
 
@@ -259,9 +259,8 @@ def diagonal(input, offset: int = 0, dim1: int = 0, dim2: int = 1):  # noqa: A00
 
 def linalg_diagonal(x, /, *, offset: int = 0):
     """The diagonal of each matrix in the last two axes (..., M, N) -> (..., K): a view."""
-    from ..linalg.products import _stack_of_matrices
     x = _tensor(x, "diagonal")
-    _stack_of_matrices(x, "diagonal")
+    stack_of_matrices(x, "diagonal")
     return V.diagonal(x, as_int(offset, "offset", "diagonal"), x.ndim - 2, x.ndim - 1)
 
 

@@ -252,7 +252,7 @@ def _diagonal_back(offset, dims, base, new):
 def diagonal(x: Tensor, offset: int, dim1: int, dim2: int) -> Tensor:
     """The diagonal of the matrices in axes dim1, dim2 (normalized, distinct), as a last
     axis."""
-    from ..linalg.products import diagonal as matrix_diagonal
+    from .matrices import diagonal as matrix_diagonal
     out = matrix_diagonal(shape.moveaxis(source(x), (dim1, dim2), (-2, -1)), offset=offset)
     strides = strides_of(x)
     kept = tuple(s for d, s in enumerate(strides) if d not in (dim1, dim2))
