@@ -102,6 +102,9 @@ class GpuBackend:
     """Buffers and copies for device kind 'gpu' (see rill.devices.Backend)."""
 
     kind = "gpu"
+    # float32 -> bfloat16 rounding on the device: kernels/triton/elementwise.py sets it when
+    # the gpu kernels load, which `backend()` does before handing the backend out.
+    bfloat16_rounding = None
 
     def __init__(self):
         self.interpreted = interpreted()
@@ -169,8 +172,9 @@ class GpuBackend:
         return out if isinstance(out, self.xp.ndarray) else self.xp.asarray(out)
 
     def round_to_bfloat16(self, buffer):
-        from .kernels.triton.elementwise import round_to_bfloat16
-        return round_to_bfloat16(buffer)
+        # The Triton kernel, set by kernels/triton/elementwise.py when the gpu kernels load
+        # (before any gpu buffer exists): this module never imports the kernels' modules.
+        return self.bfloat16_rounding(buffer)
 
     def synchronize(self) -> None:
         if not self.interpreted:

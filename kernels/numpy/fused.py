@@ -160,8 +160,8 @@ def _generate(body):
 def _unfused(body):
     """The body run node by node with the ordinary kernels (the group as if unfused)."""
     def run(inputs):
-        from rill.control.run import program
-        return program(body)(inputs)
+        from rill.capture.executor import program_of
+        return program_of(body)(inputs)
     return run
 
 

@@ -155,8 +155,8 @@ class _Generated:
 
     def __call__(self, inputs):
         if self.kernel is None:
-            from rill.control.run import program
-            return program(self.body)(list(inputs))
+            from rill.capture.executor import program_of
+            return program_of(self.body)(list(inputs))
         refuse_complex("fused", *inputs)
         body = self.body
         shape = tuple(body.outputs[0].shape)
@@ -168,8 +168,8 @@ class _Generated:
         views = [o.view(np.uint8) if o.dtype == np.bool_ else o for o in outs]
         dims, merged = _layout(shape, buffers)
         if len(dims) > MAX_DIMS:  # dims that cannot be merged: node by node
-            from rill.control.run import program
-            return program(body)(list(inputs))
+            from rill.capture.executor import program_of
+            return program_of(body)(list(inputs))
         pad = MAX_DIMS - len(dims)
         sizes = [1] * pad + dims
         args = [pointer(o) for o in views] + [pointer(b) for b in buffers] + [n] + sizes[1:]

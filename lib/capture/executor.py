@@ -292,6 +292,16 @@ class _Schedule:
         self.heavy = {n for n in graph.nodes if _is_heavy(n)}
 
 
+def program_of(graph) -> Program:
+    """The graph's straight-line Program, compiled once per graph and kept on it: how a node
+    runs a subgraph it holds (control flow's bodies and branches, a fused group node by
+    node)."""
+    found = graph.__dict__.get("_program")
+    if found is None:
+        found = graph.__dict__["_program"] = Program(graph, parallel=False)
+    return found
+
+
 def _execute(node, graph, step, inputs, args):
     if node.op in GRAPH_OPS:
         return step(args, inputs)

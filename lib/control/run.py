@@ -12,12 +12,9 @@ from .pacing import Pacer
 
 
 def program(graph):
-    """The graph's compiled Program, made once per graph."""
-    found = graph.__dict__.get("_program")
-    if found is None:
-        from ..capture.executor import Program
-        found = graph.__dict__["_program"] = Program(graph, parallel=False)
-    return found
+    """The graph's compiled Program, made once per graph (capture/executor.py)."""
+    from ..capture.executor import program_of
+    return program_of(graph)
 
 
 def _module(buffers):
