@@ -586,3 +586,24 @@ def to_sparse_csr(x: Tensor):
         raise ShapeError(f"to_sparse_csr needs a 2-d tensor, got shape {list(x.shape)}",
                          op="to_sparse_csr")
     return to_sparse(x).to_sparse_csr()
+
+
+def _to_sparse_method(self, sparse_dim=None, *, layout=None):
+    """The non-zero entries as a COO sparse tensor (eager only; see rill.sparse_coo_tensor)."""
+    return to_sparse(self, sparse_dim, layout=layout)
+
+
+def _to_sparse_coo_method(self):
+    """The non-zero entries as a COO sparse tensor (eager only): `to_sparse()`."""
+    return to_sparse(self)
+
+
+def _to_sparse_csr_method(self):
+    """A 2-d tensor's non-zero entries as a CSR sparse matrix (eager only)."""
+    return to_sparse_csr(self)
+
+
+# Tensor's conversions to the sparse layouts, installed here (this module sits above tensor.py)
+Tensor.to_sparse = _to_sparse_method
+Tensor.to_sparse_coo = _to_sparse_coo_method
+Tensor.to_sparse_csr = _to_sparse_csr_method

@@ -41,19 +41,9 @@ class Tensor:
     # NumPy must hand mixed expressions (ndarray + Tensor) to Tensor's reflected operators.
     __array_ufunc__ = None
 
-    def __init__(self, *args, dtype=None, device=None, requires_grad: bool = False):
-        """PyTorch's legacy constructor, with its meanings (ops/torch_constructors.py):
-        `Tensor(2, 3)` is an uninitialized float32 tensor of shape (2, 3), `Tensor(data)`
-        holds data as float32, `Tensor(t)` is a view of t. `dtype=` (rill's addition) makes
-        `Tensor(data, dtype=d)` rill.tensor(data, dtype=d). rill.tensor is the usual way."""
-        from .ops.methods import _repoint_outputs
-        from .ops.torch_constructors import construct
-        other = construct(args, dtype, device)
-        for slot in Tensor.__slots__[:-1]:
-            setattr(self, slot, getattr(other, slot))
-        _repoint_outputs(other._node, other, self)  # the tape's output is this object now
-        if requires_grad:
-            self.requires_grad_()
+    # Tensor(...) (PyTorch's legacy constructor), backward, to, astype, to_device and __dlpack__
+    # are installed by rill.ops (ops/methods.py), to_sparse* by rill.sparse_tensor: the layers
+    # above this one (docs/DESIGN.md, "Layers") give Tensor the methods made of their ops.
 
     # ---- attributes ------------------------------------------------------------------------
 
@@ -120,21 +110,6 @@ class Tensor:
                                 f"versions before it), not {api_version!r}",
                                 op="__array_namespace__")
         return rill
-
-    def to_device(self, device, /, *, stream=None) -> "Tensor":
-        """The tensor on `device` (the standard's spelling of `x.to(device)`)."""
-        from .ops.creation import to_device
-        return to_device(self, device)
-
-    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
-        """Export through DLPack, never as a writable alias (ops/conversion.py:
-        dlpack_export): NumPy gets the buffer flagged read-only; PyTorch, which ignores the
-        flag, and consumers of DLPack before 1.0 get a copy. bfloat16 goes out as bfloat16
-        (a copy: ops/dlpack_bfloat16.py)."""
-        import sys
-        from .ops.conversion import dlpack_capsule
-        caller = sys._getframe(1).f_globals.get("__name__", "")
-        return dlpack_capsule(self, stream, max_version, dl_device, copy, caller)
 
     def __dlpack_device__(self):
         buffer = self._data if self.device.kind != "cpu" else self._host("__dlpack_device__()")
@@ -248,38 +223,12 @@ class Tensor:
         self._retains_grad = True
         return self
 
-    def backward(self, grad=None, retain_graph: bool = False, create_graph: bool = False) -> None:
-        """Accumulate d(self)/d(leaf) into `.grad` of every leaf that requires grad.
-
-        `grad` is the cotangent; it may be omitted only for a one-element tensor.
-        The tape is freed afterwards unless `retain_graph`; `create_graph` records the
-        backward pass itself so that gradients can be differentiated again.
-        """
-        from .eager.backward import backward
-        backward([self], None if grad is None else [grad], retain_graph=retain_graph,
-                 create_graph=create_graph)
-
     def __getattr__(self, name: str):
         # Only reached for names the class lacks: say what rill writes for PyTorch's.
         if name.startswith("__"):
             raise AttributeError(name)
         from .hints import TENSOR, missing
         raise missing("Tensor", name, TENSOR)
-
-    # ---- conversions -----------------------------------------------------------------------
-
-    def to(self, target) -> "Tensor":
-        """Convert to a dtype (`x.to(rill.float64)`) or move to a device (`x.to('cpu:1')`)."""
-        from .ops.elementwise import cast
-        from .ops.creation import to_device
-        if isinstance(target, (_dt.DType, type)) or (isinstance(target, str) and
-                                                      target in _dt._BY_NAME):
-            return cast(self, target)
-        return to_device(self, target)
-
-    def astype(self, dtype) -> "Tensor":
-        from .ops.elementwise import cast
-        return cast(self, dtype)
 
     # ---- layouts (sparse tensors: lib/sparse_tensor.py) ---------------------------------------
 
@@ -288,20 +237,6 @@ class Tensor:
         """rill.strided: a Tensor holds every element (sparse tensors are not Tensors)."""
         from .layouts import strided
         return strided
-
-    def to_sparse(self, sparse_dim=None, *, layout=None):
-        """The non-zero entries as a COO sparse tensor (eager only; see rill.sparse_coo_tensor)."""
-        from .sparse_tensor import to_sparse
-        return to_sparse(self, sparse_dim, layout=layout)
-
-    def to_sparse_coo(self):
-        return self.to_sparse()
-
-    def to_sparse_csr(self):
-        """A 2-d tensor's non-zero entries as a CSR sparse matrix (eager only)."""
-        from .sparse_tensor import to_sparse_csr
-        return to_sparse_csr(self)
-
 
 class ElementCount(int):
     """An int (a tensor's element count) that, called, answers PyTorch's `size()`.

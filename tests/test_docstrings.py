@@ -22,7 +22,7 @@ def test_docstring_examples(name):
 # starting with "_") without a docstring, counted when this ceiling was set. The count may
 # fall; it may not grow: a new public name comes with its docstring. Lower the ceiling when
 # docstrings are added.
-UNDOCUMENTED_CEILING = 487
+UNDOCUMENTED_CEILING = 485
 
 
 def _undocumented() -> list[str]:

@@ -215,7 +215,61 @@ METHODS = {
 }
 
 
+# ---- methods made of the layers above Tensor (docs/DESIGN.md, "Layers") --------------------
+
+def _construct(self, *args, dtype=None, device=None, requires_grad: bool = False):
+    """PyTorch's legacy constructor, with its meanings (ops/torch_constructors.py):
+    `Tensor(2, 3)` is an uninitialized float32 tensor of shape (2, 3), `Tensor(data)`
+    holds data as float32, `Tensor(t)` is a view of t. `dtype=` (rill's addition) makes
+    `Tensor(data, dtype=d)` rill.tensor(data, dtype=d). rill.tensor is the usual way."""
+    from .torch_constructors import construct
+    other = construct(args, dtype, device)
+    for slot in Tensor.__slots__[:-1]:
+        setattr(self, slot, getattr(other, slot))
+    _repoint_outputs(other._node, other, self)  # the tape's output is this object now
+    if requires_grad:
+        self.requires_grad_()
+
+
+def to_device(self, device, /, *, stream=None):
+    """The tensor on `device` (the standard's spelling of `x.to(device)`)."""
+    from .creation import to_device as move
+    return move(self, device)
+
+
+def dlpack(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+    """Export through DLPack, never as a writable alias (ops/conversion.py:
+    dlpack_export): NumPy gets the buffer flagged read-only; PyTorch, which ignores the
+    flag, and consumers of DLPack before 1.0 get a copy. bfloat16 goes out as bfloat16
+    (a copy: ops/dlpack_bfloat16.py)."""
+    import sys
+    from .conversion import dlpack_capsule
+    caller = sys._getframe(1).f_globals.get("__name__", "")
+    return dlpack_capsule(self, stream, max_version, dl_device, copy, caller)
+
+
+def backward(self, grad=None, retain_graph: bool = False, create_graph: bool = False) -> None:
+    """Accumulate d(self)/d(leaf) into `.grad` of every leaf that requires grad.
+
+    `grad` is the cotangent; it may be omitted only for a one-element tensor.
+    The tape is freed afterwards unless `retain_graph`; `create_graph` records the
+    backward pass itself so that gradients can be differentiated again.
+    """
+    from ..eager.backward import backward as walk
+    walk([self], None if grad is None else [grad], retain_graph=retain_graph,
+         create_graph=create_graph)
+
+
+def astype(self, dtype):
+    """The tensor in `dtype` (the Array API's spelling of `x.to(dtype)`)."""
+    return E.cast(self, dtype)
+
+
+LAYERED = {"__init__": _construct, "to_device": to_device, "__dlpack__": dlpack,
+           "backward": backward, "astype": astype}
+
+
 def install() -> None:
-    for name, fn in {**OPERATORS, **METHODS}.items():
+    for name, fn in {**OPERATORS, **METHODS, **LAYERED}.items():
         setattr(Tensor, name, fn)
     Tensor.__hash__ = object.__hash__  # __eq__ is elementwise; identity stays the hash
