@@ -243,17 +243,23 @@ def _add(x, y, out=None):
     """x + y as np.add computes it; callable with out=. Two same-shaped float arrays run one C
     pass on OpenMP's team where it runs (parallel.team_threads; a residual block's adds and
     the gradients summed at a fork in the graph): np.add runs on one core."""
-    if out is None and type(x) is np.ndarray and x.size >= _TEAM_MIN and \
-            type(y) is np.ndarray and x.shape == y.shape and x.dtype == y.dtype:
-        threads = parallel.team_threads(x.size)
-        compiled = native.for_arrays("elementwise", x, y) if threads > 1 else None
-        if compiled is not None:
-            result = np.empty(x.shape, x.dtype)
-            compiled.add(x, y, result, 0, x.size, x.dtype == np.float64, threads)
-            return result
-    return np.add(x, y, out=out)
+    # Every eager add passes here: the small case is tested first and calls np.add without
+    # a keyword (out=None costs a ufunc ~70 ns of keyword parsing).
+    if out is not None:
+        return _np_add(x, y, out=out)
+    if type(x) is not _ndarray or x.size < _TEAM_MIN or type(y) is not _ndarray or \
+            x.shape != y.shape or x.dtype != y.dtype:
+        return _np_add(x, y)
+    threads = parallel.team_threads(x.size)
+    compiled = native.for_arrays("elementwise", x, y) if threads > 1 else None
+    if compiled is None:
+        return _np_add(x, y)
+    result = np.empty(x.shape, x.dtype)
+    compiled.add(x, y, result, 0, x.size, x.dtype == np.float64, threads)
+    return result
 
 
+_np_add, _ndarray = np.add, np.ndarray
 _add.ufunc = np.add  # what it computes, bit for bit (kernels/numpy/fused.py: UFUNCS)
 _TEAM_MIN = parallel.TEAM_MIN_ELEMENTS  # read once: an eager add of a few elements pays ~0.1 us
 _add.ufunc_below = _TEAM_MIN  # below this many elements it is np.add itself (capture/executor)
