@@ -17,7 +17,7 @@ from .errors import (Error, ArgumentError, DeviceError, DTypeError, GradientErro
                      DistributedError, PlacementError,
                      install_traceback_filter)
 from .tensor import Tensor
-from .sparse import SparseRows
+from .ops.sparse_rows import SparseRows
 from .random import Generator, manual_seed, default_generator
 
 from . import ops  # declares every primitive and installs Tensor methods
@@ -25,7 +25,7 @@ from . import kernels as _kernels  # noqa: F401
 from .kernels import numpy as _numpy_kernels  # noqa: F401  (registers the CPU kernels)
 from .ops import sparse_ops as _sparse_ops  # noqa: F401  (the sparse primitives)
 from .layouts import Layout, strided, sparse_coo, sparse_csr
-from .sparse_tensor import sparse_coo_tensor, sparse_csr_tensor
+from .sparse import sparse_coo_tensor, sparse_csr_tensor
 
 from .ops.creation import (tensor, as_tensor, zeros, ones, full, empty, zeros_like, ones_like,
                            full_like, empty_like, arange, linspace, eye, to_device)
@@ -77,8 +77,8 @@ from .dtypes import float32 as float, float64 as double, float16 as half  # noqa
 from .dtypes import int64 as long, int32 as int, int16 as short  # noqa: A004
 
 from .eager.context import no_grad, enable_grad, is_grad_enabled
-from .eager.grad import grad, value_and_grad
-from .eager.custom_vjp import custom_vjp
+from .autodiff.grad import grad, value_and_grad
+from .autodiff.custom_vjp import custom_vjp
 from . import func
 from .func import vmap, jvp, vjp, jacrev, jacfwd, hessian, functional_call, linearize
 
@@ -89,6 +89,7 @@ from .ops import keywords as _keywords
 _keywords.install(nn.functional)  # F.softmax(x, dim=1), F.normalize(input=x), ...
 from . import gpu, cuda, accelerator
 from .serialization import save, load
+from . import torch_format as _torch_format  # noqa: F401 - rill.load reads PyTorch's files
 from .capture.function import capture, CaptureWarning
 from .capture.guards import guard as capture_guard
 from .capture.serialize import load_graph

@@ -36,7 +36,7 @@ from .ops.reduce import cumsum, sum as _sum
 from .ops.sorting import topk
 from . import random as _random_module
 from .random import Generator, default_generator
-from .tensor import detached_value
+from .eager.context import detached_value
 
 _streams: dict[int, Generator] = {}
 _streams_lock = threading.Lock()

@@ -28,7 +28,7 @@ from . import dtypes as _dt
 from .devices import device as _as_device
 from .errors import ArgumentError, CheckpointError
 from .files import MAX_JSON, load_budget, open_regular, over_budget, show_bytes
-from .sparse import SparseRows
+from .ops.sparse_rows import SparseRows
 from .tensor import Tensor, new_tensor
 
 MAGIC = b"RILL\x00"
@@ -121,21 +121,29 @@ def load(path, device=None, *, map_location=None, weights_only=None, max_bytes=N
         return load_from(f, path, device, max_bytes=budget)
 
 
+# Readers of files other frameworks write, registered by the modules that read them when rill
+# is imported (torch_format.py, utils/safetensors.py): (rank, recognize), tried in rank order;
+# recognize(head: the file's first 16 bytes) -> read(f, path, device, max_bytes), or None.
+_READERS: list = []
+
+
+def register_reader(rank: int, recognize) -> None:
+    """Let `load` read another format: files whose first bytes `recognize` knows."""
+    _READERS.append((rank, recognize))
+    _READERS.sort(key=lambda entry: entry[0])
+
+
 def _other_format(f, path, device, budget):
     """A loader for a file another framework wrote (by its first bytes), or None for a
     rill file (and anything else, which the rill loader refuses)."""
-    from . import torch_format
     head = f.read(16)
     f.seek(0)
     if head.startswith(MAGIC):
         return None
-    if torch_format.is_torch_zip(head):
-        return lambda: torch_format.load_from(f, path, device, max_bytes=budget)
-    from .utils import safetensors
-    if safetensors.looks_like(head):  # before the pickle test: a length may start with 0x80
-        return lambda: safetensors.load_from(f, path, device, max_bytes=budget)
-    if torch_format.is_pickle(head):
-        return lambda: torch_format.refuse_pickle(path, head)
+    for _, recognize in _READERS:
+        read = recognize(head)
+        if read is not None:
+            return lambda: read(f, path, device, max_bytes=budget)
     return None
 
 

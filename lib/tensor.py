@@ -19,8 +19,7 @@ import numpy as np
 
 from . import dtypes as _dt
 from .devices import Device
-from .capture.ir import Value
-from .errors import CaptureError, DTypeError, GradientError, ShapeError
+from .errors import DTypeError, GradientError, ShapeError
 
 _new = object.__new__
 
@@ -42,7 +41,7 @@ class Tensor:
     __array_ufunc__ = None
 
     # Tensor(...) (PyTorch's legacy constructor), backward, to, astype, to_device and __dlpack__
-    # are installed by rill.ops (ops/methods.py), to_sparse* by rill.sparse_tensor: the layers
+    # are installed by rill.ops (ops/methods.py), to_sparse* by rill.sparse (sparse/tensors.py): the layers
     # above this one (docs/DESIGN.md, "Layers") give Tensor the methods made of their ops.
 
     # ---- attributes ------------------------------------------------------------------------
@@ -78,13 +77,7 @@ class Tensor:
         return self._host("numpy()")
 
     def _host(self, what: str) -> np.ndarray:
-        if type(self._data) is Value:
-            raise CaptureError(
-                f"{what} needs the tensor's data, which exists only when the captured graph "
-                "runs. For a choice that depends on data use rill.where, rill.cond or "
-                "rill.while_loop; to look at a value, return it from the captured function",
-                op=what.split(" ")[0].rstrip("()"))
-        refusal = getattr(self._data, "host_refusal", None)  # a transform's value (vmap)
+        refusal = getattr(self._data, "host_refusal", None)  # a graph value, a vmap batch
         if refusal is not None:
             raise refusal(what)
         host = self.device.backend.to_host(self._data)
@@ -180,10 +173,9 @@ class Tensor:
         return out
 
     def __repr__(self) -> str:
-        if type(self._data) is Value:
-            from .dtypes import short_name
-            return (f"tensor(<graph value {short_name(self.dtype)}"
-                    f"[{','.join(map(str, self.shape))}] from {self._data.node.op}>)")
+        describe = getattr(self._data, "describe", None)  # a graph value has no data to show
+        if describe is not None:
+            return f"tensor(<{describe()}>)"
         host = np.asarray(self.device.backend.to_host(self._data))
         body = np.array2string(host, separator=", ", prefix="tensor(", threshold=200,
                                max_line_width=88)
@@ -252,7 +244,6 @@ class ElementCount(int):
     def __call__(self, dim=None):
         if dim is None:
             return self.shape
-        from .ops.rules import normalize_axis
         return self.shape[normalize_axis(dim, len(self.shape))]
 
     def __repr__(self) -> str:
@@ -262,21 +253,21 @@ class ElementCount(int):
         return (int, (int(self),))
 
 
-def detached_value(t: Tensor) -> Tensor:
-    """t's values cut from the tape, as a value of its own: an in-place change of it leaves
-    t alone (what rill hands out or keeps: gradients, copies, optimizer slots). The public
-    `t.detach()` is a view of t, as PyTorch's, and writes reach t.
+def graph_value(data) -> bool:
+    """Whether a tensor's buffer is a graph value: the result of an op being traced, with no
+    data until its graph runs (capture/ir.py's Value). Asked of the buffer, so that the layers
+    below capture need not import it; such buffers also answer `host_refusal` (the error for
+    Python asking their data) and `describe` (what repr shows)."""
+    return getattr(data, "is_graph_value", False)
 
-    While a capture records, a tensor from outside it is read through the trace (the graph's
-    read of t): wrapped as it is, its buffer would become a second, frozen graph input,
-    stale as soon as t changes between calls."""
-    data = t._data
-    if type(data) is not Value:
-        from .eager.context import current
-        interpreter = current().interpreter
-        if interpreter.capturing and not interpreter.reruns_python:
-            data = interpreter.value_of(t)
-    return new_tensor(data, t.dtype, t.device)
+
+def normalize_axis(axis: int, ndim: int) -> int:
+    """A single axis in [-ndim, ndim) as a non-negative index."""
+    if not isinstance(axis, int) or isinstance(axis, bool):
+        raise ShapeError(f"axis must be an int, got {axis!r}")
+    if not -ndim <= axis < ndim:
+        raise ShapeError(f"axis {axis} is out of range for a tensor with {ndim} dimensions")
+    return axis % ndim if ndim else 0
 
 
 def new_tensor(data, dtype: _dt.DType, device: Device) -> Tensor:

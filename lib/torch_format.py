@@ -30,6 +30,7 @@ from . import restricted_pickle as _rp
 from .devices import device as _as_device
 from .errors import CheckpointError
 from .files import MAX_JSON, load_budget, over_budget, read_bounded, show_bytes
+from .serialization import register_reader
 from .tensor import new_tensor
 
 ZIP_MAGIC = b"PK\x03\x04"
@@ -386,3 +387,19 @@ def _is_contiguous(size, stride) -> bool:
             return False
         expected *= n
     return True
+
+
+def _zip_reader(head: bytes):
+    return load_from if is_torch_zip(head) else None
+
+
+def _pickle_refusal(head: bytes):
+    if not is_pickle(head):
+        return None
+    return lambda f, path, device, max_bytes: refuse_pickle(path, head)
+
+
+# rill.load reads PyTorch's zip files, and refuses its legacy pickles with the way round; the
+# safetensors check (rank 1) comes before the pickle test: a length may start with 0x80.
+register_reader(0, _zip_reader)
+register_reader(2, _pickle_refusal)

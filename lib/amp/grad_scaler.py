@@ -20,7 +20,7 @@ from ..ops import elementwise as E
 from ..ops.creation import tensor
 from ..ops.methods import assign
 from ..ops.shape import stack
-from ..sparse import SparseRows
+from ..ops.sparse_rows import SparseRows
 from ..tensor import Tensor
 
 _READY, _UNSCALED, _STEPPED = "ready", "unscaled", "stepped"

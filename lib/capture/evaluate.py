@@ -8,9 +8,9 @@ wherever its ops have kernels.
 from __future__ import annotations
 
 from ..eager.bind import bind
-from ..eager.context import no_grad, set_grad
-from ..tensor import detached_value, new_tensor
-from .tracer import KNOWN_CONSTANTS
+from ..eager.context import detached_value, no_grad, set_grad
+from ..ops.promotion import KNOWN_CONSTANTS
+from ..tensor import new_tensor
 
 
 def evaluate(graph, inputs):

@@ -21,7 +21,7 @@ from collections import OrderedDict
 
 from ..eager.context import current, use_interpreter
 from ..errors import CaptureError
-from ..sparse import SparseRows
+from ..ops.sparse_rows import SparseRows
 from ..tensor import Tensor, new_tensor
 from ..tree import flatten
 from . import escape, guards, python_reads

@@ -8,8 +8,8 @@ walk the tape back from the cotangents.
 from __future__ import annotations
 
 from ..eager.context import enable_grad, is_grad_enabled
-from ..sparse import SparseRows
-from ..tensor import detached_value
+from ..ops.sparse_rows import SparseRows
+from ..eager.context import detached_value
 
 
 def graph_vjp(graph, primals, cts: dict, wrt: list):
@@ -35,7 +35,7 @@ def gradients_or_zeros(roots, targets, create_graph: bool = False,
     """Dense gradients of the (root, cotangent) pairs for each target; zeros where none. The
     tape is kept (`retain_graph`) when a second derivative will walk it (create_graph) unless
     told otherwise (rill.func.vjp's vjp_fn may be called again)."""
-    from ..eager.backward import gradients
+    from ..autodiff.backward import gradients
     from ..ops.creation import zeros_like
     retain = create_graph if retain_graph is None else retain_graph
     found = gradients([r for r, _ in roots], [c for _, c in roots], targets=targets,

@@ -36,6 +36,9 @@ import html
 import itertools
 import math
 
+from ..ops.attrs import Subgraph
+from ..ops.primitive import PRIMITIVES
+
 GRAPH_OPS = ("input", "constant", "read", "assign", "send", "recv", "accumulate", "take",
              "save", "restore", "add_rows")
 
@@ -56,18 +59,42 @@ class Value:
     ndim = property(lambda self: len(self.shape))
     size = property(lambda self: math.prod(self.shape))
 
+    # The buffer protocol of data a tensor holds but cannot show (tensor.py: `graph_value`,
+    # `host_refusal`, `describe`): the layers below capture ask these, not the class.
+    is_graph_value = True
+
+    def describe(self) -> str:
+        return f"graph value {_spec(self)} from {self.node.op}"
+
+    def host_refusal(self, what: str):
+        """The error for Python asking this value's data (`what`: "numpy()", an op's name):
+        during its own trace it has none yet; after it, it escaped (escape.py says where)."""
+        from ..errors import CaptureError
+        from .escape import error
+        op = what.split(" ")[0].rstrip("()")
+        if self._traced_now():
+            return CaptureError(
+                f"{what} needs the tensor's data, which exists only when the captured graph "
+                "runs. For a choice that depends on data use rill.where, rill.cond or "
+                "rill.while_loop; to look at a value, return it from the captured function",
+                op=op)
+        return error(self, op=op)
+
     def __array__(self, *args, **kwargs):
         # A graph value reached NumPy: code asked for data that exists only when the graph
         # runs: during its own trace (NumPy called on it), or later (it was stored outside).
-        from ..eager.context import current
         from ..errors import CaptureError
         from .escape import error
-        if self.node in getattr(current().interpreter, "own", ()):
+        if self._traced_now():
             raise CaptureError(
                 "NumPy was asked for the data of a tensor being traced, which exists only when "
                 "the captured graph runs; use rill ops on it (rill.where, rill.cond for "
                 "choices), or return it from the captured function to look at it", op="numpy")
         raise error(self, op="numpy")
+
+    def _traced_now(self) -> bool:
+        from ..eager.context import current
+        return self.node in getattr(current().interpreter, "own", ())
 
 
 class Variable:
@@ -137,7 +164,6 @@ class Node:
 
     @property
     def primitive(self):
-        from ..ops.primitive import PRIMITIVES
         return PRIMITIVES[self.op]
 
     def __repr__(self) -> str:
@@ -340,6 +366,9 @@ class Graph:
         # Jupyter draws the graph; without Graphviz (None) it falls back to _repr_html_.
         from .views import dot_program, to_svg
         return to_svg(self) if dot_program() is not None else None
+
+Subgraph.set_class(Graph)  # ops/attrs.py: the attr type of branches and bodies
+
 
 def _spec_of(v) -> tuple:
     return tuple(v.shape), v.dtype, v.device

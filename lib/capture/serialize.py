@@ -26,7 +26,7 @@ from ..devices import Device, device as as_device
 from ..errors import CaptureError, CheckpointError
 from ..files import (MAX_JSON, load_budget, open_regular, over_budget, read_bounded, sha256,
                      show_bytes)
-from ..sparse import SparseRows
+from ..ops.sparse_rows import SparseRows
 from ..tensor import Tensor, new_tensor
 from . import schema
 from .ir import GRAPH_OPS, Graph, Variable

@@ -14,17 +14,12 @@ from __future__ import annotations
 
 import math
 
-import weakref
-
 from ..errors import CaptureError, user_location
 from ..tensor import Tensor, new_tensor
 from ..devices import requested
+from ..ops.promotion import KNOWN_CONSTANTS
 from .ir import GRAPH_OPS, Constraint, Graph, Value
 
-# Tensors that are constants wherever they appear (the cached weak scalars of promotion), by
-# id; weak, so that an id is forgotten when its tensor dies. (Not a WeakSet: Tensor's == is
-# elementwise.)
-KNOWN_CONSTANTS: "weakref.WeakValueDictionary[int, Tensor]" = weakref.WeakValueDictionary()
 
 _SAVED_SLOTS = ("_data", "_version", "requires_grad", "_node", "_index")
 
@@ -199,7 +194,7 @@ class Tracer:
 
     def finish(self) -> None:
         """Add the assigns of the final values, then give every tensor its own state back."""
-        from ..sparse import SparseRows
+        from ..ops.sparse_rows import SparseRows
         graph = self.graph
         final: list = []
         for owner, slots in list(self.saved.values()):

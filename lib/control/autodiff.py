@@ -266,7 +266,7 @@ def _refuse_higher_order(op: str) -> None:
         refused = GradientError(f"higher-order gradients through {op} are not supported yet "
                                 "(create_graph=True, or grad of grad, across a loop or "
                                 "branch)", op=op)
-        refused.higher_order = True  # eager/grad.py tells this refusal from other errors
+        refused.higher_order = True  # autodiff/grad.py tells this refusal from other errors
         raise refused
 
 

@@ -13,7 +13,7 @@ At the start the chief's parameters are broadcast to every worker, after checkin
 of them have the same parameter names and shapes (naming any that differ). From then on,
 as with PyTorch's DistributedDataParallel, every `backward()` that reaches the model's
 parameters averages their gradients: `loss.backward()` and `ddp.backward(loss)` are the
-same. The parameters are hooked into rill's backward (eager/backward.py's GRAD_REDUCERS)
+same. The parameters are hooked into rill's backward (autodiff/backward.py's GRAD_REDUCERS)
 and grouped in buckets, in reverse order of definition, roughly the order backward
 finishes them; a bucket's averaging is posted as soon as backward has produced all its
 gradients, while backward goes on with the rest, and buckets are posted in a fixed order so
@@ -31,11 +31,11 @@ import json
 
 import numpy as np
 
-from ..eager.backward import GRAD_REDUCERS
+from ..autodiff.backward import GRAD_REDUCERS
 from ..eager.context import current, no_grad
 from ..errors import DistributedError
 from ..ops.creation import tensor, zeros
-from ..sparse import SparseRows
+from ..ops.sparse_rows import SparseRows
 from .collectives import all_gather, all_reduce, broadcast
 from .world import world
 
@@ -79,7 +79,7 @@ class AllReduce:
             if GRAD_REDUCERS.get(id(p)) is self:
                 del GRAD_REDUCERS[id(p)]
 
-    # ---- called by backward (eager/backward.py) ----------------------------------------
+    # ---- called by backward (autodiff/backward.py) ----------------------------------------
 
     def begin(self) -> None:
         self._ready, self._launched = {}, []

@@ -43,7 +43,7 @@ from . import ps_state, wire
 from ..eager.context import no_grad
 from ..errors import ArgumentError, DistributedError
 from ..ops.creation import tensor
-from ..sparse import SparseRows
+from ..ops.sparse_rows import SparseRows
 from .collectives import _name, wait_until
 from .roles import expect_serve, ps_only, served, worker_only
 from .world import world

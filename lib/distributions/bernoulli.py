@@ -6,7 +6,7 @@ from functools import cached_property
 from ..ops import elementwise as E
 from ..ops.random import bernoulli as _bernoulli
 from ..ops.shape import broadcast_to
-from ..tensor import detached_value
+from ..eager.context import detached_value
 from . import constraints
 from .distribution import Distribution
 from .parameters import probs_or_logits

@@ -11,7 +11,7 @@ from ..ops import elementwise as E, reduce as R
 from ..ops.indexing import take_along_axis
 from ..ops.random import uniform
 from ..ops.shape import broadcast_to
-from ..tensor import detached_value
+from ..eager.context import detached_value
 from . import constraints
 from .distribution import Distribution
 from .parameters import probs_or_logits

@@ -6,7 +6,8 @@ import numpy as np
 from ..errors import ArgumentError, ShapeError
 from ..eager.context import no_grad
 from ..ops.random import _concrete
-from ..tensor import Tensor, detached_value
+from ..tensor import Tensor
+from ..eager.context import detached_value
 from . import constraints
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from .. import dtypes as dt
 from ..ops import elementwise as E
 from ..ops.random import normal, uniform
-from ..tensor import detached_value
+from ..eager.context import detached_value
 
 _ROUNDS = 10
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from ..eager import context
 from ..eager.bind import bind
-from ..eager.custom_vjp import custom_vjp
+from ..autodiff.custom_vjp import custom_vjp
 from ..errors import DeviceError, DTypeError, GradientError, ShapeError
 from ..ops import batching
 from ..ops.primitive import primitive
-from ..tensor import detached_value
+from ..eager.context import detached_value
 from .gamma_sampler import standard_gamma
 
 _OP = "standard_gamma_grad"

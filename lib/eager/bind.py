@@ -87,8 +87,7 @@ def _attrs_fit(checks, attrs) -> bool:
 def _attr_error(prim, attrs) -> None:
     """ArgumentError naming every attr of `attrs` that does not fit `prim`'s declaration
     (returns quietly when all fit: only optional attrs were left out)."""
-    from ..ops.attrs import attr_problems
-    problems = attr_problems(prim, attrs)
+    problems = prim.attr_problems(attrs)
     if problems:
         raise ArgumentError("; ".join(
             f"unknown attribute {path}" if why == "unknown attribute" else

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 from contextvars import ContextVar
 
+from ..tensor import Tensor, graph_value, new_tensor
 from .interpreter import EAGER
 
 
@@ -118,3 +119,18 @@ def set_grad(t, grad) -> None:
         interpreter.set_grad(t, grad)
     else:
         t.grad = grad
+
+
+def detached_value(t: Tensor) -> Tensor:
+    """t's values cut from the tape, as a value of its own: an in-place change of it leaves
+    t alone (what rill hands out or keeps: gradients, copies, optimizer slots). The public
+    `t.detach()` is a view of t, as PyTorch's, and writes reach t.
+
+    While a capture records, a tensor from outside it is read through the trace (the graph's
+    read of t): wrapped as it is, its buffer would become a second, frozen graph input,
+    stale as soon as t changes between calls."""
+    data = t._data
+    interpreter = _context.get().interpreter
+    if interpreter.capturing and not interpreter.reruns_python and not graph_value(data):
+        data = interpreter.value_of(t)
+    return new_tensor(data, t.dtype, t.device)

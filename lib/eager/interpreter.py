@@ -7,7 +7,6 @@ import numpy as np
 
 from ..dtypes import bfloat16
 from ..errors import Error, IndexingError, KernelError, OutOfMemoryError
-from ..capture.escape import among, error as escape_error
 from ..tensor import Tensor, new_tensor
 
 _ndarray = np.ndarray
@@ -29,9 +28,10 @@ class EagerInterpreter:
             else:
                 out = kernel(*[a._data for a in args], **attrs)
         except Exception as e:
-            escaped = among(args)  # a graph value outlived its trace: say which, not why numpy
-            if escaped is not None:
-                raise escape_error(escaped, prim.name) from None
+            for a in args:  # a graph value that outlived its trace: say which, not why numpy
+                refusal = getattr(a._data, "host_refusal", None)
+                if refusal is not None:
+                    raise refusal(prim.name) from None
             if isinstance(e, Error):
                 raise
             raise kernel_error(e, prim.name, device.kind) from e

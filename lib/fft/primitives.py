@@ -7,7 +7,7 @@ which have their own gradients), so each primitive is a fixed linear map over `a
     rfft:  real -> complex, the DFT's first n//2 + 1 bins along the last of `axes`
     irfft: complex -> real of length n along the last of `axes`, the inverse of rfft
 
-Gradients follow PyTorch's convention for complex numbers (lib/eager/backward.py): the
+Gradients follow PyTorch's convention for complex numbers (lib/autodiff/backward.py): the
 cotangent of a linear map A is A^H g. For the DFT, A^H is the opposite transform with the
 scaling kept: "backward" (no scale forward) pairs with an unscaled inverse, which NumPy calls
 norm="forward", and "ortho" with "ortho". rfft's adjoint zero-pads the half spectrum and
@@ -16,7 +16,7 @@ takes the real part; irfft's counts each bin that stands for two (k and n - k) t
 from __future__ import annotations
 
 from .. import dtypes as dt
-from ..eager.backward import COMPLEX_RULES
+from ..ops.primitive import COMPLEX_RULES
 from ..errors import DTypeError, ShapeError
 from ..ops import attrs as A
 from ..ops import batching

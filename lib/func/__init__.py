@@ -1,7 +1,7 @@
 """Function transforms, named as in torch.func: vmap, jvp, linearize, vjp, jacrev, jacfwd,
 hessian, grad, grad_and_value, functional_call. Each works eagerly, nests, composes with the
 others and records into one graph under rill.capture."""
-from ..eager.grad import grad as _grad, value_and_grad as _value_and_grad
+from ..autodiff.grad import grad as _grad, value_and_grad as _value_and_grad
 from .forward import jvp, linearize
 from .functional_call import functional_call
 from .jacobians import hessian, jacfwd, jacrev, vjp

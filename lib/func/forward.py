@@ -13,11 +13,12 @@ from __future__ import annotations
 import functools
 
 from ..eager import context
-from ..eager.backward import gradients, taped_leaves
-from ..eager.grad import differentiating, nested
+from ..autodiff.backward import gradients, taped_leaves
+from ..autodiff.grad import differentiating, nested
 from ..errors import ArgumentError, ShapeError
-from ..sparse import SparseRows
-from ..tensor import Tensor, detached_value
+from ..ops.sparse_rows import SparseRows
+from ..tensor import Tensor
+from ..eager.context import detached_value
 from ..tree import flatten
 
 
@@ -90,7 +91,7 @@ def _linearized(func, primals, has_aux, op):
             if g.requires_grad:
                 transposed.append((k, g))
     # inside an enclosing transform, func may read what it differentiates; a closure may
-    # read what the tape outside records (eager/grad.py)
+    # read what the tape outside records (autodiff/grad.py)
     keep_value = outer and (nested() or any(isinstance(p, Tensor) and p.requires_grad
                                             for p in leaves)
                             or taped_leaves([o for o in outs if o.requires_grad], xs))

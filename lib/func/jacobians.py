@@ -8,10 +8,11 @@ import functools
 
 from ..capture.graph_vjp import gradients_or_zeros
 from ..eager import context
-from ..eager.backward import taped_leaves
-from ..eager.grad import differentiating, nested
+from ..autodiff.backward import taped_leaves
+from ..autodiff.grad import differentiating, nested
 from ..errors import ArgumentError
-from ..tensor import Tensor, detached_value
+from ..tensor import Tensor
+from ..eager.context import detached_value
 from ..tree import flatten
 from .forward import differentiable_input, jvp
 from .vmap import vmap
@@ -38,7 +39,7 @@ def vjp(func, *primals, has_aux: bool = False):
     outs, _ = flatten(value)
     flat_xs = [x for group in xs for x in group]
     # inside an enclosing transform, func may read what it differentiates; a closure may
-    # read what the tape outside records (eager/grad.py)
+    # read what the tape outside records (autodiff/grad.py)
     differentiated = outer and (nested() or any(isinstance(p, Tensor) and p.requires_grad
                                                 for leaves, _ in structures for p in leaves)
                                 or taped_leaves([o for o in outs if isinstance(o, Tensor)

@@ -16,7 +16,7 @@ from ..eager.context import current, use_interpreter
 from ..eager.wrapping import WrappingInterpreter
 from ..ops.batching import FallbackWarning, loop  # noqa: F401 - FallbackWarning is public
 from ..errors import ArgumentError, Error, ShapeError
-from ..sparse import SparseRows
+from ..ops.sparse_rows import SparseRows
 from ..tensor import Tensor, new_tensor
 from ..tree import flatten
 

@@ -8,7 +8,7 @@ are kernels/numpy/decompositions.py. There is no gpu kernel yet: the public func
 All act on the last two axes and batch over the rest. They take real floating and complex
 dtypes; eigenvalues, singular values and slogdet's logabsdet are real (complex inputs give
 their real counterpart, float64 for complex128). Complex gradients follow PyTorch's
-convention (lib/eager/backward.py: the cotangent G of a real loss with dL = Re tr(G^H dA)).
+convention (lib/autodiff/backward.py: the cotangent G of a real loss with dL = Re tr(G^H dA)).
 None of these maps is holomorphic in the sense the automatic conjugation assumes (eigh, svd,
 qr and cholesky work on Hermitian or unitary structure, slogdet takes |det|), so every rule
 is written with its conjugates explicit (`adjoint` is the conjugate transpose) and all are
@@ -17,7 +17,7 @@ registered in COMPLEX_RULES; for real dtypes the conjugates are no-ops.
 from __future__ import annotations
 
 from ..dtypes import real_of
-from ..eager.backward import COMPLEX_RULES
+from ..ops.primitive import COMPLEX_RULES
 from ..eager.bind import bind
 from ..errors import DeviceError, DTypeError, GradientError, ShapeError
 from ..ops import attrs as A

@@ -29,7 +29,8 @@ from ..ops.reduce import mean, sum
 from ..ops.rules import broadcast_shapes as _broadcast_shapes
 from ..ops.shape import (broadcast_to, expand_dims, moveaxis, reshape, squeeze, swapaxes,
                          tril)
-from ..tensor import Tensor, detached_value as _detached_value
+from ..eager.context import detached_value as _detached_value
+from ..tensor import Tensor
 
 # The fused primitives and the activations, under the names layers and users reach for.
 from ..ops.activation import log_softmax, softmax, softmax_cross_entropy  # noqa: F401

@@ -17,8 +17,9 @@ from ..capture.holders import holds_modules
 from .. import dtypes as _dt
 from ..eager.context import set_grad
 from ..errors import ArgumentError, Error
-from ..sparse import SparseRows
-from ..tensor import Tensor, detached_value
+from ..ops.sparse_rows import SparseRows
+from ..tensor import Tensor
+from ..eager.context import detached_value
 from .parameter import Parameter
 
 LoadResult = namedtuple("LoadResult", ["missing_keys", "unexpected_keys"])

@@ -26,7 +26,7 @@ from ..ops.reduce import any as _any, mean, sum as _sum
 from ..ops.shape import concat, expand_dims, reshape, swapaxes
 from ..ops.sorting import argsort
 from ..random_candidates import check_classes, log_uniform_candidate_sampler
-from ..tensor import detached_value
+from ..eager.context import detached_value
 
 
 @reports_as("sampled_softmax_loss")

@@ -210,6 +210,10 @@ class Instance(AttrType):
             self._cls = self._find()
         return None if isinstance(value, self._cls) else self.wrong_type(value)
 
+    def set_class(self, cls: type) -> None:
+        """For a class a higher layer defines (capture's Graph): it registers itself here."""
+        self._cls = cls
+
 
 class Optional(AttrType):
     """None, or a value of `inner`."""
@@ -385,11 +389,6 @@ def _device_class():
     return Device
 
 
-def _graph_class():
-    from ..capture.ir import Graph
-    return Graph
-
-
 def _generator_class():
     from ..random import Generator
     return Generator
@@ -413,7 +412,8 @@ SHAPE = TupleOf(NonNegInt)
 PAIR = TupleOf(INT, length=2)   # (height, width) of a window, a stride, a dilation
 DTypeAttr = Instance("a rill dtype", _dtype_class, cache_key="value")
 DeviceAttr = Instance("a rill device", _device_class, cache_key="value")
-Subgraph = Instance("a graph", _graph_class)
+# capture/ir.py sets Graph as the class when it loads; before that no value is a graph
+Subgraph = Instance("a graph", lambda: ())
 GeneratorAttr = Instance("a rill.Generator", _generator_class)
 NDArray = Instance("a NumPy array", lambda: np.ndarray)
 ErrorName = Choice(*_error_names())

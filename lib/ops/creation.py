@@ -7,9 +7,8 @@ from .. import dtypes as dt
 from ..devices import Device, device as as_device
 from ..errors import ArgumentError, DTypeError, Error
 from ..eager.bind import bind
-from ..eager.context import current
-from ..capture.ir import Value
-from ..tensor import Tensor, detached_value, new_tensor
+from ..eager.context import current, detached_value
+from ..tensor import Tensor, graph_value, new_tensor
 from . import attrs as A
 from .attrs import INT64_MAX
 from .arguments import (as_bool, as_dtype, as_float, as_int, as_number, as_shape, check_fits,
@@ -121,7 +120,7 @@ def tensor(data, dtype=None, device=None, requires_grad: bool = False) -> Tensor
     >>> rill.tensor([[1, 2], [3, 4]]).dtype
     rill.int64
     """
-    if isinstance(data, Tensor) and type(data._data) is Value:
+    if isinstance(data, Tensor) and graph_value(data._data):
         # A value being traced has no data yet: its copy is the same graph value, detached
         # (buffers are never written, so sharing it is a copy), as eagerly.
         out = detached_value(data)

@@ -17,7 +17,8 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..errors import ArgumentError, DTypeError, Error, reports_as
-from ..tensor import Tensor, detached_value
+from ..tensor import Tensor
+from ..eager.context import detached_value
 from .arguments import as_bool, describe
 
 # The standard's kind names, as sets of rill's one-letter kinds.

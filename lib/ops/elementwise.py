@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from .. import dtypes as dt
-from ..eager.backward import COMPLEX_RULES
+from ..ops.primitive import COMPLEX_RULES
 from ..eager.bind import bind
 from ..errors import DTypeError, ShapeError, reports_as
 from . import attrs as A
@@ -305,7 +305,7 @@ _UNARY = {
 
 # Rules that already give PyTorch's complex gradient (conj(dL/dz) convention) themselves:
 # backward calls them as they are. Every other rule is a holomorphic derivative, which
-# backward conjugates around (lib/eager/backward.py:call_vjp).
+# backward conjugates around (lib/autodiff/backward.py:call_vjp).
 COMPLEX_RULES.update({"abs", "sign", "conj", "real", "imag", "cast"})
 
 _GELU_MODES = ("none", "tanh")

@@ -207,7 +207,7 @@ def _getitem_infer(x, *arrays, key):
 def _getitem_vjp(g, out, x, *arrays, key):
     from .creation import zeros_like
     if _is_row_gather(key, x.ndim):
-        from ..sparse import SparseRows
+        from .sparse_rows import SparseRows
         from .shape import reshape
         from .elementwise import where
         idx = reshape(arrays[0], (-1,))

@@ -20,12 +20,11 @@ lstm_sequence, whose kernels are rill's own.
 from __future__ import annotations
 
 from ..eager.bind import bind
-from ..eager.context import current
 from ..errors import DTypeError, KernelError, ShapeError
 from . import attrs as A
 from . import promotion
 from .linalg import linear
-from .lstm_sequence import composite_vjp, lstm_sequence_composite
+from .lstm_sequence import lstm_sequence_composite
 from .primitive import primitive
 
 
@@ -82,8 +81,6 @@ def _vjp(g, out, x, h0, c0, w_ih, w_hh, *biases, reverse):
         else g[0]
     g_ht, g_ct = (zeros_like(h0) if c is None else c for c in g[1:])
     inputs = (x, h0, c0, w_ih, w_hh) + tuple(biases)
-    if current().grad_enabled:  # create_graph: a gradient that can itself be differentiated
-        return composite_vjp(composite, (g_hs, g_ht, g_ct), inputs, reverse=reverse)
     grads = bind(lstm_layer_grad_p, g_hs, g_ht, g_ct, x, h0, c0, w_ih, w_hh, *biases, *saved,
                  reverse=reverse)
     return tuple(d if t.requires_grad else None for d, t in zip(grads, inputs))
@@ -107,7 +104,7 @@ def composite(x, h0, c0, w_ih, w_hh, b_ih=None, b_hh=None, *, reverse=False):
 
 lstm_layer_p = primitive("lstm_layer", _infer, _vjp, normalize=promotion.lift,
                          multiple_results=True, save_output=True, residuals=lambda **_: 4,
-                         attrs={"reverse": A.BOOL},
+                         attrs={"reverse": A.BOOL}, composite=composite,
                          cpu_only="oneDNN's CPU LSTM: elsewhere nn.LSTM runs lstm_sequence "
                                   "or per-step cells")
 lstm_layer_grad_p = primitive("lstm_layer_grad", _grad_infer, None, multiple_results=True,

@@ -19,7 +19,6 @@ order). CPU, float32/float64; elsewhere nn.LSTM runs its per-step cells.
 from __future__ import annotations
 
 from ..eager.bind import bind
-from ..eager.context import current
 from ..errors import DTypeError, ShapeError
 from . import attrs as A
 from . import promotion
@@ -55,9 +54,6 @@ def _vjp(g, out, proj, h0, c0, w_hh, *bias, reverse):
     _, _, _, acts, tanh_cs, cs = out  # the residuals are kept; an unused h_T may be gone
     g_hs = zeros_like(tanh_cs) if g[0] is None else g[0]
     g_ht, g_ct = (zeros_like(c0) if c is None else c for c in g[1:])
-    if current().grad_enabled:  # create_graph: a gradient that can itself be differentiated
-        return composite_vjp(lstm_sequence_composite, (g_hs, g_ht, g_ct),
-                             (proj, h0, c0, w_hh) + tuple(bias), reverse=reverse)
     grads = bind(lstm_sequence_grad_p, g_hs, g_ht, g_ct, h0, c0, w_hh, acts, tanh_cs, cs,
                  reverse=reverse)
     wanted = (proj, h0, c0, w_hh) + tuple(bias)
@@ -75,33 +71,6 @@ def _grad_infer(g_hs, g_ht, g_ct, h0, c0, w_hh, acts, tanh_cs, cs, *, reverse):
             (tuple(w_hh.shape), w_hh.dtype), (four_h, w_hh.dtype)]
 
 
-def composite_vjp(composite, g, inputs, **attrs):
-    """The cotangents of `inputs` from `composite(*inputs, **attrs)` (the layer again in rill
-    ops), differentiated with the tape kept: they then depend on the inputs and on g, for a
-    further derivative. Per input, a copy stands for it (one tensor may be two inputs, and
-    each gets its own part)."""
-    from ..eager.backward import gradients
-    from ..tensor import detached_value
-    proxies = [x * 1 if x.requires_grad else detached_value(x) for x in inputs]
-    outs = composite(*proxies, **attrs)
-    roots = [(o, c) for o, c in zip(outs, g) if o.requires_grad]
-    wanted = [p for p, x in zip(proxies, inputs) if x.requires_grad]
-    found = gradients([o for o, _ in roots], [c for _, c in roots], targets=wanted,
-                      create_graph=True, retain_graph=True) if roots and wanted else {}
-    from .creation import zeros_like
-    return tuple((found[id(p)][1] if id(p) in found else zeros_like(p))
-                 if x.requires_grad else None for p, x in zip(proxies, inputs))
-
-
-lstm_sequence_p = primitive("lstm_sequence", _infer, _vjp, normalize=promotion.lift,
-                            multiple_results=True, save_output=True, residuals=lambda **_: 3,
-                            attrs={"reverse": A.BOOL},
-                            cpu_only="a CPU fast path: elsewhere nn.LSTM runs per-step cells")
-lstm_sequence_grad_p = primitive("lstm_sequence_grad", _grad_infer, None,
-                                 multiple_results=True, attrs={"reverse": A.BOOL},
-                                 cpu_only="the gradient of lstm_sequence (CPU only)")
-
-
 def lstm_sequence_composite(proj, h0, c0, w_hh, b_hh=None, *, reverse=False):
     """(hs, h_T, c_T) by per-step lstm_cell composites (any device and dtype)."""
     from .lstm_cell import lstm_cell_composite
@@ -113,6 +82,15 @@ def lstm_sequence_composite(proj, h0, c0, w_hh, b_hh=None, *, reverse=False):
         h, c = lstm_cell_composite(proj[t], h, c, w_hh, b_hh)
         hs[t] = h
     return stack(hs, axis=0), h, c
+
+
+lstm_sequence_p = primitive("lstm_sequence", _infer, _vjp, normalize=promotion.lift,
+                            multiple_results=True, save_output=True, residuals=lambda **_: 3,
+                            attrs={"reverse": A.BOOL}, composite=lstm_sequence_composite,
+                            cpu_only="a CPU fast path: elsewhere nn.LSTM runs per-step cells")
+lstm_sequence_grad_p = primitive("lstm_sequence_grad", _grad_infer, None,
+                                 multiple_results=True, attrs={"reverse": A.BOOL},
+                                 cpu_only="the gradient of lstm_sequence (CPU only)")
 
 
 def fits(proj, h0, c0, w_hh, b_hh=None) -> bool:

@@ -10,7 +10,8 @@ from __future__ import annotations
 from .. import cpu_memory, dtypes as dt
 from ..eager.context import current, no_grad
 from ..errors import DTypeError, GradientError, ShapeError
-from ..tensor import Tensor, detached_value
+from ..tensor import Tensor
+from ..eager.context import detached_value
 from . import elementwise as E
 from . import indexing, linalg, reduce, shape, sorting
 
@@ -248,25 +249,13 @@ def dlpack(self, *, stream=None, max_version=None, dl_device=None, copy=None):
     return dlpack_capsule(self, stream, max_version, dl_device, copy, caller)
 
 
-def backward(self, grad=None, retain_graph: bool = False, create_graph: bool = False) -> None:
-    """Accumulate d(self)/d(leaf) into `.grad` of every leaf that requires grad.
-
-    `grad` is the cotangent; it may be omitted only for a one-element tensor.
-    The tape is freed afterwards unless `retain_graph`; `create_graph` records the
-    backward pass itself so that gradients can be differentiated again.
-    """
-    from ..eager.backward import backward as walk
-    walk([self], None if grad is None else [grad], retain_graph=retain_graph,
-         create_graph=create_graph)
-
-
 def astype(self, dtype):
     """The tensor in `dtype` (the Array API's spelling of `x.to(dtype)`)."""
     return E.cast(self, dtype)
 
 
 LAYERED = {"__init__": _construct, "to_device": to_device, "__dlpack__": dlpack,
-           "backward": backward, "astype": astype}
+           "astype": astype}
 
 
 def install() -> None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+from .attrs import attr_problems
+
 
 class Primitive:
     """One op, declared once.
@@ -34,6 +36,10 @@ class Primitive:
         (ops/batching.py has the families): args are the inputs with their batch axis where
         dims says (None: not batched), size the batch's length. None: vmap loops over the
         batch (correct for every op, and said once).
+    composite(*inputs, **attrs) -> the op's outputs (not its residuals) computed by other
+        ops: for a fused op whose gradient kernel is not differentiable (the LSTMs). Under
+        create_graph the reverse walk differentiates the composite instead of calling vjp
+        (autodiff/backward.py: call_vjp), so the gradient can be differentiated again.
     cache_rule: False for a rule cheaper than a lookup of its answer (eager/rule_cache.py):
         the elementwise families, whose rules copy a shape (a taped 10-element add, bench/
         dispatch.py: 2.39 -> 2.74 us with the lookup).
@@ -41,15 +47,17 @@ class Primitive:
 
     __slots__ = ("name", "infer", "vjp", "normalize", "multiple_results", "save_output",
                  "device_attr", "effect", "residuals", "kernels", "attrs", "required_attrs",
-                 "attr_checks", "cpu_only", "batch", "rule_cache", "typed_attrs", "__weakref__")
+                 "attr_checks", "cpu_only", "batch", "rule_cache", "typed_attrs", "composite",
+                 "__weakref__")
 
     def __init__(self, name: str, infer: Callable, vjp: Callable | None = None, *,
                  normalize: Callable | None = None, multiple_results: bool = False,
                  save_output: bool = False, device_attr: bool = False, effect: str | None = None,
                  residuals: Callable | None = None, attrs: dict | None = None,
                  cpu_only: str | None = None, batch: Callable | None = None,
-                 cache_rule: bool = True):
+                 cache_rule: bool = True, composite: Callable | None = None):
         self.name = name
+        self.composite = composite
         self.batch = batch
         self.infer = infer
         self.vjp = vjp
@@ -75,6 +83,11 @@ class Primitive:
     def __repr__(self) -> str:
         return f"Primitive({self.name})"
 
+    def attr_problems(self, attrs: dict) -> list[tuple[str, str]]:
+        """[(path, why)] for each attr of `attrs` that does not fit the declaration (bind's
+        error path; ops/attrs.py: attr_problems)."""
+        return attr_problems(self, attrs)
+
     def missing_kernel(self, kind: str):
         """The DeviceError for a device kind this op has no kernel for, with the way round."""
         from ..errors import DeviceError
@@ -85,6 +98,17 @@ class Primitive:
 
 
 PRIMITIVES: dict[str, Primitive] = {}
+
+# Complex gradients follow PyTorch: for a real loss L and complex z = x + iy, z.grad is
+# dL/dx + i dL/dy (the conjugate Wirtinger derivative, doubled): for L = |z|^2, 2z.
+# A vjp rule written as a holomorphic derivative, g * f'(z) (every arithmetic rule is),
+# gives that convention when conjugated around: conj(rule(conj(g))) = g * conj(f'(z)).
+# Rules for non-holomorphic ops (abs, real, imag, conj, sign, the real -> complex cast,
+# fft's real transforms) are written in the convention already and are named here by the
+# modules declaring them, as are the control-flow primitives, whose rules run the reverse
+# walk over their bodies (autodiff/backward.py: call_vjp conjugates the others around), and
+# custom_vjp's user rules (written in PyTorch's convention, as torch.autograd.Function's).
+COMPLEX_RULES: set = {"scan", "while", "switch"}
 
 
 def primitive(name: str, infer: Callable, vjp: Callable | None = None, **options) -> Primitive:

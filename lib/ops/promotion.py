@@ -6,12 +6,13 @@ capturing, in the graph). The common case, tensors already agreeing, returns at 
 """
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from .. import dtypes as dt
 from ..devices import cpu
 from ..errors import ArgumentError, DTypeError, Error
-from ..capture.tracer import KNOWN_CONSTANTS
 from ..tensor import Tensor, new_tensor
 
 
@@ -21,6 +22,12 @@ def _device_of(args):
             return a.device
     return cpu
 
+
+# Tensors that are constants wherever they appear (the cached weak scalars made here, and
+# values a graph evaluation made), by id: a capture bakes them in rather than reading them as
+# state (capture/tracer.py). Weak, so that an id is forgotten when its tensor dies. (Not a
+# WeakSet: Tensor's == is elementwise.)
+KNOWN_CONSTANTS: "weakref.WeakValueDictionary[int, Tensor]" = weakref.WeakValueDictionary()
 
 _CONSTANTS: dict = {}
 
@@ -57,14 +64,11 @@ def as_input(value, device) -> Tensor:
     """A non-scalar, non-tensor input (list, ndarray, NumPy scalar) as a strong tensor.
 
     Errors name no op: the op being bound names itself (bind fills in `op`)."""
-    from ..sparse import SparseRows
-    from ..sparse_tensor import SparseTensor, dense_only
     from .arguments import array_like, describe
     from .creation import tensor
-    if isinstance(value, SparseRows):  # a sparse gradient in dense arithmetic: p - lr * g
-        return value.to_dense()
-    if isinstance(value, SparseTensor):  # a sparse tensor given to a dense op
-        raise dense_only(value, "this op")
+    dense = getattr(value, "dense_operand", None)  # SparseRows (p - lr * g), a sparse tensor
+    if dense is not None:
+        return dense()
     if not array_like(value):
         raise ArgumentError(f"expected a tensor or a number, got {describe(value)}")
     try:

@@ -7,7 +7,8 @@ from .. import dtypes as dt
 from ..errors import ArgumentError, DTypeError
 from ..eager.bind import bind
 from ..random import Generator, default_generator
-from ..tensor import detached_value
+from ..eager.context import detached_value
+from ..tensor import graph_value
 from . import attrs as A
 from .arguments import as_bool, as_dtype, as_float, as_int, check_fits, describe
 from .creation import _device, _finish, _shape
@@ -135,8 +136,7 @@ def randint(low: int, high: int | None = None, shape=(), dtype=None, device=None
 def _concrete(t) -> bool:
     """Whether t's values exist now: eager, not a captured graph's placeholder. Checks that
     read values (negative weights, empty rows) run only then; a graph cannot raise on data."""
-    from ..capture.ir import Value
-    return type(t._data) is not Value
+    return not graph_value(t._data)
 
 
 def _float_tensor(input, op):

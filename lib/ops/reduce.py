@@ -13,7 +13,7 @@ from .. import dtypes as dt
 from ..errors import ArgumentError, ShapeError
 from ..errors import reports_as
 from ..eager.bind import bind
-from ..tensor import detached_value
+from ..eager.context import detached_value
 from . import attrs as A
 from . import batching
 from . import promotion

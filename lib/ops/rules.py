@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ..errors import DTypeError, ShapeError
+from ..tensor import normalize_axis  # noqa: F401 - defined with the size() it serves; rules re-export it
 
 
 def broadcast_shapes(*shapes) -> tuple:
@@ -25,15 +26,6 @@ def broadcast_shapes(*shapes) -> tuple:
                     size = d
         out.append(size)
     return tuple(out)
-
-
-def normalize_axis(axis: int, ndim: int) -> int:
-    """A single axis in [-ndim, ndim) as a non-negative index."""
-    if not isinstance(axis, int) or isinstance(axis, bool):
-        raise ShapeError(f"axis must be an int, got {axis!r}")
-    if not -ndim <= axis < ndim:
-        raise ShapeError(f"axis {axis} is out of range for a tensor with {ndim} dimensions")
-    return axis % ndim if ndim else 0
 
 
 def normalize_axes(axis, ndim: int) -> tuple:

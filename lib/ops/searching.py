@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from .. import dtypes as dt
 from ..errors import CaptureError, ShapeError, reports_as
-from ..tensor import Tensor, detached_value
+from ..tensor import Tensor
+from ..eager.context import detached_value
 from .arguments import as_axes, as_bool, as_choice, as_tensor
 from .rules import require
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..errors import reports_as
-from ..tensor import detached_value
+from ..eager.context import detached_value
 from .arguments import as_bool, as_tensor
 from .searching import host_values, refuse_in_capture
 

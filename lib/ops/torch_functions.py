@@ -19,6 +19,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..errors import ArgumentError, DifferenceWarning, ShapeError
+from ..layouts import strided
 from ..tensor import Tensor
 from . import elementwise as E
 from . import linalg, reduce, shape, sorting
@@ -237,18 +238,16 @@ _dense_mm = _matrix_product("mm", (2, 2))
 
 def mm(input, mat2):
     """Matrix product of two 2-d tensors (rill.matmul); with a sparse first operand, as
-    PyTorch's torch.mm(sparse, dense), the sparse product rill.sparse.mm."""
-    from ..sparse_tensor import SparseTensor
-    if isinstance(input, SparseTensor):
-        from ..sparse_functions import mm as sparse_mm
-        return sparse_mm(input, mat2)
+    PyTorch's torch.mm(sparse, dense), the sparse product rill.sparse.mm (which a sparse
+    tensor's @ runs: the sparse types live above ops)."""
+    if not isinstance(input, Tensor) and getattr(input, "layout", strided) is not strided:
+        return input @ mat2
     return _dense_mm(input, mat2)
 
 
 def spmm(input, mat2):
     """Sparse x dense matrix product (torch.spmm): rill.sparse.mm."""
-    from ..sparse_functions import mm as sparse_mm
-    return sparse_mm(input, mat2)
+    return mm(input, mat2)
 
 
 bmm = _matrix_product("bmm", (3, 3))

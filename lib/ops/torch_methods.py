@@ -15,7 +15,8 @@ from __future__ import annotations
 from .. import dtypes as dt
 from ..errors import ArgumentError, DeviceError
 from ..eager.context import no_grad
-from ..tensor import Tensor, detached_value
+from ..tensor import Tensor
+from ..eager.context import detached_value
 from . import creation
 from . import elementwise as E
 from . import indexing, linalg, random, reduce, searching, shape, sorting

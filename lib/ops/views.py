@@ -27,7 +27,8 @@ from __future__ import annotations
 import functools
 
 from ..eager.context import is_grad_enabled
-from ..tensor import Tensor, detached_value
+from ..tensor import Tensor
+from ..eager.context import detached_value
 from . import indexing, shape
 from .methods import snapshot
 

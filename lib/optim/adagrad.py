@@ -5,7 +5,7 @@ from ..errors import ArgumentError
 from ..ops.creation import full_like
 from ..ops.elementwise import cast, sqrt, where
 from ..ops.rows import add_rows_, per_row
-from ..sparse import SparseRows
+from ..ops.sparse_rows import SparseRows
 from ..ops.methods import assign
 from .optimizer import Optimizer, step_count
 

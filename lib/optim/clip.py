@@ -19,7 +19,7 @@ from ..ops.elementwise import cast, clip, isfinite, minimum, sqrt
 from ..ops.linalg import matmul
 from ..ops.reduce import norm
 from ..ops.shape import concat, reshape, stack
-from ..sparse import SparseRows
+from ..ops.sparse_rows import SparseRows
 from ..tensor import Tensor
 
 

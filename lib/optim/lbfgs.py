@@ -9,8 +9,9 @@ from ..ops.creation import zeros
 from ..ops.elementwise import cast, scaled_add
 from ..ops.methods import assign
 from ..ops.shape import concat
-from ..sparse import SparseRows
-from ..tensor import Tensor, detached_value
+from ..ops.sparse_rows import SparseRows
+from ..tensor import Tensor
+from ..eager.context import detached_value
 from .line_search import dot, strong_wolfe
 from .optimizer import Optimizer
 

@@ -34,8 +34,9 @@ from ..eager.context import current, enable_grad, no_grad, outside_capture, set_
 from ..errors import ArgumentError, CaptureError
 from ..ops.creation import zeros_like
 from ..ops.elementwise import cast, scaled_add
-from ..sparse import SparseRows
-from ..tensor import Tensor, detached_value
+from ..ops.sparse_rows import SparseRows
+from ..tensor import Tensor
+from ..eager.context import detached_value
 
 
 def scale(x: Tensor, factor) -> Tensor:

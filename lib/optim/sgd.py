@@ -5,7 +5,7 @@ from ..errors import ArgumentError
 from ..ops.creation import zeros_like
 from ..ops.elementwise import scaled_add, where
 from ..ops.rows import add_rows_
-from ..sparse import SparseRows
+from ..ops.sparse_rows import SparseRows
 from ..ops.methods import assign
 from .optimizer import Optimizer, add_scaled, scale, step_count
 

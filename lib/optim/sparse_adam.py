@@ -6,7 +6,7 @@ from ..errors import ArgumentError, CaptureError
 from ..ops.creation import zeros_like
 from ..ops.elementwise import cast, sqrt, where
 from ..ops.rows import add_rows_, per_row
-from ..sparse import SparseRows
+from ..ops.sparse_rows import SparseRows
 from .optimizer import Optimizer, scale, step_count
 
 

@@ -38,13 +38,15 @@ from __future__ import annotations
 import weakref
 
 from ..eager import context
-from ..eager.backward import COMPLEX_RULES, gradients
+from ..autodiff.backward import gradients
+from ..ops.primitive import COMPLEX_RULES
 from ..eager.context import enable_grad, no_grad, use_interpreter
 from ..eager.tape import record
 from ..eager.wrapping import WrappingInterpreter
 from ..errors import ArgumentError, CheckpointError, GradientError
 from ..ops.primitive import Primitive
-from ..tensor import Tensor, detached_value
+from ..tensor import Tensor
+from ..eager.context import detached_value
 from ..tree import flatten
 
 __all__ = ["checkpoint", "checkpoint_sequential", "CheckpointError"]

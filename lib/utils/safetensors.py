@@ -34,6 +34,7 @@ from .. import dtypes as _dt
 from ..devices import device as _as_device
 from ..errors import ArgumentError, CheckpointError, DTypeError
 from ..files import load_budget, open_regular, over_budget, show_bytes
+from ..serialization import _disk_array, register_reader, write_atomically  # one layout
 from ..tensor import Tensor, new_tensor
 
 __all__ = ["load_file", "save_file"]
@@ -93,7 +94,6 @@ def load_from(f, path, device=None, *, max_bytes=None) -> dict:
 def save_file(tensors, path, metadata=None) -> str:
     """Write {name: Tensor} to a safetensors file at `path`, atomically; returns the path.
     `metadata` is an optional {str: str} the file's header keeps ("__metadata__")."""
-    from ..serialization import _disk_array, write_atomically  # one byte layout for both
     package = _require()
     path = os.fspath(path)
     if not isinstance(tensors, Mapping):
@@ -184,3 +184,6 @@ def _read_bfloat16(f, path, key, shape, header) -> np.ndarray:
     if f.readinto(bits.view(np.uint8)) != 2 * count:
         raise CheckpointError(f"{path}: truncated inside tensor {key!r}", op="load")
     return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+register_reader(1, lambda head: load_from if looks_like(head) else None)  # for rill.load

@@ -95,7 +95,7 @@ def test_a_loop_without_a_higher_order_rule_gives_the_gradient_and_refuses_more(
 
 
 def test_the_refusing_gradient_raises_its_refusal_when_differentiated():
-    from rill.eager.grad import _refusing
+    from rill.autodiff.grad import _refusing
     w = rill.tensor([2.0], requires_grad=True)
     g = _refusing(rill.tensor([3.0]), [w], rill.GradientError("no rule here", op="scan"))
     assert g.tolist() == [3.0] and g.requires_grad

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import rill
-from rill.sparse_tensor import SparseCOO
+from rill.sparse import SparseCOO
 
 torch = pytest.importorskip("torch")
 sp = pytest.importorskip("scipy.sparse")

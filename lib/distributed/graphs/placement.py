@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ...devices import device as as_device
 from ...errors import ArgumentError, DistributedError
-from ...tensor import detached_value
+from ...eager.context import detached_value
 from ..world import world
 
 

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import functools
 
+from ..eager import context
+from ..eager.context import detached_value
+from ..eager.tape import record
 from ..errors import GradientError
 from ..ops.primitive import Primitive
-from ..tensor import Tensor, detached_value
-from . import context
-from .tape import record
+from ..tensor import Tensor
 
 
 class custom_vjp:

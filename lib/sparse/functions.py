@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import math
 
-from .errors import ArgumentError, ShapeError, reports_as
-from .sparse_tensor import SparseCOO, SparseCSR, SparseTensor, _part
-from .tensor import Tensor
+from ..errors import ArgumentError, ShapeError, reports_as
+from .tensors import SparseCOO, SparseCSR, SparseTensor, _part
+from ..tensor import Tensor
 
 
 @reports_as("sparse.mm")
@@ -20,7 +20,7 @@ def mm(sparse, dense):
     tensor([[20.],
             [ 3.]])
     """
-    from .ops.sparse_ops import coo_mm, csr_mm
+    from ..ops.sparse_ops import coo_mm, csr_mm
     if not isinstance(sparse, SparseTensor):
         if isinstance(sparse, Tensor) and isinstance(dense, Tensor):
             return sparse @ dense  # both dense: PyTorch allows it too
@@ -98,7 +98,7 @@ def sum(input, dim=None, dtype=None):  # noqa: A001 - torch.sparse.sum's name
         return SparseCOO(_part(s, 0), values, _drop(s.shape, dims), s.is_coalesced())
     if len(summed) == k:
         return values.sum(axis=0)
-    from .ops.shape import stack
+    from ..ops.shape import stack
     indices = _part(s, 0)
     kept = stack([indices[d] for d in range(k) if d not in summed])
     return SparseCOO(kept, values, _drop(s.shape, dims), False)
@@ -113,7 +113,7 @@ def softmax(input, dim: int, dtype=None):
     """Softmax along `dim` over the stored entries only (missing entries are not zeros that
     take part, they are absent), as torch.sparse.softmax: for a matrix and dim=1, each row's
     stored values become a distribution. The result has the input's indices."""
-    from .ops.sparse_ops import segment_softmax
+    from ..ops.sparse_ops import segment_softmax
     if not isinstance(input, SparseTensor):
         raise ArgumentError(f"input must be a sparse tensor, got {type(input).__name__}")
     s = _as_coo(input).coalesce()
@@ -121,18 +121,18 @@ def softmax(input, dim: int, dtype=None):
     k = s.sparse_dim()
     (d,) = _dims(dim, s.ndim, "sparse.softmax")
     if d >= k:  # along a dense dim of the values: an ordinary softmax
-        from .ops.activation import softmax as dense_softmax
+        from ..ops.activation import softmax as dense_softmax
         out = dense_softmax(values, d - k + 1)
     else:
-        from .sparse_tensor import _linear
+        from .tensors import _linear
         others = [i for i in range(k) if i != d]
         indices = _part(s, 0)
         if others:
-            from .ops.shape import stack
+            from ..ops.shape import stack
             segments = _linear(stack([indices[i] for i in others]),
                                tuple(s.shape[i] for i in others))
         else:
-            from .ops.creation import zeros_like
+            from ..ops.creation import zeros_like
             segments = zeros_like(indices[0])
         count = math.prod(s.shape[i] for i in others)
         out = segment_softmax(values, segments, count)

@@ -37,17 +37,21 @@ class SparseRows:
     def ndim(self):
         return len(self.shape)
 
+    def dense_operand(self):
+        """What it is in a dense op (ops/promotion.py: as_input): its dense tensor (p - lr * g)."""
+        return self.to_dense()
+
     def to_dense(self):
-        from .ops.creation import zeros
-        from .ops.indexing import index_add
+        from .creation import zeros
+        from .indexing import index_add
         base = zeros(*self.shape, dtype=self.rows.dtype, device=self.rows.device)
         return index_add(base, (self.indices,), self.rows)
 
     def coalesce(self) -> "SparseRows":
         """One row per distinct index (rows of repeated indices summed)."""
         import numpy as np
-        from .ops.creation import tensor, zeros
-        from .ops.indexing import index_add
+        from .creation import tensor, zeros
+        from .indexing import index_add
         host = np.asarray(self.indices.numpy())
         unique, inverse = np.unique(host, return_inverse=True)
         rows = zeros(len(unique), *self.shape[1:], dtype=self.rows.dtype, device=self.rows.device)
@@ -62,17 +66,17 @@ class SparseRows:
         captured step's shapes do not depend on how many rows repeat. On devices without
         that kernel, the exact coalesce (all valid), eagerly."""
         if self.rows.device.kind == "cpu":
-            from .ops.rows import coalesce_rows
+            from .rows import coalesce_rows
             return coalesce_rows(self.indices, self.rows)
-        from .ops.creation import ones
-        from .dtypes import bool_
+        from .creation import ones
+        from ..dtypes import bool_
         exact = self.coalesce()
         valid = ones(exact.indices.shape[0], dtype=bool_, device=exact.rows.device)
         return exact.indices, exact.rows, valid
 
     def __add__(self, other):
         if isinstance(other, SparseRows):
-            from .ops.shape import concat
+            from .shape import concat
             return SparseRows(concat([self.indices, other.indices]),
                               concat([self.rows, other.rows]), self.shape)
         return other + self.to_dense()
@@ -93,7 +97,3 @@ class SparseRows:
     def __repr__(self) -> str:
         return (f"SparseRows(indices={self.indices!r}, rows of shape {self.rows.shape}, "
                 f"dense shape {self.shape})")
-
-
-# rill.sparse is also PyTorch's torch.sparse: functions on sparse tensors (lib/sparse_tensor.py).
-from .sparse_functions import addmm, mm, softmax, sum  # noqa: E402,F401,A001

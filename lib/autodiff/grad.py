@@ -5,10 +5,12 @@ import contextlib
 import contextvars
 import functools
 
+from ..eager import context
+from ..eager.context import detached_value
 from ..errors import ArgumentError, DTypeError, GradientError
-from ..tensor import Tensor, detached_value
+from ..ops.creation import ones_like, tensor, zeros_like
+from ..tensor import Tensor
 from ..tree import flatten
-from . import context
 from .backward import gradients, not_differentiable, taped_leaves
 from .custom_vjp import custom_vjp
 
@@ -82,7 +84,6 @@ def value_and_grad(f, argnums=0, has_aux: bool = False):
                                 f"{_describe(value)}", op="grad")
         closure = []
         if value.requires_grad:
-            from ..ops.creation import ones_like
             if outer_recording and not create_graph:
                 # f read tensors the tape outside records (a closure): so is its gradient
                 closure = taped_leaves([value], inputs)
@@ -154,7 +155,6 @@ def _refusing(g, closure, error: GradientError) -> Tensor:
 
 def _differentiable(x, outer_recording: bool) -> Tensor:
     if not isinstance(x, Tensor):
-        from ..ops.creation import tensor
         x = tensor(x)
     if not x.dtype.is_inexact:
         raise DTypeError(f"grad differentiates floating and complex tensors only, got {x.dtype}",
@@ -168,7 +168,6 @@ def _grad_or_zeros(found, x):
     entry = found.get(id(x))
     if entry is not None:
         return entry[1]
-    from ..ops.creation import zeros_like
     return zeros_like(x)
 
 

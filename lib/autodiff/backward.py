@@ -6,11 +6,15 @@ cotangents per tensor. `backward` accumulates the results into the `.grad` of le
 """
 from __future__ import annotations
 
+from ..eager import context
+from ..eager.context import detached_value
+from ..eager.interpreter import CHECK_KERNELS
 from ..errors import GradientError, ShapeError
-from ..sparse import SparseRows
-from ..tensor import Tensor, detached_value
-from . import context
-from .interpreter import CHECK_KERNELS
+from ..ops.creation import ones_like, tensor, zeros, zeros_like
+from ..ops.elementwise import cast, conj, real
+from ..ops.primitive import COMPLEX_RULES
+from ..ops.sparse_rows import SparseRows
+from ..tensor import Tensor
 
 
 def not_differentiable(t: Tensor, op: str) -> GradientError:
@@ -25,7 +29,7 @@ def taped_leaves(roots, own) -> list:
     """The grad-requiring leaves behind `roots` other than those in `own`: the tensors an
     enclosing tape records that a functional transform's function read (a closure over model
     parameters, over x with x.requires_grad). Its derivative must be taped too, or it would
-    be a constant to that tape (eager/grad.py)."""
+    be a constant to that tape (autodiff/grad.py)."""
     own = {id(t) for t in own}
     found, seen, stack = {}, set(), [r._node for r in roots if r._node is not None]
     while stack:
@@ -80,15 +84,8 @@ def _toposort(roots, targets, positions=frozenset()):
     return order
 
 
-# Complex gradients follow PyTorch: for a real loss L and complex z = x + iy, z.grad is
-# dL/dx + i dL/dy (the conjugate Wirtinger derivative, doubled): for L = |z|^2, 2z.
-# A vjp rule written as a holomorphic derivative, g * f'(z) (every arithmetic rule is),
-# gives that convention when conjugated around: conj(rule(conj(g))) = g * conj(f'(z)).
-# Rules for non-holomorphic ops (abs, real, imag, conj, sign, the real -> complex cast,
-# fft's real transforms) are written in the convention already and are named here, as are
-# the control-flow primitives, whose rules run this walk over their bodies, and
-# custom_vjp's user rules (written in PyTorch's convention, as torch.autograd.Function's).
-COMPLEX_RULES: set = {"scan", "while", "switch"}
+# Complex gradients follow PyTorch's convention; which rules are written in it already, and
+# why the others are conjugated around, is said where the set lives (ops/primitive.py).
 
 
 def call_vjp(prim, g, out, inputs, attrs):
@@ -96,13 +93,30 @@ def call_vjp(prim, g, out, inputs, attrs):
 
     The one place every reverse pass (eager backward, capture, control-flow vjps) calls a
     rule through, so complex support is a property of the walk, not of each rule."""
+    if prim.composite is not None and context.current().grad_enabled:
+        return composite_vjp(prim.composite, g, inputs, attrs)  # create_graph: see Primitive
     if prim.name in COMPLEX_RULES or not _has_complex(g, inputs) or \
             prim.name.startswith("custom_vjp["):
         return prim.vjp(g, out, *inputs, **attrs)
-    from ..ops.elementwise import conj
     conj_g = tuple(conj(c) for c in g) if isinstance(g, tuple) else conj(g)
     cts = prim.vjp(conj_g, out, *inputs, **attrs)
     return tuple(None if c is None else conj(c) for c in cts)
+
+
+def composite_vjp(composite, g, inputs, attrs):
+    """The cotangents of `inputs` from `composite(*inputs, **attrs)` (a fused op again in
+    other ops), differentiated with the tape kept: they then depend on the inputs and on g,
+    for a further derivative. Per input, a copy stands for it (one tensor may be two inputs,
+    and each gets its own part)."""
+    proxies = [x * 1 if x.requires_grad else detached_value(x) for x in inputs]
+    outs = composite(*proxies, **attrs)
+    roots = [(o, c) for o, c in zip(outs, g if isinstance(g, tuple) else (g,))
+             if c is not None and o.requires_grad]
+    wanted = [p for p, x in zip(proxies, inputs) if x.requires_grad]
+    found = gradients([o for o, _ in roots], [c for _, c in roots], targets=wanted,
+                      create_graph=True, retain_graph=True) if roots and wanted else {}
+    return tuple((found[id(p)][1] if id(p) in found else zeros_like(p))
+                 if x.requires_grad else None for p, x in zip(proxies, inputs))
 
 
 def _has_complex(g, inputs) -> bool:
@@ -118,7 +132,6 @@ def _has_complex(g, inputs) -> bool:
 def fit_cotangent(ct, dtype):
     """A cotangent in its input's dtype; the real part for a real input (the imaginary
     direction is not one the input can move in)."""
-    from ..ops.elementwise import cast, real
     if ct.dtype.kind == "c" and dtype.kind != "c":
         ct = real(ct)
     return ct if ct.dtype is dtype else cast(ct, dtype)
@@ -136,7 +149,6 @@ def add_cotangents(a, b):
 
 
 def _zeros_for(node, index):
-    from ..ops.creation import zeros
     shape, dtype, device = node.out_specs[index]
     return zeros(*shape, dtype=dtype, device=device)
 
@@ -281,7 +293,6 @@ def _n_outputs(node) -> int:
 
 
 def _root_cotangent(root: Tensor, grad):
-    from ..ops.creation import ones_like, tensor
     if grad is None:
         if root.size != 1:
             raise GradientError(f"backward() of a tensor of shape {root.shape} needs a grad "
@@ -326,3 +337,19 @@ def backward(roots, grads=None, *, retain_graph=False, create_graph=False) -> No
             interpreter.set_grad(t, ct if old is None else add_cotangents(old, ct))
         else:
             t.grad = ct if t.grad is None else add_cotangents(t.grad, ct)
+
+
+def _tensor_backward(self, grad=None, retain_graph: bool = False,
+                     create_graph: bool = False) -> None:
+    """Accumulate d(self)/d(leaf) into `.grad` of every leaf that requires grad.
+
+    `grad` is the cotangent; it may be omitted only for a one-element tensor.
+    The tape is freed afterwards unless `retain_graph`; `create_graph` records the
+    backward pass itself so that gradients can be differentiated again.
+    """
+    backward([self], None if grad is None else [grad], retain_graph=retain_graph,
+             create_graph=create_graph)
+
+
+_tensor_backward.__name__ = _tensor_backward.__qualname__ = "backward"
+Tensor.backward = _tensor_backward  # the method is the reverse walk's: installed where it lives
