@@ -1,6 +1,6 @@
 """Layouts: how a tensor's values are stored, PyTorch's `x.layout`.
 
-A Tensor is `strided` (every element held). A sparse tensor (lib/sparse_tensor.py) holds only
+A Tensor is `strided` (every element held). A sparse tensor (lib/sparse/tensors.py) holds only
 its stored entries, as dense component tensors: `sparse_coo` (indices and values) or
 `sparse_csr` (compressed row pointers, column indices and values).
 """

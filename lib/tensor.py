@@ -222,7 +222,7 @@ class Tensor:
         from .hints import TENSOR, missing
         raise missing("Tensor", name, TENSOR)
 
-    # ---- layouts (sparse tensors: lib/sparse_tensor.py) ---------------------------------------
+    # ---- layouts (sparse tensors: lib/sparse/tensors.py) --------------------------------------
 
     @property
     def layout(self):

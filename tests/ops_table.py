@@ -1559,7 +1559,7 @@ def _top_projector(lib, vectors, k):
     return top @ lib.swapaxes(top, -1, -2)
 
 
-# ---- sparse tensors (lib/sparse_tensor.py): the primitives through their public calls -----
+# ---- sparse tensors (lib/sparse/tensors.py): the primitives through their public calls -----
 
 _SPARSE_SIZE = (3, 4)
 _CSR_CROW, _CSR_COL = [0, 2, 2, 5], [0, 3, 1, 2, 3]  # row 1 empty

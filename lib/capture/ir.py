@@ -64,6 +64,7 @@ class Value:
     is_graph_value = True
 
     def describe(self) -> str:
+        """What a tensor holding it shows as its data (repr)."""
         return f"graph value {_spec(self)} from {self.node.op}"
 
     def host_refusal(self, what: str):
@@ -366,6 +367,7 @@ class Graph:
         # Jupyter draws the graph; without Graphviz (None) it falls back to _repr_html_.
         from .views import dot_program, to_svg
         return to_svg(self) if dot_program() is not None else None
+
 
 Subgraph.set_class(Graph)  # ops/attrs.py: the attr type of branches and bodies
 

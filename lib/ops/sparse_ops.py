@@ -1,6 +1,6 @@
 """The sparse primitives: products and a softmax over a sparse tensor's stored entries.
 
-A sparse tensor (lib/sparse_tensor.py) is its dense components, so these primitives take
+A sparse tensor (lib/sparse/tensors.py) is its dense components, so these primitives take
 the components, not a sparse value: the tape, capture and saved graphs see dense tensors.
 
     sparse_coo_mm(rows, cols, values, dense, n_rows)   [n_rows, n]: A @ dense, A's entries
