@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from . import gpu
+from .devices import device
 
 
 def is_available() -> bool:
@@ -11,7 +12,6 @@ def is_available() -> bool:
 
 def current_accelerator():
     """The gpu device when there is one, else None (as torch.accelerator)."""
-    from .devices import device
     return device("gpu") if is_available() else None
 
 

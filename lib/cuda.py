@@ -3,6 +3,7 @@ rill's `gpu` device (`rill.gpu` has the full set)."""
 from __future__ import annotations
 
 from . import gpu
+from .random import manual_seed as seed_all
 
 
 def is_available() -> bool:
@@ -28,7 +29,6 @@ def synchronize(device=None) -> None:
 
 def manual_seed(seed: int) -> None:
     """Seed rill's generator (one generator serves every device)."""
-    from .random import manual_seed as seed_all
     seed_all(seed)
 
 

@@ -29,6 +29,7 @@ bfloat16 computation that accumulates in float32.
 from __future__ import annotations
 
 import numpy as np
+from .errors import DTypeError
 
 
 class DType:
@@ -123,7 +124,6 @@ _BY_NUMPY = {d.storage: d for d in ALL if d is not bfloat16}
 def as_dtype(value, op: str | None = None) -> DType:
     """Accept a rill dtype, a name ('float32'), a NumPy dtype or a Python type; a DTypeError
     naming `op` (the function that was asked for the dtype) for anything else."""
-    from .errors import DTypeError
     if isinstance(value, DType):
         return value
     expected = f"expected one of {', '.join(d.name for d in ALL)}"
@@ -199,7 +199,6 @@ PROMOTION_TABLE: dict[tuple[DType, DType], DType | None] = {
 
 
 def _refuse(a: DType, b: DType):
-    from .errors import DTypeError
     signed = a if a.kind == "i" else b
     return DTypeError(f"{a} and {b} have no common dtype: no integer type holds both uint64 "
                       f"and {signed} (the Array API standard leaves it unspecified); cast one "

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from . import dtypes as dt
 from .errors import Error
+from .devices import cpu, device as as_device, device
+from .ops.data_types import dtypes_of_kind
 
 # The dtypes the standard names; dtypes() lists those of them rill has.
 STANDARD_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
@@ -20,7 +22,6 @@ MAX_DIMENSIONS = 64
 
 def _device(device, op: str):
     """None (the default device) or a device rill can place tensors on."""
-    from .devices import cpu, device as as_device
     if device is None:
         return cpu
     try:
@@ -43,7 +44,6 @@ class Info:
 
     def default_device(self):
         """rill.device('cpu'): tensors are made there unless a device is given."""
-        from .devices import cpu
         return cpu
 
     def default_dtypes(self, *, device=None) -> dict:
@@ -59,7 +59,6 @@ class Info:
     def dtypes(self, *, device=None, kind=None) -> dict:
         """{name: dtype} of the standard's dtypes that rill has, all of them or those of
         `kind` (a kind name such as 'integral' or 'real floating', or a tuple of them)."""
-        from .ops.data_types import dtypes_of_kind
         _device(device, "dtypes")
         found = dtypes_of_kind(kind, "dtypes")
         return {name: d for name, d in found.items() if name in STANDARD_DTYPES}
@@ -67,7 +66,6 @@ class Info:
     def devices(self) -> list:
         """The devices tensors can be placed on here: cpu, and gpu when one is available."""
         from . import gpu
-        from .devices import cpu, device
         return [cpu, device("gpu")] if gpu.is_available() else [cpu]
 
     def __repr__(self) -> str:

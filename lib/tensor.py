@@ -20,6 +20,8 @@ import numpy as np
 from . import dtypes as _dt
 from .devices import Device
 from .errors import DTypeError, GradientError, ShapeError
+from .hints import TENSOR, missing
+from .layouts import strided
 
 _new = object.__new__
 
@@ -219,7 +221,6 @@ class Tensor:
         # Only reached for names the class lacks: say what rill writes for PyTorch's.
         if name.startswith("__"):
             raise AttributeError(name)
-        from .hints import TENSOR, missing
         raise missing("Tensor", name, TENSOR)
 
     # ---- layouts (sparse tensors: lib/sparse/tensors.py) --------------------------------------
@@ -227,7 +228,6 @@ class Tensor:
     @property
     def layout(self):
         """rill.strided: a Tensor holds every element (sparse tensors are not Tensors)."""
-        from .layouts import strided
         return strided
 
 class ElementCount(int):

@@ -31,7 +31,7 @@ from .devices import device as _as_device
 from .errors import CheckpointError
 from .files import MAX_JSON, load_budget, over_budget, read_bounded, show_bytes
 from .serialization import register_reader
-from .tensor import new_tensor
+from .tensor import new_tensor, Tensor
 
 ZIP_MAGIC = b"PK\x03\x04"
 MAX_PICKLE = MAX_JSON  # a state dict's pickle is small; its tensors live in the storages
@@ -305,7 +305,6 @@ class _Reader:
 
 def _rebuild_parameter(data, requires_grad, backward_hooks=None):
     from .nn.parameter import Parameter  # nn sits above serialization; only needed here
-    from .tensor import Tensor
     if not isinstance(data, Tensor) or not isinstance(requires_grad, bool):
         raise _rp.Refused("rebuilds a Parameter from something other than a tensor")
     if backward_hooks:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import weakref
 
 from ..errors import CaptureError
+from ..tensor import Tensor
 
 # Value -> (captured function's name, attribute path or None)
 _ESCAPED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -21,7 +22,6 @@ _ESCAPED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 def find(name: str, roots: list, own: set) -> None:
     """Remember graph values of this trace (nodes in `own`) reachable from `roots`, a list of
     (path prefix, object), one attribute or item deep (and every submodule of a Module)."""
-    from ..tensor import Tensor
     from .holders import is_module
     from .ir import Value
 

@@ -11,11 +11,11 @@ from ..eager.bind import bind
 from ..eager.context import detached_value, no_grad, set_grad
 from ..ops.promotion import KNOWN_CONSTANTS
 from ..tensor import new_tensor
+from ..ops.methods import assign
 
 
 def evaluate(graph, inputs):
     """The graph's outputs as Tensors, for input Tensors by position."""
-    from ..ops.methods import assign
     env: dict = {}
     for node in graph.nodes:
         op = node.op

@@ -27,6 +27,7 @@ from ..tensor import new_tensor
 from . import graph_ops
 from .donation import ONE_LOCAL, donor, exclusive, row_update
 from .ir import GRAPH_OPS, Graph, _Names, format_node
+from ..ops.creation import as_tensor
 
 _programs = itertools.count()
 # Heavy nodes (elements read and written) worth a trip through the thread pool.
@@ -476,7 +477,6 @@ def run(graph: Graph, fetches, feeds=None, args=()):
     what produced it does not run). Fetches and feed keys are Values or their printed names
     ("%7", "%x0"). `args` are the graph's inputs, needed only where the fetches reach them.
     Returns a Tensor per fetch (one Tensor for a single fetch)."""
-    from ..ops.creation import as_tensor
     single = not isinstance(fetches, (list, tuple))
     lookup = _lookup(graph)
     fetch_values = [lookup(f) for f in ([fetches] if single else fetches)]

@@ -12,6 +12,8 @@ from __future__ import annotations
 from .. import cpu_memory
 from ..errors import CaptureError
 from ..tensor import new_tensor
+from ..devices import Device
+from ..ops.indexing import numpy_key
 
 
 def handler(node, graph):
@@ -105,7 +107,6 @@ def _recv(node, graph):
 
 def _pair(node, other: str):
     """(key, the other device, this device) of a send ("to") or recv ("from"), checked."""
-    from ..devices import Device
     key, there = node.attrs.get("key"), node.attrs.get(other)
     if type(key) is not str or not isinstance(there, Device):
         raise CaptureError(f"a {node.op} node needs a str key and a device '{other}', got "
@@ -154,7 +155,6 @@ def _add_rows(node, graph):
     # buffer is that task's own, so the rows are added where they are, as index_add would
     # into a copy (the same np.add.at, so the same sums).
     import numpy as np
-    from ..ops.indexing import numpy_key
     var = variable_of(node, graph)
     key = node.attrs.get("key")
 

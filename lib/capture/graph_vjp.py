@@ -10,6 +10,8 @@ from __future__ import annotations
 from ..eager.context import enable_grad, is_grad_enabled
 from ..ops.sparse_rows import SparseRows
 from ..eager.context import detached_value
+from ..autodiff.backward import gradients
+from ..ops.creation import zeros_like
 
 
 def graph_vjp(graph, primals, cts: dict, wrt: list):
@@ -35,8 +37,6 @@ def gradients_or_zeros(roots, targets, create_graph: bool = False,
     """Dense gradients of the (root, cotangent) pairs for each target; zeros where none. The
     tape is kept (`retain_graph`) when a second derivative will walk it (create_graph) unless
     told otherwise (rill.func.vjp's vjp_fn may be called again)."""
-    from ..autodiff.backward import gradients
-    from ..ops.creation import zeros_like
     retain = create_graph if retain_graph is None else retain_graph
     found = gradients([r for r, _ in roots], [c for _, c in roots], targets=targets,
                       create_graph=create_graph, retain_graph=retain) if roots else {}

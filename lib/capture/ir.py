@@ -38,6 +38,9 @@ import math
 
 from ..ops.attrs import Subgraph
 from ..ops.primitive import PRIMITIVES
+from ..errors import CaptureError, Error
+from ..dtypes import short_name
+from ..eager.context import current
 
 GRAPH_OPS = ("input", "constant", "read", "assign", "send", "recv", "accumulate", "take",
              "save", "restore", "add_rows")
@@ -70,7 +73,6 @@ class Value:
     def host_refusal(self, what: str):
         """The error for Python asking this value's data (`what`: "numpy()", an op's name):
         during its own trace it has none yet; after it, it escaped (escape.py says where)."""
-        from ..errors import CaptureError
         from .escape import error
         op = what.split(" ")[0].rstrip("()")
         if self._traced_now():
@@ -84,7 +86,6 @@ class Value:
     def __array__(self, *args, **kwargs):
         # A graph value reached NumPy: code asked for data that exists only when the graph
         # runs: during its own trace (NumPy called on it), or later (it was stored outside).
-        from ..errors import CaptureError
         from .escape import error
         if self._traced_now():
             raise CaptureError(
@@ -94,7 +95,6 @@ class Value:
         raise error(self, op="numpy")
 
     def _traced_now(self) -> bool:
-        from ..eager.context import current
         return self.node in getattr(current().interpreter, "own", ())
 
 
@@ -250,7 +250,6 @@ class Graph:
         every node's specs what its op's shape/dtype rule gives for its inputs and attrs (so
         a pass, or a file, that records a wrong spec fails here, not in a kernel). The error's
         `node` is the node at fault."""
-        from ..errors import CaptureError
         seen: set = set()
 
         def fail(node, why):
@@ -378,7 +377,6 @@ def _spec_of(v) -> tuple:
 
 def _rule_disagrees(node) -> str | None:
     """Why the node's recorded output specs are not what its primitive's infer gives."""
-    from ..errors import Error
     prim = node.primitive
     devices = {v.device for v in node.inputs}
     if not prim.device_attr and (len(devices) > 1 or devices - {node.device}):
@@ -431,7 +429,6 @@ def map_subgraphs(attrs: dict, fn) -> dict:
 
 
 def _spec(v) -> str:
-    from ..dtypes import short_name
     return f"{short_name(v.dtype)}[{','.join(str(s) for s in v.shape)}]"
 
 

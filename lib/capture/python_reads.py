@@ -38,6 +38,7 @@ import numpy as np
 
 from .guards import Guard
 from .holders import is_module
+from ..tensor import Tensor
 
 MISSING = object()   # the root or a step is gone now
 OPAQUE = object()    # a step capture does not follow (property, __getattr__, C descriptor)
@@ -137,7 +138,6 @@ def item(obj, key):
 
 
 def follow(value, steps):
-    from ..tensor import Tensor
     for kind, key in steps:
         if value is MISSING or value is OPAQUE or isinstance(value, Tensor):
             return OPAQUE if value is not MISSING else MISSING

@@ -20,6 +20,8 @@ from .. import dtypes as dt
 from ..devices import device as as_device
 from ..errors import CheckpointError, Error
 from .ir import GRAPH_OPS, Graph, Node
+from ..random import Generator
+from ..ops.primitive import PRIMITIVES
 
 MAX_DEPTH = 32          # nesting of attrs, structures and subgraphs
 MAX_NDIM = 64           # as NumPy
@@ -264,7 +266,6 @@ def attr(value, path, arrays: dict, paths: dict):
 
 def generator(state, path):
     """A Generator at a saved state: the same bit generator, a state NumPy accepts."""
-    from ..random import Generator
     g = Generator()
     own = g.get_state()
     fields(state, path, tuple(own))
@@ -333,7 +334,6 @@ NODE_FIELDS = ("op", "inputs", "attrs", "outputs", "device", "after", "source")
 def graph(doc, path, arrays: dict, paths: dict, into: Graph | None = None) -> Graph:
     """A Graph from its document (nodes, outputs; name for bodies). `paths` collects each
     node's path, so a later failure (lint) can name where in the file the node is."""
-    from ..ops.primitive import PRIMITIVES
     from .passes import fuse  # noqa: F401 - declares the `fused` primitive a file may hold
     if into is None:
         fields(doc, path, ("name", "nodes", "outputs"))

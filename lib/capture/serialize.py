@@ -23,13 +23,15 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..devices import Device, device as as_device
-from ..errors import CaptureError, CheckpointError
+from ..errors import CaptureError, CheckpointError, DeviceError
 from ..files import (MAX_JSON, load_budget, open_regular, over_budget, read_bounded, sha256,
                      show_bytes)
 from ..ops.sparse_rows import SparseRows
 from ..tensor import Tensor, new_tensor
 from . import schema
 from .ir import GRAPH_OPS, Graph, Variable
+from ..serialization import load_from, save, write_atomically
+from ..tree import flatten
 
 FORMAT = "rill-graph"
 VERSION = 2
@@ -155,7 +157,6 @@ def encode_graph(graph: Graph, arrays: dict) -> dict:
 def save_graph(path, variants, name: str) -> None:
     """Write `variants` — (graph, signature, result) each, one per traced signature — with
     their state to the directory `path`, atomically (see the module docstring)."""
-    from ..serialization import save, write_atomically
     path = os.fspath(path)
     os.makedirs(path, exist_ok=True)
     arrays: dict = {}
@@ -270,7 +271,6 @@ def load_graph(path, device_map=None, *, max_bytes=None):
 
 def _device_map(device_map) -> dict:
     """{canonical saved device name: Device here}, checked."""
-    from ..errors import DeviceError
     if device_map is None:
         return {}
     if not isinstance(device_map, dict):
@@ -338,7 +338,6 @@ def _checked_bytes(file: str, digest: str) -> bytes:
 
 def _checked_state(file: str, digest: str, budget: int):
     """The state file's contents, read from the one open file whose SHA-256 was checked."""
-    from ..serialization import load_from
     f, _ = open_regular(file, op="load_graph", follow_symlinks=False, max_bytes=budget,
                         too_large=over_budget(budget))
     with f:
@@ -551,7 +550,6 @@ class LoadedGraph:
         self.name = self.graph.name
 
     def __call__(self, *args, **kwargs):
-        from ..tree import flatten
         given = _shape_of(describe((list(args), kwargs), [0]))
         tensors = [t for t in flatten((args, kwargs), is_leaf=lambda o: isinstance(o, Tensor))[0]
                    if isinstance(t, Tensor)]

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import math
 
-from ..errors import CaptureError, user_location
+from ..errors import user_location, user_stacklevel, CaptureError
 from ..tensor import Tensor, new_tensor
 from ..devices import requested
 from ..ops.promotion import KNOWN_CONSTANTS
 from .ir import GRAPH_OPS, Constraint, Graph, Value
+from ..ops.sparse_rows import SparseRows
 
 
 _SAVED_SLOTS = ("_data", "_version", "requires_grad", "_node", "_index")
@@ -194,7 +195,6 @@ class Tracer:
 
     def finish(self) -> None:
         """Add the assigns of the final values, then give every tensor its own state back."""
-        from ..ops.sparse_rows import SparseRows
         graph = self.graph
         final: list = []
         for owner, slots in list(self.saved.values()):
@@ -254,7 +254,6 @@ def _say_dense_grad_kept(owner, where) -> None:
         return
     import warnings
     from .function import CaptureWarning
-    from ..errors import user_stacklevel
     set_at = f" (set at {where})" if where else ""
     warnings.warn(f"the sparse gradient of a {list(owner.shape)} table ({nbytes >> 20} MiB) is "
                   f"kept as its .grad after the captured step{set_at}, so every call writes "

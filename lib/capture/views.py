@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 from collections import Counter
+from ..errors import CaptureError
 
 # A graph with more nodes than this (inputs not counted) is drawn collapsed unless told not to.
 COLLAPSE_ABOVE = 40
@@ -216,7 +217,6 @@ def dot_program() -> str | None:
 
 def to_svg(graph, collapse: bool | None = None) -> str:
     """The graph drawn by Graphviz as SVG text (collapsed when large, see to_dot)."""
-    from ..errors import CaptureError
     program = dot_program()
     if program is None:
         raise CaptureError("drawing a graph needs Graphviz's dot program, which is not on the "

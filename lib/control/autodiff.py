@@ -26,6 +26,14 @@ from ..capture.ir import Graph
 from ..capture.passes.rewrite import is_random
 from ..eager.context import is_grad_enabled
 from ..errors import GradientError
+from ..tensor import Tensor
+from ..eager.bind import bind
+from ..ops.linalg import linear_weight_grad_p, matmul
+from ..ops.reduce import sum as sum_
+from ..ops.shape import reshape, transpose
+from ..ops.creation import zeros, zeros_like
+from ..capture.evaluate import evaluate
+from ..tree import flatten
 
 
 # ---- the joint trace ------------------------------------------------------------------------
@@ -52,7 +60,6 @@ class Joint:
         if not (self.inputs_require_grad or captured_grad):
             return []
         self.differentiable = True
-        from ..tree import flatten
         carry = flatten(proxies[0], is_leaf=_is_tensor)[0]
         xs = flatten(proxies[1], is_leaf=_is_tensor)[0] if len(proxies) > 1 else []
         nc = self.n_carry
@@ -72,7 +79,6 @@ class Joint:
 
 
 def _is_tensor(o):
-    from ..tensor import Tensor
     return isinstance(o, Tensor)
 
 
@@ -240,10 +246,6 @@ def _row_sum(v):
 
 def _sum_over_stacks(kind: str, stacks):
     """What `_row_sum` found, computed once on stacked (T, rows, ...) operands."""
-    from ..eager.bind import bind
-    from ..ops.linalg import linear_weight_grad_p, matmul
-    from ..ops.reduce import sum as sum_
-    from ..ops.shape import reshape, transpose
     rows = [reshape(s, (-1,) + tuple(s.shape[2:])) for s in stacks]
     if kind == "linear_weight_grad":
         return bind(linear_weight_grad_p, *rows)
@@ -279,13 +281,11 @@ def _check_traced_targets(inputs, positions, op: str) -> None:
 
 
 def _zeros_if_none(g, like):
-    from ..ops.creation import zeros
     return g if g is not None else zeros(*like.shape, dtype=like.dtype, device=like.device)
 
 
 def scan_vjp(g, out, *inputs, body, length, reverse, n_carry, n_x, state, n_y, backward,
              grad_of):
-    from ..ops.creation import zeros_like
     from .loops import scan
     _refuse_higher_order("scan")
     if backward is None:
@@ -336,7 +336,6 @@ def scan_vjp(g, out, *inputs, body, length, reverse, n_carry, n_x, state, n_y, b
 
 
 def while_vjp(g, out, *inputs, cond, body, n_carry, state, max_iterations, backward, grad_of):
-    from ..ops.creation import zeros_like
     from .loops import while_loop
     _refuse_higher_order("while_loop")
     if backward is None:
@@ -394,10 +393,8 @@ def switch_vjp(g, out, index, *rest, branches, state, n_operands):
 
 
 def _zeros_spec(v, device):
-    from ..ops.creation import zeros
     return zeros(*v.shape, dtype=v.dtype, device=device)
 
 
 def _evaluate(graph, inputs):
-    from ..capture.evaluate import evaluate
     return evaluate(graph, inputs)

@@ -13,6 +13,10 @@ from ..errors import ArgumentError, IndexingError, ShapeError
 from ..tensor import Tensor
 from .structure import check_same, tensor_leaves
 from .subtrace import Spec, trace_body
+from ..ops.elementwise import not_equal, where
+from ..ops.shape import reshape
+from ..tree import flatten
+from ..ops.methods import assign
 
 
 def cond(pred, true_fn, false_fn, *operands):
@@ -52,9 +56,6 @@ def cond(pred, true_fn, false_fn, *operands):
 def _each_member_chooses(pred, true_fn, false_fn, operands):
     """A predicate that differs between the members of a vmap batch: both branches run on
     the whole batch and each member takes its own branch's results (as jax.vmap does)."""
-    from ..ops.elementwise import not_equal, where
-    from ..ops.shape import reshape
-    from ..tree import flatten
     p = reshape(pred, ())
     p = p if p.dtype.kind == "b" else not_equal(p, 0)
     if_true, if_false = true_fn(*operands), false_fn(*operands)
@@ -94,7 +95,6 @@ def switch(index, branches, *operands):
 
 
 def _captured(index, branches, operands, op: str):
-    from ..ops.methods import assign
     leaves, rebuild = tensor_leaves(operands, op, "operands")
     specs = rebuild([Spec.of(x) for x in leaves])
     # Traced in grad mode when differentiating: a loop inside a branch then saves what its

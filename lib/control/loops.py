@@ -16,6 +16,10 @@ from ..capture.passes.cse import cse
 from .autodiff import Joint, hoist_sums, split
 from .structure import check_same, tensor_leaves
 from .subtrace import Spec, trace_body
+from ..ops.creation import arange, as_tensor
+from ..ops.methods import assign
+from ..ops.shape import reshape, stack
+from ..ops.elementwise import not_equal
 
 
 def while_loop(cond_fn, body_fn, init, max_iterations: int | None = None):
@@ -71,7 +75,6 @@ def fori_loop(lower, upper, body_fn, init):
     >>> rill.fori_loop(0, 4, lambda i, acc: acc + i, rill.tensor(0))
     tensor(6)
     """
-    from ..ops.creation import arange, as_tensor
     _function(body_fn, "body_fn", "fori_loop")
     if isinstance(lower, Tensor) or isinstance(upper, Tensor):
         low, high = as_tensor(lower), as_tensor(upper)
@@ -175,14 +178,12 @@ def _align_loop(test, body, forward, n_carry):
 
 
 def _results(outs, rebuild, n_carry, updated):
-    from ..ops.methods import assign
     for t, new in zip(updated, outs[n_carry:n_carry + len(updated)]):
         assign(t, new)
     return rebuild(list(outs[:n_carry]))
 
 
 def _scan_eagerly(fn, init, xs, x_leaves, x_rebuild, steps, reverse):
-    from ..ops.shape import stack
     if steps == 0:
         raise ShapeError("scan over zero steps runs nothing whose result shapes could be "
                          "known eagerly; capture it, or check for empty input first", op="scan")
@@ -256,9 +257,6 @@ def _truth(pred, op: str) -> bool:
 
 def _predicate(pred):
     """cond_fn's result as a 0-d bool tensor."""
-    from ..ops.creation import as_tensor
-    from ..ops.elementwise import not_equal
-    from ..ops.shape import reshape
     pred = as_tensor(pred)
     if pred.size != 1:
         raise ShapeError(f"cond_fn must return one element, got shape {pred.shape}",

@@ -9,11 +9,11 @@ import numpy as np
 
 from ..errors import IndexingError
 from .pacing import Pacer
+from ..capture.executor import program_of
 
 
 def program(graph):
     """The graph's compiled Program, made once per graph (capture/executor.py)."""
-    from ..capture.executor import program_of
     return program_of(graph)
 
 

@@ -10,12 +10,13 @@ from ..errors import ArgumentError, DTypeError, ShapeError
 from ..tensor import Tensor
 from ..tree import flatten
 from ..capture.signature import leaves_with_paths, structure
+from ..ops.creation import as_tensor
+from ..dtypes import short_name
 
 
 def tensor_leaves(obj, op: str, what: str):
     """(tensor leaves, rebuild): every leaf as a Tensor, numbers and bools lifted; a None
     stands for nothing (a scan step with no y) and comes back as None."""
-    from ..ops.creation import as_tensor
     from .subtrace import Spec
     leaves, rebuild = flatten(obj, is_leaf=lambda o: isinstance(o, (Tensor, Spec)))
     out, where = [], []
@@ -60,13 +61,11 @@ def _spec(leaf):
         return None, None
     if hasattr(leaf, "shape") and hasattr(leaf, "dtype"):  # a Tensor or a Spec
         return tuple(leaf.shape), leaf.dtype
-    from ..ops.creation import as_tensor
     t = as_tensor(leaf)
     return tuple(t.shape), t.dtype
 
 
 def _text(spec) -> str:
-    from ..dtypes import short_name
     if spec[1] is None:
         return "None"
     return f"{short_name(spec[1])}{list(spec[0])}"

@@ -20,6 +20,7 @@ from ..capture.tracer import Tracer, _SAVED_SLOTS
 from ..eager.context import enable_grad, no_grad, use_interpreter
 from ..errors import CaptureError
 from ..tensor import Tensor, new_tensor
+from ..tree import flatten
 
 
 class Spec:
@@ -95,7 +96,6 @@ def trace_body(fn, args, name: str, *, grad: bool = False, after=None) -> "Body"
     body runs with grad mode on (inputs whose spec requires grad are differentiable) and
     `after(sub, proxies, results)` runs inside the trace and returns extra output tensors:
     the joint trace of autodiff adds the gradient computation there."""
-    from ..tree import flatten
     from .structure import tensor_leaves
     sub = SubTracer(name)
     try:

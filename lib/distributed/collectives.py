@@ -30,6 +30,7 @@ import numpy as np
 from ..errors import ArgumentError, DistributedError, DTypeError
 from ..tensor import Tensor
 from .world import World, world
+from ..ops.creation import tensor
 
 REDUCTIONS = ("sum", "mean", "max", "min")
 
@@ -250,7 +251,6 @@ def _host(t, op: str, reduce: bool = False):
         raise DTypeError(f"cannot reduce a {t.dtype} tensor", op=op)
 
     def like_t(result):
-        from ..ops.creation import tensor
         return tensor(result, dtype=t.dtype, device=t.device)
     return array, like_t
 

@@ -47,6 +47,10 @@ from ..ops.sparse_rows import SparseRows
 from .collectives import _name, wait_until
 from .roles import expect_serve, ps_only, served, worker_only
 from .world import world
+from ..ops.methods import assign
+from ..nn.linear import Embedding
+from ..nn.parameter import Parameter
+from ..tensor import Tensor
 
 REQUEST, REPLY = 11, 12  # MPI tags; the messages themselves are wire.py's typed buffers
 
@@ -283,8 +287,6 @@ class ParameterServer:
         1 GB table to update 32 rows would cost more than the exchange itself. For optimizers
         with slots this is the lazy sparse update (rows not looked up keep their slots as
         they are), as parameter servers do."""
-        from ..nn.parameter import Parameter
-        from ..tensor import Tensor
         opt = self.optimizer
         group = next(g for g in opt.param_groups if any(q is table for q in g["params"]))
         part = Parameter(tensor(table.numpy()[rows], dtype=table.dtype))
@@ -426,7 +428,6 @@ _NOTHING = np.zeros(0, np.uint8)  # the array of a "wanted" entry: the name is t
 
 
 def _set(p, value) -> None:
-    from ..ops.methods import assign
     assign(p, tensor(value, dtype=p.dtype, device=p.device))
 
 
@@ -445,7 +446,6 @@ def _set_rows(p, idx, values) -> None:
 
 def _placement(model, params: dict, num_ps: int):
     """({name: ps rank} for whole variables, {name: [(lo, hi) per ps]} for tables by rows)."""
-    from ..nn.linear import Embedding
     tables = {f"{prefix}.weight" if prefix else "weight"
               for prefix, m in model.named_modules() if isinstance(m, Embedding)}
     ranges: dict = {}

@@ -29,6 +29,8 @@ import numpy as np
 
 from ..errors import ArgumentError, DistributedError
 from ..tensor import Tensor
+from ..ops.creation import tensor
+from ..eager.context import no_grad
 
 
 def param_index(optimizer) -> dict:
@@ -178,7 +180,6 @@ def _table_slot(name, slot, p, got: dict, ranges):
 
 
 def _tensor(v, dtype=None):
-    from ..ops.creation import tensor
     if not isinstance(v, np.ndarray):
         return v
     return tensor(np.array(v), dtype=dtype) if dtype is not None else tensor(np.array(v))
@@ -232,7 +233,6 @@ def enumerate_params(optimizer):
 def apply_share(ps, share: dict, step: int) -> None:
     """Make this ps's variables, slots and step those of `share` (a restore)."""
     from .ps import _set, _set_rows
-    from ..eager.context import no_grad
     k = ps.world.rank
     opt = ps.optimizer
     whole = type(opt).state_dict(opt)

@@ -11,6 +11,7 @@ from . import constraints
 from .distribution import Distribution
 from .parameters import probs_or_logits
 from .utils import as_parameter, logits_to_probs, probs_to_logits
+from ..ops.creation import tensor
 
 
 class Bernoulli(Distribution):
@@ -67,7 +68,6 @@ class Bernoulli(Distribution):
         return E.softplus(self.logits) - self.probs * self.logits
 
     def enumerate_support(self, expand: bool = True):
-        from ..ops.creation import tensor
         values = tensor([0.0, 1.0], dtype=self._param.dtype, device=self._param.device)
         values = values.reshape((2,) + (1,) * len(self._batch_shape))
         return broadcast_to(values, (2,) + self._batch_shape) if expand else values

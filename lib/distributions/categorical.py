@@ -16,6 +16,7 @@ from . import constraints
 from .distribution import Distribution
 from .parameters import probs_or_logits
 from .utils import as_parameter, logits_to_probs, probs_to_logits
+from ..ops.creation import arange
 
 
 class Categorical(Distribution):
@@ -99,6 +100,5 @@ class Categorical(Distribution):
         return -R.sum(E.clip(self.logits, smallest, None) * self.probs, axis=-1)
 
     def enumerate_support(self, expand: bool = True):
-        from ..ops.creation import arange
         values = arange(self._num_events).reshape((-1,) + (1,) * len(self._batch_shape))
         return broadcast_to(values, (self._num_events,) + self._batch_shape) if expand else values

@@ -6,6 +6,7 @@ dimensions reduced); distributions read it when validate_args is on.
 from __future__ import annotations
 
 from ..ops import elementwise as E, reduce as R
+from ..ops.shape import tril
 
 
 class Constraint:
@@ -112,7 +113,6 @@ class _LowerCholesky(Constraint):
     event_dim = 2
 
     def check(self, value):
-        from ..ops.shape import tril
         from .triangular import diagonal
         lower = R.all(value == tril(value), axis=(-2, -1))
         return E.logical_and(lower, R.all(diagonal(value) > 0, axis=-1))

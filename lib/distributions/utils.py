@@ -10,6 +10,8 @@ from ..ops.arguments import describe
 from ..ops.creation import tensor
 from ..ops.shape import broadcast_to
 from ..tensor import Tensor
+from ..ops.activation import softmax
+from ..ops.reduce import sum as total
 
 
 def as_parameter(value, what: str, op: str, dtype=None, device=None):
@@ -50,7 +52,6 @@ def probs_to_logits(probs, is_binary: bool = False):
 
 
 def logits_to_probs(logits, is_binary: bool = False):
-    from ..ops.activation import softmax
     return E.sigmoid(logits) if is_binary else softmax(logits, axis=-1)
 
 
@@ -61,5 +62,4 @@ def xlogy(x, y):
 
 
 def sum_rightmost(value, n: int):
-    from ..ops.reduce import sum as total
     return total(value, axis=tuple(range(-n, 0))) if n > 0 else value

@@ -22,6 +22,10 @@ from ..ops import attrs as A
 from ..ops import batching
 from ..ops.primitive import primitive
 from ..ops.rules import normalize_axis
+from ..ops.elementwise import real
+from ..ops.shape import pad, reshape
+from ..ops.creation import tensor
+from ..eager.bind import bind
 
 NORMS = ("backward", "ortho", "forward")
 ADJOINT_NORM = {"backward": "forward", "ortho": "ortho", "forward": "backward"}
@@ -69,8 +73,6 @@ def _fft_vjp(g, out, x, axes, inverse, norm):
 
 
 def _rfft_vjp(g, out, x, axes, norm):
-    from ..ops.elementwise import real
-    from ..ops.shape import pad
     last = axes[-1] % x.ndim
     widths = [(0, 0)] * x.ndim
     widths[last] = (0, x.shape[last] - g.shape[last])
@@ -79,8 +81,6 @@ def _rfft_vjp(g, out, x, axes, norm):
 
 
 def _irfft_vjp(g, out, x, axes, n, norm):
-    from ..ops.creation import tensor
-    from ..ops.shape import reshape
     last = axes[-1] % x.ndim
     bins = x.shape[last]
     # Bins 1 .. (n-1)//2 each stand for two of the full spectrum's; 0 and n/2 for one.
@@ -109,17 +109,14 @@ COMPLEX_RULES.update({"fft", "rfft", "irfft"})
 
 
 def fft_p_bind(x, axes, inverse, norm):
-    from ..eager.bind import bind
     return bind(fft_p, x, axes=tuple(axes), inverse=bool(inverse), norm=norm)
 
 
 def rfft_p_bind(x, axes, norm):
-    from ..eager.bind import bind
     return bind(rfft_p, x, axes=tuple(axes), norm=norm)
 
 
 def irfft_p_bind(x, axes, n, norm):
-    from ..eager.bind import bind
     return bind(irfft_p, x, axes=tuple(axes), n=int(n), norm=norm)
 
 

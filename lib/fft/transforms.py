@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from .. import dtypes as dt
 from ..errors import ArgumentError, DeviceError, DTypeError, ShapeError, reports_as
-from ..ops.arguments import as_axis, as_choice, as_int, as_tensor
+from ..ops.arguments import as_axis, as_choice, as_float, as_int, as_tensor
 from ..ops.rules import normalize_axis
 from .primitives import ADJOINT_NORM, NORMS, fft_p_bind, irfft_p_bind, rfft_p_bind
+from ..ops.shape import pad, roll
+from ..ops.elementwise import conj
+from ..ops.creation import tensor
 
 
 def _input(x, op, kinds="iufc"):
@@ -46,7 +49,6 @@ def _resize(x, axis, n):
     if n < size:
         from ..ops.shape import slice_axis
         return slice_axis(x, axis, 0, n)
-    from ..ops.shape import pad
     widths = [(0, 0)] * x.ndim
     widths[axis] = (0, n - size)
     return pad(x, widths)
@@ -180,7 +182,6 @@ def irfftn(x, /, *, s=None, axes=None, norm="backward"):
 @reports_as("hfft")
 def hfft(x, /, *, n=None, axis=-1, norm="backward"):
     """The DFT of a signal with Hermitian symmetry given by its first half: a real result."""
-    from ..ops.elementwise import conj
     x = _input(x, "hfft")
     axis, n = _one_axis(x, n, axis, "hfft")
     return _c2r(conj(_complex(x)), None if n is None else (n,), (axis,),
@@ -190,7 +191,6 @@ def hfft(x, /, *, n=None, axis=-1, norm="backward"):
 @reports_as("ihfft")
 def ihfft(x, /, *, n=None, axis=-1, norm="backward"):
     """The inverse of hfft: the half spectrum of a real signal, conjugated."""
-    from ..ops.elementwise import conj
     x = _input(x, "ihfft", "iuf")
     axis, n = _one_axis(x, n, axis, "ihfft")
     return conj(_r2c(x, None if n is None else (n,), (axis,),
@@ -199,8 +199,6 @@ def ihfft(x, /, *, n=None, axis=-1, norm="backward"):
 
 def _frequencies(values, n, d, dtype, device, op):
     import numpy as np
-    from ..ops.arguments import as_float
-    from ..ops.creation import tensor
     d = as_float(d, "d", op)
     if d == 0:
         raise ArgumentError("d (the sample spacing) must not be 0", op=op)
@@ -228,7 +226,6 @@ def rfftfreq(n, /, *, d=1.0, dtype=None, device=None):
 
 
 def _shift(x, axes, sign, op):
-    from ..ops.shape import roll
     x = as_tensor(x, "x", op)
     if axes is None:
         axes = tuple(range(x.ndim))

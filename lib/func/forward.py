@@ -20,6 +20,7 @@ from ..ops.sparse_rows import SparseRows
 from ..tensor import Tensor
 from ..eager.context import detached_value
 from ..tree import flatten
+from ..ops.creation import zeros_like
 
 
 def jvp(func, primals, tangents, *, strict: bool = False, has_aux: bool = False):
@@ -76,7 +77,6 @@ def _linearized(func, primals, has_aux, op):
         if not isinstance(o, Tensor):
             raise ArgumentError(f"{op}: the function must return tensors, got "
                                 f"{type(o).__name__}", op=op)
-    from ..ops.creation import zeros_like
     wired = [i for i, o in enumerate(outs) if o.requires_grad]
     with context.enable_grad():
         probes = [zeros_like(outs[i]).requires_grad_() for i in wired]

@@ -16,6 +16,7 @@ from ..eager.context import detached_value
 from ..tree import flatten
 from .forward import differentiable_input, jvp
 from .vmap import vmap
+from ..ops.creation import eye
 
 
 def vjp(func, *primals, has_aux: bool = False):
@@ -169,7 +170,6 @@ def hessian(func, argnums=0):
 def _basis(tensors, total):
     """One row of the identity per element of `tensors`, split and shaped as each of them:
     row i is a batch member that is 1 at element i and 0 elsewhere."""
-    from ..ops.creation import eye
     rows, start = [], 0
     for t in tensors:
         n = t.size

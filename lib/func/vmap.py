@@ -19,6 +19,9 @@ from ..errors import ArgumentError, Error, ShapeError
 from ..ops.sparse_rows import SparseRows
 from ..tensor import Tensor, new_tensor
 from ..tree import flatten
+from ..ops.shape import concat, moveaxis
+from ..ops.batching import batched_front
+from ..ops.batching import random_draw
 
 
 class Batched:
@@ -108,7 +111,6 @@ class VmapInterpreter(WrappingInterpreter):
                                 "given randomness='error'; pass randomness='different' (each "
                                 "batch member draws its own) or randomness='same' (one draw "
                                 "shared by all)", op="vmap")
-        from ..ops.batching import random_draw
         with use_interpreter(self.inner):
             out, d = random_draw(prim, self.size, attrs)
         return self.wrap(prim, out, d, avals)
@@ -130,7 +132,6 @@ class VmapInterpreter(WrappingInterpreter):
         return new_tensor(Batched(value, d, self), dtype, value.device)
 
     def _insert(self, value: Tensor) -> Tensor:
-        from ..ops.batching import batched_front
         with use_interpreter(self.inner):
             return batched_front(value, None, self.size)
 
@@ -198,7 +199,6 @@ def _write_back(leaves, members, dims) -> None:
 
 def _in_chunks(call, chunk, out_dims, leaves, dims, rebuild, size, kwargs):
     """vmap in slices of `chunk` members (less memory at once), outputs concatenated."""
-    from ..ops.shape import concat
     parts = []
     for start in range(0, size, chunk):
         stop = min(start + chunk, size)
@@ -294,12 +294,10 @@ def _unbatch(out, level, out_dims):
 
 
 def _broadcast(leaf, size):
-    from ..ops.batching import batched_front
     return batched_front(leaf, None, size)
 
 
 def _move(x, source, dest):
     if source == dest:
         return x
-    from ..ops.shape import moveaxis
     return moveaxis(x, source, dest)

@@ -10,6 +10,10 @@ from ..ops.arguments import as_int, as_number, as_tensor, describe
 from ..tensor import Tensor
 from .primitives import (adjoint, det_p, floating, inv_p, matrices, require_kernel,
                          slogdet_p, solve_p, svd_p)
+from ..ops.creation import eye, zeros
+from ..ops.shape import broadcast_to
+from ..ops.reduce import max as max_, sum as sum_
+from ..ops.elementwise import where
 
 
 class SlogdetResult(NamedTuple):
@@ -77,8 +81,6 @@ def matrix_power(x, n, /):
     tensor([[1., 3.],
             [0., 1.]])
     """
-    from ..ops.creation import eye
-    from ..ops.shape import broadcast_to
     x = as_tensor(x, "x", "matrix_power")
     n = as_int(n, "n", "matrix_power")
     matrices(x, square=True)
@@ -100,7 +102,6 @@ def _cutoff(s, x, rtol, op: str):
     """rtol * the largest singular value, shaped (..., 1) to compare with s; the standard's
     default rtol is max(M, N) * eps of x's dtype. rtol may be a number or a tensor that
     broadcasts against x's batch shape."""
-    from ..ops.reduce import max as max_
     if rtol is None:
         rtol = max(x.shape[-2:]) * finfo(real_of(x.dtype)).eps
     elif isinstance(rtol, Tensor):
@@ -126,7 +127,6 @@ def pinv(x, /, *, rtol=None):
     tensor([[0.5, 0. ],
             [0. , 0. ]])
     """
-    from ..ops.elementwise import where
     x = _input(x, svd_p, "pinv")
     floating(x)
     matrices(x)
@@ -147,8 +147,6 @@ def matrix_rank(x, /, *, rtol=None):
     >>> rill.linalg.matrix_rank(rill.tensor([[1., 2.], [2., 4.]]))
     tensor(1)
     """
-    from ..ops.creation import zeros
-    from ..ops.reduce import sum as sum_
     x = _input(x, svd_p, "matrix_rank")
     floating(x)
     matrices(x)

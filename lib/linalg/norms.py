@@ -9,6 +9,8 @@ import numpy as np
 from ..errors import ArgumentError, reports_as
 from ..ops.arguments import as_axes, as_bool, as_tensor, describe
 from .primitives import floating, matrices
+from ..ops.elementwise import abs as abs_
+from ..ops.reduce import max as max_, min as min_, norm, sum as sum_
 
 def _number_ord(ord, op: str):
     if isinstance(ord, (bool, np.bool_)) or not isinstance(ord, (int, float, np.number)) or \
@@ -27,8 +29,6 @@ def vector_norm(x, /, *, axis=None, keepdims: bool = False, ord=2):
     >>> rill.linalg.vector_norm(rill.tensor([3., -4.]))
     tensor(5.)
     """
-    from ..ops.elementwise import abs as abs_
-    from ..ops.reduce import norm
     x = as_tensor(x, "x", "vector_norm")
     floating(x)
     ord = _number_ord(ord, "vector_norm")
@@ -47,8 +47,6 @@ def matrix_norm(x, /, *, keepdims: bool = False, ord="fro"):
     >>> rill.linalg.matrix_norm(rill.tensor([[1., -2.], [3., 4.]]), ord=1)
     tensor(6.)
     """
-    from ..ops.elementwise import abs as abs_
-    from ..ops.reduce import max as max_, min as min_, norm, sum as sum_
     from .decompositions import svdvals
     x = as_tensor(x, "x", "matrix_norm")
     keepdims = as_bool(keepdims, "keepdims", "matrix_norm")

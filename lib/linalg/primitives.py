@@ -25,6 +25,11 @@ from ..ops import batching
 from ..ops import promotion
 from ..ops.primitive import primitive
 from ..ops.rules import broadcast_shapes
+from ..ops.shape import swapaxes, tril
+from ..ops.elementwise import (abs as magnitude, conj as conj_, less_equal, real, sum_to_shape,
+                               where)
+from ..ops.creation import eye
+from ..ops.reduce import cumprod, max as largest
 
 # ---- shared pieces -------------------------------------------------------------------------
 
@@ -56,13 +61,11 @@ def require_kernel(prim, x, op: str) -> None:
 
 
 def mT(x):
-    from ..ops.shape import swapaxes
     return swapaxes(x, -1, -2)
 
 
 def conj(x):
     """The complex conjugate; x itself for real dtypes (no node on the tape)."""
-    from ..ops.elementwise import conj as conj_
     return conj_(x) if x.dtype.kind == "c" else x
 
 
@@ -83,7 +86,6 @@ def _saved(outs, prim, x, **attrs):
 
 def _diag_embed(v):
     """(..., k) -> (..., k, k) with v on the diagonal."""
-    from ..ops.creation import eye
     return v[..., None] * eye(v.shape[-1], dtype=v.dtype, device=v.device)
 
 
@@ -93,8 +95,6 @@ def _safe_reciprocal_gaps(values):
     does not depend on the basis chosen inside a repeated eigenspace (eigvalsh, svdvals, a
     projector); otherwise the gradient there is undefined and this gives the finite part."""
     import numpy as np
-    from ..ops.elementwise import abs as magnitude, less_equal, where
-    from ..ops.reduce import max as largest
     gaps = values[..., None, :] - values[..., :, None]
     # LAPACK returns a repeated eigenvalue as values some ulps apart (2e-15 seen for a 2 in
     # a 4x4): a gap within the spectrum's rounding, generously taken as 1000 * n * eps times
@@ -117,8 +117,6 @@ def _cholesky_infer(x):
 
 def _phi(m):
     """The lower triangle with the diagonal halved (Murray 2016's Phi)."""
-    from ..ops.creation import eye
-    from ..ops.shape import tril
     return tril(m) - 0.5 * m * eye(m.shape[-1], dtype=m.dtype, device=m.device)
 
 
@@ -176,9 +174,6 @@ def _copy_lower_to_upper(m):
     """The Hermitian matrix with m's strict lower triangle and the real part of its diagonal.
     (LAPACK's R has a real diagonal, so Q^H dQ's imaginary diagonal is pinned by dA and the
     imaginary part of diag(m) cancels out of the gradient.)"""
-    from ..ops.creation import eye
-    from ..ops.elementwise import real
-    from ..ops.shape import tril
     lower = tril(m, -1)
     diag = (real(m) if m.dtype.kind == "c" else m) * eye(m.shape[-1], dtype=real_of(m.dtype),
                                                           device=m.device)
@@ -218,7 +213,6 @@ def _svd_infer(x, *, full_matrices):
 
 
 def _svd_vjp(gs, outs, x, full_matrices):
-    from ..ops.creation import eye
     g_u, g_s, g_vh = gs
     u, s, vh = _saved(outs, svd_p, x, full_matrices=full_matrices)
     m, n = x.shape[-2:]
@@ -294,7 +288,6 @@ def _solve_infer(a, b):
 
 
 def _solve_vjp(g, out, a, b):
-    from ..ops.elementwise import sum_to_shape
     # X = A^-1 B: gB = A^-H g, gA = -gB X^H (summed over broadcast batch axes).
     g_b = solve_matrix(adjoint(a), g)
     g_a = -(g_b @ adjoint(out)) if a.requires_grad else None
@@ -321,7 +314,6 @@ def _det_infer(x):
 
 
 def _det_vjp(g, out, x):
-    from ..ops.reduce import cumprod
     # d det(A) = tr(adj(A) dA) = <adj(A)^H, dA>, so G = g adj(A)^H. From the SVD A = U S V^H,
     # adj(A)^H is conj(det(U) det(V^H)) U diag(product of the other s) V^H: finite for a
     # singular A as well, where conj(det(A)) A^-H is not.

@@ -12,6 +12,9 @@ from ..ops import linalg as _ops
 from ..ops.arguments import as_dtype, as_int, as_tensor
 from ..ops.matrices import diagonal, stack_of_matrices as _stack_of_matrices
 from ..ops.rules import require
+from ..ops.shape import moveaxis, stack, swapaxes
+from ..ops.elementwise import cast, conj
+from ..ops.reduce import sum as sum_
 
 
 # The standard's numeric dtypes: integers, real floating and complex (not bool).
@@ -50,7 +53,6 @@ def matrix_transpose(x, /):
     >>> rill.linalg.matrix_transpose(rill.ones(5, 2, 3)).shape
     (5, 3, 2)
     """
-    from ..ops.shape import swapaxes
     x = as_tensor(x, "x", "matrix_transpose")
     _stack_of_matrices(x, "matrix_transpose")
     return swapaxes(x, -1, -2)
@@ -64,8 +66,6 @@ def vecdot(x1, x2, /, *, axis: int = -1):
     >>> rill.linalg.vecdot(rill.tensor([[1., 2.], [3., 4.]]), rill.tensor([1., 1.]))
     tensor([3., 7.])
     """
-    from ..ops.elementwise import cast, conj
-    from ..ops.reduce import sum as sum_
     x1, x2 = as_tensor(x1, "x1", "vecdot"), as_tensor(x2, "x2", "vecdot")
     for x in (x1, x2):
         require(x, _NUMERIC, _NUMERIC_WHAT)
@@ -115,7 +115,6 @@ def cross(x1, x2, /, *, axis: int = -1):
     >>> rill.linalg.cross(rill.tensor([1., 0., 0.]), rill.tensor([0., 1., 0.]))
     tensor([0., 0., 1.])
     """
-    from ..ops.shape import moveaxis, stack
     x1, x2 = as_tensor(x1, "x1", "cross"), as_tensor(x2, "x2", "cross")
     for x in (x1, x2):
         require(x, _NUMERIC, _NUMERIC_WHAT)
@@ -141,8 +140,6 @@ def trace(x, /, *, offset: int = 0, dtype=None):
     >>> rill.linalg.trace(rill.tensor([[1., 2.], [3., 4.]]))
     tensor(5.)
     """
-    from ..ops.elementwise import cast
-    from ..ops.reduce import sum as sum_
     d = diagonal(x, offset=as_int(offset, "offset", "trace"))
     dtype = None if dtype is None else as_dtype(dtype, "trace")
     if dtype is not None and dtype is not d.dtype:

@@ -25,7 +25,7 @@ from ..ops.linalg import matmul
 from ..ops.methods import assign
 from ..ops.methods import update_in_place as _update_in_place
 from ..ops.random import rand
-from ..ops.reduce import mean, sum
+from ..ops.reduce import mean, norm, sum
 from ..ops.rules import broadcast_shapes as _broadcast_shapes
 from ..ops.shape import (broadcast_to, expand_dims, moveaxis, reshape, squeeze, swapaxes,
                          tril)
@@ -746,7 +746,6 @@ def kl_div(input, target, size_average=None, reduce=None, reduction: str = "mean
 
 
 def _vector_norm(x, p: float, axis: int, keepdims: bool = False):
-    from ..ops.reduce import norm
     return norm(x, p, axis=axis, keepdims=keepdims)
 
 

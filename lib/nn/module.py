@@ -15,12 +15,14 @@ from collections.abc import Mapping
 from ..capture.guards import module_called
 from ..capture.holders import holds_modules
 from .. import dtypes as _dt
-from ..eager.context import set_grad
+from ..eager.context import detached_value, no_grad, set_grad
 from ..errors import ArgumentError, Error
 from ..ops.sparse_rows import SparseRows
 from ..tensor import Tensor
-from ..eager.context import detached_value
 from .parameter import Parameter
+from ..ops.creation import as_tensor, to_device, zeros
+from ..ops.methods import assign
+from ..devices import device as as_device
 
 LoadResult = namedtuple("LoadResult", ["missing_keys", "unexpected_keys"])
 
@@ -304,9 +306,6 @@ class Module:
         raise; missing and unexpected keys raise when `strict`. The error names every bad
         key. Returns (missing_keys, unexpected_keys).
         """
-        from ..eager.context import no_grad
-        from ..ops.creation import as_tensor, to_device
-        from ..ops.methods import assign
 
         if not isinstance(state_dict, Mapping):
             raise ArgumentError(f"expects a mapping of names to tensors (as state_dict() "
@@ -371,7 +370,6 @@ class Module:
         """Drop the gradients of every parameter (set to None), or with set_to_none=False
         set each existing one to zeros (PyTorch's older habit; None saves the memory and
         lets the next backward write instead of add)."""
-        from ..ops.creation import zeros
         for p in self.parameters():
             if set_to_none or p.grad is None:
                 set_grad(p, None)
@@ -399,7 +397,6 @@ class Module:
 
     def _convert(self, wanted, target) -> None:
         """Convert, in place, each parameter and buffer t for which wanted(t) holds."""
-        from ..eager.context import no_grad
         is_dtype = isinstance(target, _dt.DType) or (isinstance(target, str) and
                                                       target in _dt._BY_NAME)
         with no_grad():
@@ -440,7 +437,6 @@ class Module:
     def cuda(self, device=None) -> "Module":
         """Move parameters and buffers to rill's gpu device (`gpu`, or `gpu:N` for an int
         `device`), in place; a rill.DeviceError says why when no gpu is available."""
-        from ..devices import device as as_device
         if device is None:
             target = "gpu"
         elif isinstance(device, int) and not isinstance(device, bool):

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from ..errors import ArgumentError, DistributedError
 from .module import Module
+from ..eager.context import no_grad
+from ..ops.methods import assign
 
 
 class DataParallel(Module):
@@ -87,8 +89,6 @@ class DistributedDataParallel(Module):
         if world.size - world.num_ps <= 1:
             return
         from ..distributed.collectives import broadcast
-        from ..eager.context import no_grad
-        from ..ops.methods import assign
         with no_grad():
             for _, b in self.module.named_buffers():
                 assign(b, broadcast(b, root=world.worker_ranks[0]))

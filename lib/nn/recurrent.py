@@ -23,6 +23,7 @@ from . import functional as F
 from . import init
 from .module import Module
 from .parameter import Parameter
+from ..ops.indexing import getitem
 
 
 _NONLINEARITIES = {"tanh": tanh, "relu": relu}
@@ -251,7 +252,6 @@ class _Sequence(_Recurrent):
     def _run(self, x, states):
         """x: (T, N, F); states: tuple of (L*D, N, H) tensors. Returns the last layer's
         output (T, N, D*H) and the final states, stacked as the initial ones."""
-        from ..ops.indexing import getitem
         finals = [[] for _ in states]
         for layer in range(self.num_layers):
             outputs = []

@@ -20,6 +20,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from ..tensor import Tensor
+from ..eager.context import no_grad
 
 
 def _shape_text(output) -> str:
@@ -39,7 +40,6 @@ def summary_table(module, example_input=None) -> Table:
     Parameter columns count each module's own parameters, so that they add up to the
     total row; a parameter shared by two modules is counted where it is first found.
     """
-    from ..eager.context import no_grad
 
     shapes, handles = {}, []
 

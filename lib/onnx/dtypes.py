@@ -9,6 +9,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from .errors import ONNXError
+from ..ops.creation import as_tensor
 
 
 def onnx_type(dtype) -> int:
@@ -44,7 +45,6 @@ def is_bfloat16(array) -> bool:
 def as_rill(value):
     """`value` (a rill tensor, a NumPy array, a number) as a rill tensor; an array of
     bfloat16 becomes a bfloat16 tensor."""
-    from ..ops.creation import as_tensor
     if is_bfloat16(value):
         return as_tensor(np.asarray(value, dtype=np.float32)).astype(dt.bfloat16)
     return as_tensor(value)

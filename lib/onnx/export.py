@@ -8,6 +8,11 @@ from .builder import Builder
 from .emit import alternative_value, emit_graph, uniform, value_info
 from .errors import ONNXError, require_onnx
 from ..nn.parameter import Parameter
+from ..capture.function import CapturedFunction, capture
+from ..eager.context import no_grad
+from ..errors import Error
+from ..tensor import Tensor
+from ..ops.indexing import take
 
 
 # Model metadata naming the initializers that were buffers (not Parameters) or constants in
@@ -31,8 +36,6 @@ def export(f_or_module, example_args, path, opset: int = 17, dynamic_batch: bool
     """
     onnx = require_onnx()
     from onnx import helper
-    from ..capture.function import CapturedFunction, capture
-    from ..eager.context import no_grad
     if not 13 <= int(opset) <= 23:
         raise ONNXError(f"opset {opset} is not supported; choose 13 to 23", op="export")
     args = tuple(example_args) if isinstance(example_args, (tuple, list)) else (example_args,)
@@ -95,8 +98,6 @@ def _other_batches(batch: int) -> tuple:
 
 def _traces_at_other_batches(fn, args) -> tuple:
     """fn's graphs at the batch sizes of _other_batches (the example's rows repeated)."""
-    from ..errors import Error
-    from ..tensor import Tensor
     tensors = [a for a in args if isinstance(a, Tensor)]
     if not tensors:
         return ()
@@ -118,8 +119,6 @@ def _traces_at_other_batches(fn, args) -> tuple:
 def _grown(args, size):
     """The arguments with `size` rows on axis 0 of every tensor (its rows repeated)."""
     import numpy as np
-    from ..ops.indexing import take
-    from ..tensor import Tensor
     out = []
     for a in args:
         if isinstance(a, Tensor):

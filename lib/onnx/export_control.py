@@ -15,6 +15,7 @@ import numpy as np
 from .builder import INT64_MIN
 from .emit import alternative_value, emit_graph, value_info
 from .errors import ONNXError, at
+from ..ops.lstm_cell_onnx import cell
 
 
 def _outputs(b, names, values) -> list:
@@ -154,7 +155,6 @@ def _lstm_sequence(b, node, ins):
     """A fused LSTM layer (lib/ops/lstm_sequence.py) as a Loop of its cell over the steps:
     carried h and c, each step's h stacked (in trip order: reversed for a reverse layer).
     Its residual outputs serve rill's backward only: None."""
-    from ..ops.lstm_cell_onnx import cell
     steps, _, four_h = node.inputs[0].shape
     reverse = node.attrs["reverse"]
     w_t = b.op("Transpose", [ins[3]], perm=[1, 0])

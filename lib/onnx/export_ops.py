@@ -15,6 +15,7 @@ import numpy as np
 from .builder import INT64_MAX, INT64_MIN
 from .dtypes import onnx_type
 from .errors import ONNXError
+from ..ops.indexing import ARRAY, ELLIPSIS, NEW
 
 TABLE: dict = {}
 
@@ -419,7 +420,6 @@ def _scatter_reduce(b, node, ins):
 @_row("getitem")
 def _getitem(b, node, ins):
     """Basic indexing (ints, slices, None, ...) and one integer index array."""
-    from ..ops.indexing import ARRAY, ELLIPSIS, NEW
     x, arrays = ins[0], list(ins[1:])
     array_ndims = [v.ndim for v in node.inputs[1:]]
     key = list(node.attrs["key"])

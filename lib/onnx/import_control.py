@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from .errors import ONNXError
 from .import_ops import const, known, rill, row
+from ..capture.ir import Value
 
 
 class Outputs(list):
@@ -50,7 +51,6 @@ class _DataDependent(Exception):
 
 def _known_now(value) -> bool:
     """Whether a value's data exists now (eagerly run), though not static."""
-    from ..capture.ir import Value
     return value is not None and type(value._data) is not Value
 
 

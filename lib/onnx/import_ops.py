@@ -13,6 +13,7 @@ import numpy as np
 from .. import dtypes as dt
 from .. import ops as _ops  # noqa: F401  (rill.ops loaded before the names below)
 from .errors import ONNXError
+from ..errors import Error
 
 TABLE: dict = {}
 ALWAYS_STATIC = {"Shape", "Size", "Constant"}  # known at trace time whatever the inputs
@@ -39,7 +40,6 @@ def row(*names):
 
 def known(node, value, what: str) -> np.ndarray:
     """The value of an input that gives a shape, axes or count, as NumPy."""
-    from ..errors import Error
     from .specialize import needs_values
     try:
         return np.asarray(value.numpy())

@@ -18,6 +18,8 @@ from dataclasses import dataclass, fields
 
 from ..eager.wrapping import WrappingInterpreter
 from .errors import ONNXBudgetError, ONNXError
+from ..eager.context import current, use_interpreter
+from ..eager.interpreter import EAGER
 
 
 @dataclass(frozen=True)
@@ -165,7 +167,6 @@ class Metered(WrappingInterpreter):
 def meter() -> Meter:
     """The meter of the ONNX node running now, for helpers not handed the Runner (outside an
     import: a fresh one with the default limits)."""
-    from ..eager.context import current
     found = current().interpreter
     return found.meter if isinstance(found, Metered) else Meter(Limits())
 
@@ -173,8 +174,6 @@ def meter() -> Meter:
 def metered(meter: Meter, eager: bool):
     """A context in which rill ops are charged to `meter`; `eager` runs them now even while
     a capture records (values known when the graph is traced)."""
-    from ..eager.context import current, use_interpreter
-    from ..eager.interpreter import EAGER
     inner = EAGER if eager else current().interpreter
     if isinstance(inner, Metered):
         inner = inner.inner

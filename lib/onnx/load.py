@@ -24,6 +24,8 @@ from .limits import Limits, Meter, check_model, metered, subgraphs
 from .specialize import InputValues, tracing_sources, values_now
 from .tensors import check_text, decode, read_model
 from .trainable import choose
+from ..nn.parameter import Parameter
+from ..capture import guards
 
 
 def load(path, constants=None, capture=True, limits=None, trainable=None):
@@ -244,7 +246,6 @@ class ONNXModule(Module):
         scalars and trace-time values, which stay constants with the integer ones; each
         registered under a name no attribute of the module has."""
         import numpy as np
-        from ..nn.parameter import Parameter
         from .dtypes import as_rill, is_bfloat16
         taken = set(dir(type(self))) | set(self.__dict__)
         for name, array in arrays:
@@ -308,7 +309,6 @@ class ONNXModule(Module):
     def _specialized_values(self):
         """The values of the inputs the call in progress is specialized on (ONNXFunction),
         guarded when a capture traces: a later call with other values traces again."""
-        from ..capture import guards
         fixed = values_now(self)
         if fixed is not None and fixed.arrays:
             names = tuple(fixed.arrays)

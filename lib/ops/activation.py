@@ -10,6 +10,7 @@ from . import promotion
 from .arguments import as_axis, as_choice, as_float, as_int
 from .primitive import primitive
 from .rules import normalize_axis
+from ..errors import ArgumentError, DTypeError, ShapeError
 
 
 def _infer(x, *, axis):
@@ -35,7 +36,6 @@ def _softmax_grad_composite(g, y, axis):
 
 
 def _softmax_grad_infer(g, y, *, axis):
-    from ..errors import DTypeError, ShapeError
     if g.dtype is not y.dtype:
         raise DTypeError(f"expects g and y of one dtype, got {g.dtype} and {y.dtype}")
     if tuple(g.shape) != tuple(y.shape):
@@ -109,7 +109,6 @@ _XENT_REDUCTIONS = ("none", "sum", "mean")
 
 
 def _xent_infer(logits, target, *, ignore_index, label_smoothing, reduction):
-    from ..errors import ArgumentError, DTypeError, ShapeError
     if logits.ndim != 2 or target.ndim != 1 or target.shape[0] != logits.shape[0]:
         raise ShapeError(f"expects logits (N, C) and target (N,), got {logits.shape} and "
                          f"{target.shape}")
@@ -185,7 +184,6 @@ SELU_SCALE = 1.0507009873554804934193349852946
 
 def _float_tensor(x, op):
     from .arguments import as_tensor
-    from ..errors import DTypeError
     x = as_tensor(x, "input", op)
     if not x.dtype.is_floating:
         raise DTypeError(f"expects a floating tensor, got {x.dtype}; cast it first "
@@ -201,7 +199,6 @@ def selu(x):
 
 def celu(x, alpha: float = 1.0):
     """x where x > 0, alpha * (exp(x / alpha) - 1) elsewhere (continuous in x for any alpha)."""
-    from ..errors import ArgumentError
     from .elementwise import elu
     alpha = as_float(alpha, "alpha", "celu")
     if alpha == 0:
@@ -212,7 +209,6 @@ def celu(x, alpha: float = 1.0):
 
 def hardtanh(x, min_val: float = -1.0, max_val: float = 1.0):
     """x clamped to [min_val, max_val]; the gradient is 0 on and beyond the bounds."""
-    from ..errors import ArgumentError
     from .creation import full_like
     from .elementwise import logical_and, where
     lo, hi = as_float(min_val, "min_val", "hardtanh"), as_float(max_val, "max_val", "hardtanh")
@@ -283,7 +279,6 @@ def threshold(x, threshold: float, value: float):  # noqa: F811 - PyTorch's argu
 def prelu(x, weight):
     """x where x > 0, weight * x elsewhere; weight holds one slope, or one per channel
     (axis 1 of x; an input with fewer than 2 axes has one channel, as PyTorch)."""
-    from ..errors import ShapeError
     from .arguments import as_tensor
     from .elementwise import where
     from .shape import reshape
@@ -305,7 +300,6 @@ def prelu(x, weight):
 
 def glu(x, dim: int = -1):
     """a * sigmoid(b), where a and b are the two halves of x along `dim`."""
-    from ..errors import ShapeError
     from .elementwise import sigmoid
     from .rules import normalize_axis
     from .shape import split

@@ -18,6 +18,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from ..dtypes import DType
+from ..devices import Device
+from ..random import Generator
 
 INT64_MIN, INT64_MAX = -2**63, 2**63 - 1
 
@@ -380,17 +383,14 @@ class IndexKey(AttrType):
 
 
 def _dtype_class():
-    from ..dtypes import DType
     return DType
 
 
 def _device_class():
-    from ..devices import Device
     return Device
 
 
 def _generator_class():
-    from ..random import Generator
     return Generator
 
 

@@ -14,7 +14,7 @@ attrs: stride (one per spatial axis), padding ((before, after) per axis), dilati
 from __future__ import annotations
 
 from ..eager.bind import bind
-from ..errors import ArgumentError, ShapeError, reports_as
+from ..errors import reports_as, ArgumentError, DTypeError, ShapeError
 from . import attrs as A
 from . import batching
 from . import promotion
@@ -55,7 +55,6 @@ def _check_common(stride, padding, dilation, groups):
 def _floating_inputs(args):
     """Convolutions take floating-point images and weights only (as PyTorch): an integer
     image is a bug (unnormalized pixels), not something to promote quietly."""
-    from ..errors import DTypeError
     args = promotion.lift(args)
     for a in args:
         if a.dtype.kind != "f":

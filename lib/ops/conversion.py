@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes as dt
-from ..devices import Device
+from ..devices import cpu, device, Device
 from ..errors import ArgumentError, DeviceError, DTypeError, Error, reports_as
 from ..tensor import Tensor, new_tensor
 from .arguments import array_like, as_dtype, describe
@@ -242,12 +242,10 @@ def _storable(array: np.ndarray, copy, op: str) -> np.ndarray:
 
 
 def _cpu():
-    from ..devices import cpu
     return cpu
 
 
 def _gpu(index: int, op: str) -> Device:
-    from ..devices import device
     try:
         return device(f"gpu:{index}")
     except Error as e:

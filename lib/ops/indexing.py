@@ -15,8 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes as dt
-from ..errors import IndexingError, ShapeError
-from ..errors import reports_as
+from ..errors import reports_as, ArgumentError, CaptureError, DTypeError, IndexingError, ShapeError
 from ..eager.bind import bind
 from ..tensor import Tensor
 from . import attrs as A
@@ -25,6 +24,7 @@ from . import promotion
 from .arguments import as_axis, as_index, as_int, as_tensor
 from .primitive import primitive
 from .rules import broadcast_shapes, normalize_axis, require
+from ..eager.context import current
 
 ARRAY = ("array",)
 NEW = ("new",)
@@ -320,7 +320,6 @@ def _update_zero_d_masks(x, key, values, op: str):
     A captured graph cannot read a mask on the host: there every mask is taken as True and
     the update kept where all of them are (a False mask with an index that broadcasts only
     with length 1 is then accepted, where NumPy and PyTorch refuse it)."""
-    from ..eager.context import current
     from .shape import reshape
     parts = key if isinstance(key, tuple) else (key,)
     capturing = current().interpreter.capturing
@@ -561,7 +560,6 @@ def scatter(input, dim: int, index, src=None, reduce: str | None = None, *, valu
     tensor([[0., 0., 5.],
             [5., 0., 0.]])
     """
-    from ..errors import ArgumentError
     from .creation import full
     if (src is None) == (value is None):
         raise ArgumentError("give src (a tensor) or value (a number), exactly one", op="scatter")
@@ -708,8 +706,6 @@ def masked_select(input, mask):
     """The 1-d tensor of input's entries where the bool `mask` is true (both broadcast
     together; torch.masked_select). Its length is data, so a captured graph cannot hold it:
     under capture it raises CaptureError; use masked_fill or rill.where there."""
-    from ..eager.context import current
-    from ..errors import CaptureError, DTypeError
     from .shape import broadcast_to
     x = as_tensor(input, "input", "masked_select")
     mask = as_tensor(mask, "mask", "masked_select")

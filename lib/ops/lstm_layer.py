@@ -26,6 +26,7 @@ from . import promotion
 from .linalg import linear
 from .lstm_sequence import lstm_sequence_composite
 from .primitive import primitive
+from ..dtypes import float32, uint8
 
 
 # The bytes of the forward's workspace, which only oneDNN knows: its kernel module
@@ -68,7 +69,6 @@ def _infer(x, h0, c0, w_ih, w_hh, *biases, reverse):
         raise KernelError(f"needs oneDNN's LSTM, which is not available here ({why}); "
                           f"install rill[onednn] or capture the model where it is not, to "
                           f"run lstm_sequence")
-    from ..dtypes import float32, uint8
     seq, state = ((steps, n, hidden), float32), ((n, hidden), float32)
     return [seq, state, state, ((nbytes,), uint8), seq, state, state]
 

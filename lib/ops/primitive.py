@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Callable
 
 from .attrs import attr_problems
+from ..errors import DeviceError
 
 
 class Primitive:
@@ -90,7 +91,6 @@ class Primitive:
 
     def missing_kernel(self, kind: str):
         """The DeviceError for a device kind this op has no kernel for, with the way round."""
-        from ..errors import DeviceError
         why = f" ({self.cpu_only})" if self.cpu_only else ""
         return DeviceError(f"no {kind} kernel is registered for this op{why}; run it on the "
                            f"cpu: move its inputs with .to('cpu') and the result back",

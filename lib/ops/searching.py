@@ -11,14 +11,13 @@ from __future__ import annotations
 from .. import dtypes as dt
 from ..errors import CaptureError, ShapeError, reports_as
 from ..tensor import Tensor
-from ..eager.context import detached_value
+from ..eager.context import current, detached_value
 from .arguments import as_axes, as_bool, as_choice, as_tensor
 from .rules import require
 
 
 def refuse_in_capture(op: str, instead: str) -> None:
     """A CaptureError for a function whose result's shape depends on values."""
-    from ..eager.context import current
     if current().interpreter.capturing:
         raise CaptureError(f"{op}'s result has a length that depends on the tensor's values, "
                            f"which a captured graph (fixed shapes) cannot hold; {instead}, or "

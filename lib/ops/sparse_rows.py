@@ -6,6 +6,7 @@ sparse parameter updates depend on it. Optimizers update only `indices`; anythin
 that needs a dense value calls `to_dense()` (repeated indices add up).
 """
 from __future__ import annotations
+from ..dtypes import bool_
 
 
 class SparseRows:
@@ -69,7 +70,6 @@ class SparseRows:
             from .rows import coalesce_rows
             return coalesce_rows(self.indices, self.rows)
         from .creation import ones
-        from ..dtypes import bool_
         exact = self.coalesce()
         valid = ones(exact.indices.shape[0], dtype=bool_, device=exact.rows.device)
         return exact.indices, exact.rows, valid

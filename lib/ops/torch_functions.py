@@ -20,12 +20,13 @@ import numpy as np
 from .. import dtypes as dt
 from ..errors import ArgumentError, DifferenceWarning, ShapeError
 from ..layouts import strided
-from ..tensor import Tensor
+from ..tensor import new_tensor, Tensor
 from . import elementwise as E
 from . import linalg, reduce, shape, sorting
 from .arguments import as_int, as_tensor, describe
 from .creation import _made
 from .rules import normalize_axis
+from ..devices import cpu
 
 values_indices = namedtuple("values_indices", "values indices")
 values_indices.__doc__ = "(values, indices), as PyTorch's max/min/sort/topk with a dim return."
@@ -269,8 +270,6 @@ def from_numpy(ndarray) -> Tensor:
     if kind is None:
         raise ArgumentError(f"NumPy dtype {ndarray.dtype} has no rill counterpart",
                             op="from_numpy")
-    from ..devices import cpu
-    from ..tensor import new_tensor
     return _made(new_tensor(cpu.backend.from_host(ndarray, cpu), kind, cpu))
 
 

@@ -29,14 +29,15 @@ from __future__ import annotations
 from .. import cpu_memory
 from ..capture.guards import guard
 from ..capture.holders import holds_optimizer_state
-from ..dtypes import bfloat16, float32
+from ..dtypes import bfloat16, float32, float64
 from ..eager.context import current, enable_grad, no_grad, outside_capture, set_grad
 from ..errors import ArgumentError, CaptureError
-from ..ops.creation import zeros_like
+from ..ops.creation import tensor, zeros_like
 from ..ops.elementwise import cast, scaled_add
 from ..ops.sparse_rows import SparseRows
 from ..tensor import Tensor
 from ..eager.context import detached_value
+from ..ops.methods import assign
 
 
 def scale(x: Tensor, factor) -> Tensor:
@@ -180,8 +181,6 @@ def _numbers(label, key, value) -> tuple:
 
 def _write(t: Tensor, x: float) -> None:
     """t takes the value x in place (t keeps its identity; graphs read its new buffer)."""
-    from ..ops.creation import tensor
-    from ..ops.methods import assign
     assign(t, tensor(x, dtype=t.dtype, device=t.device))
 
 
@@ -444,7 +443,6 @@ class Optimizer:
         gradient as the dense one it stands for: exactly the dense result) and negated if
         `maximize`; state created with a step count and the zero `slots`, the step counted.
         SparseAdam, Adagrad and plain SGD keep sparse gradients sparse instead."""
-        from ..ops.methods import assign
         made_now, stepped_from = object(), {}  # cohorts of this call (see _step_cohort)
         counted = {}  # (cohort, device) -> a count of it already counted in this call
         for p in group["params"]:
@@ -659,7 +657,5 @@ def step_count(value: float = 0.0, device=None) -> Tensor:
     """An optimizer's step count: a float64 0-d tensor on the parameter's device, so that a
     captured step counts it in the graph (a Python number would be frozen into the graph at
     capture time)."""
-    from ..dtypes import float64
-    from ..ops.creation import tensor
     with outside_capture():
         return tensor(float(value), dtype=float64, device=device)

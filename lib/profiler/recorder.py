@@ -153,6 +153,8 @@ class _Plan:
 def run_program(program, args):
     """Run a compiled Program's graph node by node, recording each node in every open
     profile; returns what the program returns."""
+    # Imported here: capture's transport (and the partitioned programs) load only for jobs
+    # that run over tasks, not with `import rill`.
     from ..capture.executor import _execute
     from ..capture.ir import GRAPH_OPS
     from ..capture.transport import Aborted

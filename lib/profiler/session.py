@@ -20,6 +20,9 @@ from ..capture import executor
 from . import state
 from .events import Event, assign_children
 from .recorder import Frees, ProfilingInterpreter, frames_of_user, fresh_bytes, run_program
+from ..eager.context import current, use_interpreter
+from ..devices import device as as_device
+from ..capture.passes.cost import CostModel
 
 # A graph node's record in the form the placement cost model reads (as f.last_timeline()).
 _Timed = namedtuple("_Timed", "device node start end")
@@ -56,7 +59,6 @@ class profile:  # noqa: N801 - PyTorch's name (torch.profiler.profile)
     # ---- opening and closing ---------------------------------------------------------------
 
     def start(self) -> "profile":
-        from ..eager.context import current, use_interpreter
         if self._switch is not None or self._stopped:
             raise ArgumentError("this profile was already started; make a new one",
                                 op="profile")
@@ -164,7 +166,6 @@ class profile:  # noqa: N801 - PyTorch's name (torch.profiler.profile)
         if not self.profile_memory:
             raise ArgumentError("memory was not recorded: open the profile with "
                                 "profile_memory=True", op="memory_timeline")
-        from ..devices import device as as_device
         wanted = None if device is None else as_device(device)
         changes = [(e.end, e.allocated) for e in self._events
                    if e.allocated and (wanted is None or e.device is wanted)]
@@ -179,7 +180,6 @@ class profile:  # noqa: N801 - PyTorch's name (torch.profiler.profile)
     def cost_model(self):
         """A placement cost model (rill.capture.passes.cost.CostModel) that uses the times
         measured here for the nodes of captured functions (the fastest of repeats)."""
-        from ..capture.passes.cost import CostModel
         return CostModel.from_timeline(
             [_Timed(e.device, e.node, e.start, e.end) for e in self.events()
              if e.kind == "graph"])

@@ -8,6 +8,8 @@ import math
 from ..errors import ArgumentError, ShapeError, reports_as
 from .tensors import SparseCOO, SparseCSR, SparseTensor, _part
 from ..tensor import Tensor
+from ..ops.sparse_ops import coo_mm, csr_mm, segment_softmax
+from ..ops.shape import stack
 
 
 @reports_as("sparse.mm")
@@ -20,7 +22,6 @@ def mm(sparse, dense):
     tensor([[20.],
             [ 3.]])
     """
-    from ..ops.sparse_ops import coo_mm, csr_mm
     if not isinstance(sparse, SparseTensor):
         if isinstance(sparse, Tensor) and isinstance(dense, Tensor):
             return sparse @ dense  # both dense: PyTorch allows it too
@@ -98,7 +99,6 @@ def sum(input, dim=None, dtype=None):  # noqa: A001 - torch.sparse.sum's name
         return SparseCOO(_part(s, 0), values, _drop(s.shape, dims), s.is_coalesced())
     if len(summed) == k:
         return values.sum(axis=0)
-    from ..ops.shape import stack
     indices = _part(s, 0)
     kept = stack([indices[d] for d in range(k) if d not in summed])
     return SparseCOO(kept, values, _drop(s.shape, dims), False)
@@ -113,7 +113,6 @@ def softmax(input, dim: int, dtype=None):
     """Softmax along `dim` over the stored entries only (missing entries are not zeros that
     take part, they are absent), as torch.sparse.softmax: for a matrix and dim=1, each row's
     stored values become a distribution. The result has the input's indices."""
-    from ..ops.sparse_ops import segment_softmax
     if not isinstance(input, SparseTensor):
         raise ArgumentError(f"input must be a sparse tensor, got {type(input).__name__}")
     s = _as_coo(input).coalesce()

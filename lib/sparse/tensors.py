@@ -34,6 +34,12 @@ from ..errors import ArgumentError, CaptureError, ShapeError
 from ..hints import NameError_
 from ..layouts import sparse_coo, sparse_csr, strided  # noqa: F401 - strided re-exported
 from ..tensor import ElementCount, Tensor
+from ..eager.context import current
+from ..ops.arguments import as_tensor
+from ..ops.creation import tensor, zeros
+from ..ops.indexing import index_add, take
+from ..ops.shape import concat, flip, stack
+from ..ops.sparse_ops import csr_rows
 
 _part = tuple.__getitem__
 
@@ -41,7 +47,6 @@ _part = tuple.__getitem__
 def _capturing() -> bool:
     """True under any interpreter but eager's (a capture, vmap): index values are not data
     there, so nothing may read them."""
-    from ..eager.context import current
     interpreter = current().interpreter
     return interpreter.capturing or getattr(interpreter, "reruns_python", False)
 
@@ -67,7 +72,6 @@ def _host(t: Tensor) -> np.ndarray:
 
 
 def _int_tensor(x, like_device, what: str, op: str) -> Tensor:
-    from ..ops.arguments import as_tensor
     x = as_tensor(x, what, op)  # a rill error for what is not numbers (callers move it)
     if not x.dtype.is_integer:
         raise ArgumentError(f"{what} must be integers, got {x.dtype}", op=op)
@@ -75,8 +79,6 @@ def _int_tensor(x, like_device, what: str, op: str) -> Tensor:
 
 
 def _values_tensor(v, dtype, device, op: str) -> Tensor:
-    from ..ops.arguments import as_tensor
-    from ..ops.creation import tensor
     if not isinstance(v, Tensor):
         v = tensor(as_tensor(v, "values", op), dtype=dtype, device=device)
     elif dtype is not None:
@@ -330,8 +332,6 @@ class SparseCOO(SparseTensor):
 
     def to_dense(self) -> Tensor:
         """The dense tensor (repeated indices add up); differentiable in the values."""
-        from ..ops.creation import zeros
-        from ..ops.indexing import index_add
         indices, values = _part(self, 0), _part(self, 1)
         k = indices.shape[0]
         rows = math.prod(self.shape[:k])
@@ -345,8 +345,6 @@ class SparseCOO(SparseTensor):
             return self
         _refuse_in_capture("coalesce", "coalesce it before the captured function and pass "
                                        "the coalesced tensor in")
-        from ..ops.creation import tensor, zeros
-        from ..ops.indexing import index_add
         indices, values = _part(self, 0), _part(self, 1)
         k, shape = indices.shape[0], self.shape
         host = _host(indices).astype(np.int64)
@@ -371,7 +369,6 @@ class SparseCOO(SparseTensor):
             raise ShapeError(f"to_sparse_csr needs a 2-d tensor with no dense dims, got "
                              f"shape {list(self.shape)}", op="to_sparse_csr")
         _refuse_in_capture("to_sparse_csr", "convert before the captured function")
-        from ..ops.creation import tensor
         s = self.coalesce()
         rows = _host(_part(s, 0)[0]).astype(np.int64)
         crow = np.r_[0, np.cumsum(np.bincount(rows, minlength=self.shape[0]))]
@@ -380,7 +377,6 @@ class SparseCOO(SparseTensor):
 
     def t(self):
         """The transpose of a 2-d COO tensor (its indices' rows swapped; not coalesced)."""
-        from ..ops.shape import flip
         if self.sparse_dim() != 2 or self.dense_dim():
             raise ShapeError(f"t() of a sparse tensor needs 2 sparse dims, got shape "
                              f"{list(self.shape)}", op="t")
@@ -388,7 +384,6 @@ class SparseCOO(SparseTensor):
                          False)
 
     def _times_dense(self, other):
-        from ..ops.indexing import take
         if tuple(other.shape) != self.shape:
             raise ShapeError(f"sparse * dense needs the dense tensor in the sparse one's shape "
                              f"{list(self.shape)}, got {list(other.shape)}", op="multiply")
@@ -398,7 +393,6 @@ class SparseCOO(SparseTensor):
         return self._with_values(values * take(flat, _linear(indices, self.shape), 0))
 
     def _plus_sparse(self, other):
-        from ..ops.shape import concat
         return SparseCOO(concat([_part(self, 0), _part(other, 0)], axis=1),
                          concat([_part(self, 1), _part(other, 1)]), self.shape, False)
 
@@ -438,12 +432,10 @@ class SparseCSR(SparseTensor):
         return _part(self, 2)
 
     def _rows(self) -> Tensor:
-        from ..ops.sparse_ops import csr_rows
         return csr_rows(_part(self, 0), self.nnz)
 
     def to_sparse(self):
         """The COO form (coalesced: CSR's columns are sorted and distinct in each row)."""
-        from ..ops.shape import stack
         return SparseCOO(stack([self._rows(), _part(self, 1)]), _part(self, 2), self.shape,
                          True)
 
@@ -568,8 +560,6 @@ def to_sparse(x: Tensor, sparse_dim: int | None = None, *, layout=None):
     if layout not in (None, sparse_coo):
         raise ArgumentError(f"to_sparse makes rill.sparse_coo or rill.sparse_csr, got "
                             f"{layout!r}", op="to_sparse")
-    from ..ops.creation import tensor
-    from ..ops.indexing import take
     k = x.ndim if sparse_dim is None else int(sparse_dim)
     if not 0 < k <= x.ndim:
         raise ShapeError(f"sparse_dim must be in [1, {x.ndim}], got {k}", op="to_sparse")

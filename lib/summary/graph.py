@@ -26,6 +26,7 @@ import numpy as np
 
 from . import messages
 from . import protobuf as pb
+from ..dtypes import DType
 
 _SMALL_CONSTANT = 16  # constants up to this many elements are stored whole
 
@@ -135,7 +136,6 @@ def _type_attr(dtype) -> bytes | None:
 
 
 def _attr(value) -> bytes | None:
-    from ..dtypes import DType
     if value is None:
         return None
     if isinstance(value, (bool, np.bool_)):

@@ -17,6 +17,9 @@ from .event_file import EventFileWriter
 from .graph import graph_def
 from .histogram import buckets
 from .png import encode_png
+from ..capture.function import CapturedFunction, capture
+from ..capture.ir import Graph
+from ..tensor import Tensor
 
 
 class SummaryWriter:
@@ -244,9 +247,6 @@ def _hparam(value, name, op):
 
 def _graph_of(model, args, op):
     """The capture Graph that `model` runs on `args`."""
-    from ..capture.function import CapturedFunction, capture
-    from ..capture.ir import Graph
-    from ..tensor import Tensor
     if isinstance(model, Graph):
         return model
     if args is None:

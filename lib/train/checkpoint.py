@@ -246,6 +246,7 @@ class HeldElsewhere:
 
 
 def _distributed():
+    # rill.distributed loads when a job uses it, not with `import rill`
     from ..distributed.graphs import checkpoint
     return checkpoint
 

@@ -48,6 +48,7 @@ from ..ops.primitive import Primitive
 from ..tensor import Tensor
 from ..eager.context import detached_value
 from ..tree import flatten
+from ..dtypes import short_name
 
 __all__ = ["checkpoint", "checkpoint_sequential", "CheckpointError"]
 
@@ -358,5 +359,4 @@ def _name(fn) -> str:
 
 
 def _show(specs) -> str:
-    from ..dtypes import short_name
     return ", ".join(f"{short_name(d)}{list(s)}" for s, d in specs) or "nothing"

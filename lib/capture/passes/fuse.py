@@ -33,6 +33,7 @@ from ...ops import attrs as A
 from ...ops.primitive import primitive, register_kernels
 from ..ir import Graph
 from .rewrite import Rewrite, effect
+from ...errors import CaptureError
 
 MIN_GROUP = 2  # a "group" of one node is that node
 # Fewest elements per value for a node to be fused by the pipeline, per device kind (None:
@@ -55,7 +56,6 @@ if os.environ.get("RILL_FUSE_MIN_ELEMENTS"):  # one size for both (tests, measur
 # ---- the fused primitive -------------------------------------------------------------------
 
 def _fused_infer(*inputs, body):
-    from ...errors import CaptureError
     want = [(tuple(v.shape), v.dtype) for v in body.inputs]
     got = [(tuple(v.shape), v.dtype) for v in inputs]
     if got != want:

@@ -37,6 +37,7 @@ from ..ir import GRAPH_OPS, Graph, Node
 from .cost import DEFAULT
 from .dce import dce
 from .rewrite import Rewrite, effect
+from ...errors import is_framework_file
 
 MAX_CHAIN = 16  # nodes recomputed for one value: itself and inputs dead at the peak
 PATIENCE = 8   # choices in a row that do not lower the peak before the pass gives up
@@ -119,7 +120,6 @@ def _greedy(graph: Graph, budget: int, cost, limit=None):
 def _user_frame() -> int:
     """The stacklevel of the innermost frame outside rill (the user's call that traced)."""
     import sys
-    from ...errors import is_framework_file
     level, frame = 1, sys._getframe(1)
     while frame is not None and is_framework_file(frame.f_code.co_filename):
         level, frame = level + 1, frame.f_back

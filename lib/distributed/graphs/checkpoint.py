@@ -40,6 +40,10 @@ import numpy as np
 from ... import files
 from ...capture import graph_ops
 from ...errors import ArgumentError, CheckpointError, DistributedError, Error
+from ...serialization import load_from, plan, save
+from ...tensor import new_tensor, Tensor
+from ...capture.ir import Graph, Variable
+from ...capture.executor import Program
 
 SHARD_KIND, SHARD_VERSION = "rill.distributed.Shard", 1
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,80}\.[0-9a-f]{8}$")
@@ -100,8 +104,6 @@ def _save_handler(node, names):
     specs = [(v.dtype, v.device) for v in node.inputs]
 
     def run(args, inputs):
-        from ...serialization import save
-        from ...tensor import new_tensor
         values = {name: new_tensor(buffer, dtype, device)
                   for name, buffer, (dtype, device) in zip(names, inputs, specs)}
         save({"kind": SHARD_KIND, "version": SHARD_VERSION, "task": task, "step": step,
@@ -202,8 +204,6 @@ def _restore(server, worker: int, message) -> list:
 def read_shard(path: str, sha256: str, task: str, step: int) -> dict:
     """{name: tensor} of a shard file, after checking its sha256 against the manifest's,
     then everything in it (rill's CRCs; kind, task, step, names)."""
-    from ...serialization import load_from
-    from ...tensor import Tensor
     with _open_shard(path) as f:  # one open file: what is loaded is what was hashed
         digest = files.sha256(f, path, op="restore")
         if digest != sha256:
@@ -252,7 +252,6 @@ def check_against(values: dict, store: dict, here: str, path: str) -> None:
 
 def save_graph(store: dict, path: str, task: str, step: int):
     """[read(v) for every variable in `store` -> save(names)]."""
-    from ...capture.ir import Graph
     from ... import devices
     graph = Graph(name=f"{task}.save")
     values, names = [], []
@@ -272,8 +271,6 @@ def save_graph(store: dict, path: str, task: str, step: int):
 
 def restore_graph(store: dict, values: dict):
     """[restore(names) -> assign(v) for each], making in `store` the variables it lacks."""
-    from ...capture.ir import Graph
-    from ...tensor import new_tensor
     from ... import devices
     from .registration import _grad_holder
     graph = Graph(name="restore")
@@ -294,7 +291,6 @@ def restore_graph(store: dict, values: dict):
 
 
 def _variable(key: str, holder):
-    from ...capture.ir import Variable
     from ... import devices
     kind = "grad" if key.endswith(".grad") else "value"
     target = holder.grad if kind == "grad" else holder
@@ -305,7 +301,6 @@ def _variable(key: str, holder):
 
 
 def _program(graph):
-    from ...capture.executor import Program
     return Program(graph.lint(), parallel=False)
 
 
@@ -392,7 +387,6 @@ def _held_index() -> dict:
 def snapshot(state: dict, path, step, kind: str):
     """The manifest of a distributed checkpoint, planned for `path` once every ps holding
     one of `state`'s tensors has written its shard (see the module's docstring)."""
-    from ...serialization import plan
     from ..world import world
     from .postbox import CONTROL, postbox, task_of
     from .program import _PEERS
@@ -451,7 +445,6 @@ def _marked(node, held: dict, name: str):
     """`node` with each tensor of another task replaced by a marker: {MARKER: {task, name
     there, shape, dtype}}. A tensor no captured step of this process has used is refused:
     its task does not hold it yet, and its value here is only where it started."""
-    from ...tensor import Tensor
     if isinstance(node, Tensor):
         if node.device.task is None:
             return node

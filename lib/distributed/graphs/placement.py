@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from ...devices import device as as_device
 from ...errors import ArgumentError, DistributedError
-from ...eager.context import detached_value
+from ...eager.context import detached_value, no_grad
 from ..world import world
+from ...nn.module import assign_
 
 
 def place_on_ps(module, ps_tasks: int | None = None, *, by: str = "size") -> dict:
@@ -21,8 +22,6 @@ def place_on_ps(module, ps_tasks: int | None = None, *, by: str = "size") -> dic
 
     Every process of the job must call it the same way (it decides by sizes and order
     only, so every worker places every variable on the same ps)."""
-    from ...eager.context import no_grad
-    from ...nn.module import assign_
     if by not in ("size", "round_robin"):
         raise ArgumentError(f"by must be 'size' or 'round_robin', got {by!r}", op="place_on_ps")
     from ..roles import expect_serve

@@ -16,11 +16,15 @@ import numpy as np
 from ...capture.partitioned import PartitionedProgram, register_task_program
 from ...capture.passes.partition import split_results
 from ...capture.transport import Rendezvous, Transport
-from ...errors import DistributedError
+from ...errors import ArgumentError, DistributedError
 from ..roles import expect_serve, worker_only
 from ..world import world
 from . import registration
 from .postbox import CONTROL, postbox, task_rank
+from ...nn.module import Module
+from ...tensor import Tensor, new_tensor
+from ...devices import cpu
+from ...capture.function import CapturedFunction
 
 _HELD: dict = {}                   # id(tensor) -> (task, name on that task, tensor)
 _PEERS: set = set()                # ranks of the tasks this process has registered with
@@ -157,9 +161,6 @@ def fetch(obj):
     A tensor on another task that no captured step of this process has used is refused:
     its value there is not known here.
     """
-    from ...nn.module import Module
-    from ...tensor import Tensor, new_tensor
-    from ...devices import cpu
     worker_only(world(), "fetch", "dist.serve()")
     if isinstance(obj, Module):
         named = dict(obj.named_parameters())
@@ -266,8 +267,6 @@ def replicate(fn=None, *, mode: str = "async", backup_workers: int = 0, **captur
     >>> import rill.distributed as dist
     >>> step = dist.replicate(lambda x: x * 2, mode="sync")   # doctest: +SKIP
     """
-    from ...capture.function import CapturedFunction
-    from ...errors import ArgumentError
     if mode not in ("async", "sync"):
         raise ArgumentError(f"mode must be 'async' or 'sync', got {mode!r}", op="replicate")
     n = len(world().worker_ranks)

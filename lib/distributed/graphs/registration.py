@@ -18,6 +18,7 @@ from ...capture import schema
 from ...capture.ir import Graph, Variable
 from ...capture.serialize import encode_graph
 from ...errors import CheckpointError
+from ...tensor import new_tensor
 
 FORMAT, VERSION = "rill-partition", 1
 MAX_DOCUMENT = 1 << 28
@@ -101,7 +102,6 @@ def decode(message, store: dict, sender: str, here: str):
     """(ident, options, Graph) of a "register" message from task `sender`, checked; the
     variables it names are taken from `store` ({name: holder Tensor}), and the ones not
     there yet made from the values the message carries."""
-    from ...tensor import new_tensor
     from ... import devices
     entries = {(field, name): array for field, name, array in message.entries}
     raw = entries.get(("graph", "graph"))
@@ -176,7 +176,6 @@ def decode(message, store: dict, sender: str, here: str):
 
 def _grad_holder(value):
     """A tensor whose .grad is `value`: how a graph's "grad" variable names its storage."""
-    from ...tensor import new_tensor
     holder = new_tensor(np.zeros((), value.dtype.storage), value.dtype, value.device)
     holder.grad = value
     return holder

@@ -29,8 +29,9 @@ import threading
 
 import numpy as np
 
-from ...capture.ir import Graph
+from ...capture.ir import Graph, Node
 from ...errors import DistributedError
+from ...ops.indexing import ARRAY
 
 
 def split(part: Graph, mode: str = "async"):
@@ -146,7 +147,6 @@ def _rows_in_place(apply: Graph) -> Graph:
     """`assign(v, index_add(read(v), rows, ids))`, the read used by nothing else, becomes
     `add_rows(rows, ids, var=v)`: the update of a sharded table's looked-up rows writes them
     where they are (a ps's variables are its own) instead of copying the whole table."""
-    from ...ops.indexing import ARRAY
     uses: dict = {}
     for node in apply.nodes:
         for v in node.inputs:
@@ -181,7 +181,6 @@ def _rows_in_place(apply: Graph) -> Graph:
 
 
 def _accumulate(recv):
-    from ...capture.ir import Node
     return Node("accumulate", recv.outputs, {"name": recv.attrs["key"]}, recv.device,
                 recv.source)
 
