@@ -33,6 +33,7 @@ from typing import NamedTuple
 # collectives entered, operation code, wall time it entered the operation, and when it
 # left it (0.0 while inside: waiting in an exchange, not in its own code)
 ACTIVITY = struct.Struct("<qqdd")
+_TIME = struct.Struct("<d")  # ACTIVITY's last field alone: when the rank left its exchange
 # pid, ending code, exit code or signal, wall time of the end, the machine (HOST)
 PROCESS = struct.Struct("<qqqdq")
 # Why a rank failed, in its own words: its sys.exit("message"), or its exception's first line
@@ -179,7 +180,7 @@ class StatusBoard:
 
     def left(self) -> None:
         """Say that this rank's exchange is over: it is back in its own code."""
-        struct.pack_into("<d", self.map, SLOT * self.rank + ACTIVITY.size - 8, time.time())
+        _TIME.pack_into(self.map, SLOT * self.rank + ACTIVITY.size - 8, time.time())
 
     def started(self, rank: int, pid: int) -> None:
         """The watcher: `pid` now runs `rank`."""

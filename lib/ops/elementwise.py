@@ -191,7 +191,8 @@ _FAST_GRAD_DTYPES = (dt.float32, dt.float64)
 # g * gelu'(x) for exact gelu: a CPU kernel for float32/float64, which gelu's gradient calls.
 gelu_grad_p = primitive("gelu_grad", _g_and_x_infer, _gelu_grad_vjp, attrs={},
                         cpu_only="a CPU fast path: other devices run gelu's gradient as a "
-                                 "composite in rill ops", batch=batching.same_shapes)
+                                 "composite in rill ops", batch=batching.same_shapes,
+                        cache_rule=False)
 
 
 def _relu_vjp(g, x):
@@ -211,7 +212,8 @@ def _relu_grad_vjp(h, out, g, x):
 # binds.
 relu_grad_p = primitive("relu_grad", _g_and_x_infer, _relu_grad_vjp, attrs={},
                         cpu_only="a CPU fast path: other devices run relu's gradient as a "
-                                 "composite in rill ops", batch=batching.same_shapes)
+                                 "composite in rill ops", batch=batching.same_shapes,
+                        cache_rule=False)
 
 
 def _silu_vjp(g, out, x):
@@ -840,7 +842,7 @@ def _where_vjp(g, out, c, x, y):
 
 
 where_p = primitive("where", _where_infer, _where_vjp, normalize=promotion.bool_then_common,
-                    attrs={}, batch=batching.elementwise)
+                    attrs={}, batch=batching.elementwise, cache_rule=False)
 
 
 def where(condition, x, y):
@@ -896,7 +898,7 @@ def _cast_vjp(g, out, x, dtype):
 
 
 cast_p = primitive("cast", _cast_infer, _cast_vjp, attrs={"dtype": A.DTypeAttr},
-                   batch=batching.elementwise)
+                   batch=batching.elementwise, cache_rule=False)
 
 
 def cast(x, dtype):
@@ -923,7 +925,8 @@ def _scaled_add_vjp(g, out, x, y, alpha, beta):
 
 P["scaled_add"] = primitive("scaled_add", _scaled_add_infer, _scaled_add_vjp,
                             normalize=promotion.common_float,
-                            attrs={"alpha": A.FLOAT, "beta": A.FLOAT}, batch=batching.elementwise)
+                            attrs={"alpha": A.FLOAT, "beta": A.FLOAT}, batch=batching.elementwise,
+                            cache_rule=False)
 
 
 def scaled_add(x, y, alpha: float = 1.0, beta: float = 1.0):

@@ -88,11 +88,12 @@ def _grad_vjp(cot, out, g, x, w, eps, axes):
 
 
 layer_norm_p = primitive("layer_norm", _infer, _vjp, normalize=promotion.common_float,
-                         attrs=dict(eps=A.FLOAT, axes=A.INT), batch=batching.layer_norm_rule)
+                         attrs=dict(eps=A.FLOAT, axes=A.INT), batch=batching.layer_norm_rule,
+                         cache_rule=False)
 layer_norm_grad_p = primitive("layer_norm_grad", _grad_infer, _grad_vjp,
                               normalize=promotion.common_float, multiple_results=True,
                               attrs=dict(eps=A.FLOAT, axes=A.INT),
-                              batch=batching.layer_norm_grad_rule)
+                              batch=batching.layer_norm_grad_rule, cache_rule=False)
 
 
 def layer_norm(x, weight, bias, eps: float, axes: int):

@@ -462,6 +462,8 @@ def test_compiled_scaled_add_is_bit_equal_to_numpy(monkeypatch, dtype, size, alp
     x[0] = np.nan if size > 1 else x[0]
     calls = []
     module = build.load("elementwise")
+    # small arrays take NumPy's passes (test below); the C pass must match at every size
+    monkeypatch.setattr(numpy_elementwise, "SCALED_ADD_COMPILED_MIN", 0)
     monkeypatch.setattr(numpy_elementwise.native, "load", lambda name: _Spy(module, calls))
     got = numpy_elementwise._scaled_add(x, y, alpha, beta)
     assert calls and set(calls) == {"scaled_add"}
@@ -474,6 +476,22 @@ def test_compiled_scaled_add_is_bit_equal_to_numpy(monkeypatch, dtype, size, alp
     calls.clear()
     numpy_elementwise._scaled_add(x[:1], np.stack([y, y]), alpha, beta)
     assert calls == []
+
+
+@needs_compiler
+def test_small_scaled_adds_take_numpys_passes(monkeypatch):
+    """Under SCALED_ADD_COMPILED_MIN elements the C pass's fixed cost exceeds NumPy's (an
+    optimizer's update of a scalar, bench/distributed.py's null step); above, the C pass."""
+    calls = []
+    module = build.load("elementwise")
+    monkeypatch.setattr(numpy_elementwise.native, "load", lambda name: _Spy(module, calls))
+    limit = numpy_elementwise.SCALED_ADD_COMPILED_MIN
+    for size, compiled in [(1, False), (limit - 1, False), (limit, True)]:
+        calls.clear()
+        x, y = np.ones(size, np.float32), np.full(size, 2.0, np.float32)
+        np.testing.assert_array_equal(numpy_elementwise._scaled_add(x, y, 1.0, -0.5),
+                                      np.zeros(size, np.float32))
+        assert (calls == ["scaled_add"]) is compiled, (size, calls)
 
 
 numpy_activation = importlib.import_module("rill.kernels.numpy.activation")
