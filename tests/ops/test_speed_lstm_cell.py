@@ -142,6 +142,38 @@ def test_second_order_gradient_through_the_composite_rule():
     np.testing.assert_allclose(got, gg.numpy(), rtol=1e-9, atol=1e-12)
 
 
+def test_second_order_gradient_of_the_fused_sequence_is_its_composites():
+    """lstm_sequence declares its composite (Primitive(composite=...)): under create_graph
+    the reverse walk differentiates the per-step cells instead of the fused gradient kernel,
+    so a gradient of its gradient is right: against central differences, in float64."""
+    from rill.ops.lstm_sequence import fits, lstm_sequence, lstm_sequence_p
+    rng = np.random.default_rng(4)
+    steps, n, hidden = 4, 2, 3
+    proj = rng.standard_normal((steps, n, 4 * hidden))
+    h0, c0 = rng.standard_normal((2, n, hidden))
+    w = 0.3 * rng.standard_normal((4 * hidden, hidden))
+    assert lstm_sequence_p.composite is not None
+
+    def gradient(p):
+        def loss(p):
+            hs, _, c_t = lstm_sequence(p, rill.tensor(h0), rill.tensor(c0), rill.tensor(w))
+            return (hs ** 2).sum() + c_t.sum()
+        return rill.grad(loss)(p)
+
+    assert fits(rill.tensor(proj), rill.tensor(h0), rill.tensor(c0), rill.tensor(w))
+    got = rill.grad(lambda p: (gradient(p) ** 2).sum())(rill.tensor(proj)).numpy()
+
+    def f(a):
+        return float((gradient(rill.tensor(a)).numpy() ** 2).sum())
+    want, eps = np.zeros_like(proj), 1e-6
+    for i in np.ndindex(proj.shape):
+        up, down = proj.copy(), proj.copy()
+        up[i] += eps
+        down[i] -= eps
+        want[i] = (f(up) - f(down)) / (2 * eps)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
 def test_captured_matches_eager():
     values = arrays(seed=3)
 
