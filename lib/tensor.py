@@ -42,9 +42,10 @@ class Tensor:
     # NumPy must hand mixed expressions (ndarray + Tensor) to Tensor's reflected operators.
     __array_ufunc__ = None
 
-    # Tensor(...) (PyTorch's legacy constructor), backward, to, astype, to_device and __dlpack__
-    # are installed by rill.ops (ops/methods.py), to_sparse* by rill.sparse (sparse/tensors.py): the layers
-    # above this one (docs/DESIGN.md, "Layers") give Tensor the methods made of their ops.
+    # Tensor(...) (PyTorch's legacy constructor), to, astype, to_device and __dlpack__ are
+    # installed by rill.ops (ops/methods.py), backward by autodiff/backward.py, to_sparse* by
+    # sparse/tensors.py: the layers above this one (docs/DESIGN.md, "Layers") give Tensor the
+    # methods made of their ops.
 
     # ---- attributes ------------------------------------------------------------------------
 

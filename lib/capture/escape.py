@@ -63,12 +63,3 @@ def error(value, op: str = "capture") -> CaptureError:
         f"this tensor was made while {traced} (a {value.node.op} result{made}){stored}. "
         "Outside its graph it has no data. Compute it inside the captured function on every "
         "call instead of caching it, or make it once before the first call", op=op)
-
-
-def among(tensors):
-    """The first graph value among eager tensors' buffers (None if there is none)."""
-    from .ir import Value
-    for t in tensors:
-        if type(getattr(t, "_data", None)) is Value:
-            return t._data
-    return None

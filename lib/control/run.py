@@ -12,11 +12,6 @@ from .pacing import Pacer
 from ..capture.executor import program_of
 
 
-def program(graph):
-    """The graph's compiled Program, made once per graph (capture/executor.py)."""
-    return program_of(graph)
-
-
 def _module(buffers):
     for b in buffers:
         if type(b).__module__.startswith("cupy"):
@@ -35,14 +30,14 @@ def run_switch(index, *operands, branches, **_):
     if not 0 <= k < len(branches):
         raise IndexingError(f"branch index {k} is out of range for {len(branches)} branches",
                             op="switch")
-    return program(branches[k])(list(operands))
+    return program_of(branches[k])(list(operands))
 
 
 def run_scan(*inputs, body, length, reverse, n_carry, n_x, state, **_):
     carry = list(inputs[:n_carry])
     xs = inputs[n_carry:n_carry + n_x]
     consts = list(inputs[n_carry + n_x:])
-    step = program(body)
+    step = program_of(body)
     first_y = n_carry + len(state)
     ys = _stacks(body.outputs[first_y:], length, _module(inputs))
     with Pacer(body) as pacer:
@@ -60,7 +55,7 @@ def run_scan(*inputs, body, length, reverse, n_carry, n_x, state, **_):
 def run_while(*inputs, cond, body, n_carry, state, max_iterations, backward, **_):
     carry = list(inputs[:n_carry])
     consts = list(inputs[n_carry:])
-    test, step = program(cond), program(body)
+    test, step = program_of(cond), program_of(body)
     first_res = n_carry + len(state)
     saving = backward is not None
     xp = _module(inputs)
