@@ -17,6 +17,10 @@ from .errors import (Error, ArgumentError, DeviceError, DTypeError, GradientErro
                      DistributedError, PlacementError,
                      install_traceback_filter)
 from .tensor import Tensor
+from .eager.bind import install_compiled as _install_compiled
+from .kernels.native.build import load_quietly as _load_quietly
+# bind's common case compiled (eager/bind.py), installed before any op module imports bind
+_install_compiled(_load_quietly("dispatch"))
 from .ops.sparse_rows import SparseRows
 from .random import Generator, manual_seed, default_generator
 

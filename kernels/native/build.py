@@ -84,6 +84,16 @@ def load(name: str):
     return _load(name)
 
 
+def load_quietly(name: str):
+    """`load(name)`, or None without a word where the cache folder is refused (the kernels
+    say so at their first call): rill/__init__.py's compiled bind, loaded at import."""
+    try:
+        cache_dir()
+    except (cache.CacheError, OSError):
+        return None
+    return load(name)
+
+
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 

@@ -11,8 +11,13 @@ Every op, eager or captured, passes here:
 """
 from __future__ import annotations
 
-from ..devices import check_read, operands_on_two_devices
+import numpy as np
+
+from .. import dtypes
+from ..devices import Device, check_read, operands_on_two_devices
 from ..errors import ArgumentError, Error
+from ..tensor import Tensor
+from . import context, interpreter, rule_cache, tape
 from .context import current
 from .rule_cache import inferred
 from .tape import mark_no_gradient, record
@@ -93,3 +98,64 @@ def _attr_error(prim, attrs) -> None:
             f"unknown attribute {path}" if why == "unknown attribute" else
             f"missing attribute {path}" if why == "missing" else f"attribute {path}: {why}"
             for path, why in problems), op=prim.name)
+
+
+
+# ---- bind's common case, compiled ----------------------------------------------------------
+# kernels/native/dispatch.c runs an eager op on tensors of one device, without autocast, with
+# one result, and hands every other call to the Python `bind` above: the reference, and what
+# runs where there is no C compiler (or RILL_NATIVE=0). rill/__init__.py builds it and
+# installs it here before any op module imports `bind` (tests/eager/test_compiled_bind.py
+# checks that every module holds the compiled one). It reads the slots of Tensor, Context,
+# Device, Node and DType at their offsets; Primitive (ops, a layer above) and the Tensor
+# subclasses that add no slot (nn.Parameter) register themselves here.
+python_bind = bind
+_COMPILED = None
+_registered: list = []  # (the module's register function's name, class), in order
+
+
+def install_compiled(module) -> None:
+    """Make `module` (dispatch.c built, or None: nothing changes) this module's `bind`."""
+    global bind, _COMPILED
+    if module is None:
+        return
+    set_up(module, python_bind)
+    _COMPILED = module
+    for how, cls in _registered:
+        getattr(module, how)(cls)
+    bind = module.bind
+
+
+def set_up(module, fallback) -> None:
+    """Give the compiled module the objects it reads, and `fallback` to hand calls to."""
+    module.setup(fallback, context._context, interpreter.EAGER, Tensor, context.Context, Device,
+                 {"inferred": rule_cache.inferred, "attrs_fit": _attrs_fit,
+                  "wrap": interpreter.wrap, "kernel_failed": interpreter.kernel_failed,
+                  "record": tape.record, "mark_no_gradient": tape.mark_no_gradient,
+                  "Node": tape.Node, "DType": dtypes.DType, "ndarray": np.ndarray,
+                  "bfloat16": dtypes.bfloat16, "check_kernels": interpreter.CHECK_KERNELS,
+                  "check_kernel_result": interpreter.check_kernel_result})
+
+
+def register_primitive(cls) -> None:
+    """ops/primitive.py's Primitive: the compiled bind reads its slots."""
+    _register("register_primitive", cls)
+
+
+def register_tensor_subclass(cls) -> None:
+    """A Tensor subclass that adds no slot (nn.Parameter): the compiled bind takes its
+    instances as tensors; other subclasses' calls run in the Python bind."""
+    _register("register_tensor_subclass", cls)
+
+
+def _register(how: str, cls) -> None:
+    _registered.append((how, cls))
+    if _COMPILED is not None:
+        getattr(_COMPILED, how)(cls)
+
+
+def operator(prim, function, reflected: bool = False):
+    """Tensor's binary operator for op function `function`, which is `bind(prim, x, y)`:
+    the compiled one (no frame of `function` per call; its name and docstring are
+    `function`'s), or None without the compiled bind. `reflected` swaps the operands."""
+    return None if _COMPILED is None else _COMPILED.operator(prim, function, reflected)

@@ -30,16 +30,22 @@ class EagerInterpreter:
             else:
                 out = kernel(*[a._data for a in args], **attrs)
         except Exception as e:
-            for a in args:  # a graph value that outlived its trace: say which, not why numpy
-                refusal = getattr(a._data, "host_refusal", None)
-                if refusal is not None:
-                    raise refusal(prim.name) from None
-            if isinstance(e, Error):
-                raise
-            raise kernel_error(e, prim.name, device.kind) from e
+            kernel_failed(prim, args, e, device.kind)
         if prim.multiple_results:
             return tuple(wrap(prim, o, aval, device) for o, aval in zip(out, avals))
         return wrap(prim, out, avals, device)
+
+
+def kernel_failed(prim, args, e: Exception, kind: str):
+    """Raise what the user sees when `prim`'s kernel raised `e` on `args` (the compiled bind,
+    kernels/native/dispatch.c, calls this too)."""
+    for a in args:  # a graph value that outlived its trace: say which, not why numpy
+        refusal = getattr(a._data, "host_refusal", None)
+        if refusal is not None:
+            raise refusal(prim.name) from None
+    if isinstance(e, Error):
+        raise e
+    raise kernel_error(e, prim.name, kind) from e
 
 
 def kernel_error(e: Exception, op: str, kind: str) -> Error:

@@ -1,6 +1,7 @@
 """Parameter: a tensor that a Module registers as trainable state."""
 from __future__ import annotations
 
+from ..eager.bind import register_tensor_subclass
 from ..tensor import Tensor
 
 
@@ -33,3 +34,6 @@ class Parameter(Tensor):
 
     def __repr__(self) -> str:
         return "Parameter containing:\n" + super().__repr__()
+
+
+register_tensor_subclass(Parameter)  # no slot of its own: the compiled bind takes it

@@ -1,19 +1,31 @@
 """Tensor operators and methods, bound to the public ops (those whose meaning PyTorch fixes
 differently are in torch_methods.py).
 
-Operators call the op functions directly (`Tensor.__add__ is add`), so `x + y` costs one
+Binary operators whose op function is `bind(P[name], x, y)` bind their primitive themselves
+where the compiled bind is (eager/bind.py: `operator`; `Tensor.__add__.__wrapped__ is add`),
+else they are the op functions (`Tensor.__add__ is add`), so `x + y` costs at most one
 Python call before `bind`. In-place forms compute out of place and give the tensor the new
 buffer; see tensor.py for why.
 """
 from __future__ import annotations
 
 from .. import cpu_memory, dtypes as dt
+from ..eager.bind import operator
 from ..eager.context import current, no_grad
 from ..errors import DTypeError, GradientError, ShapeError
 from ..tensor import Tensor
 from ..eager.context import detached_value
 from . import elementwise as E
 from . import indexing, linalg, reduce, shape, sorting
+
+
+def _binary(fn, reflected: bool = False):
+    """The operator of `fn`, an op function that is `bind(P[fn.__name__], x, y)` (tests/eager/
+    test_compiled_bind.py checks that it is)."""
+    compiled = operator(E.P[fn.__name__], fn, reflected)
+    if compiled is not None:
+        return compiled
+    return _reflected(fn) if reflected else fn
 
 
 def _reflected(fn):
@@ -170,28 +182,34 @@ def _setitem(self, key, value):
 
 
 OPERATORS = {
-    "__add__": E.add, "__radd__": _reflected(E.add), "__iadd__": _inplace(E.add),
-    "__sub__": E.subtract, "__rsub__": _reflected(E.subtract), "__isub__": _inplace(E.subtract),
-    "__mul__": E.multiply, "__rmul__": _reflected(E.multiply), "__imul__": _inplace(E.multiply),
-    "__truediv__": E.divide, "__rtruediv__": _reflected(E.divide),
+    "__add__": _binary(E.add), "__radd__": _binary(E.add, True), "__iadd__": _inplace(E.add),
+    "__sub__": _binary(E.subtract), "__rsub__": _binary(E.subtract, True),
+    "__isub__": _inplace(E.subtract),
+    "__mul__": _binary(E.multiply), "__rmul__": _binary(E.multiply, True),
+    "__imul__": _inplace(E.multiply),
+    "__truediv__": _binary(E.divide), "__rtruediv__": _binary(E.divide, True),
     "__itruediv__": _inplace(E.divide),
-    "__floordiv__": E.floor_divide, "__rfloordiv__": _reflected(E.floor_divide),
+    "__floordiv__": _binary(E.floor_divide), "__rfloordiv__": _binary(E.floor_divide, True),
     "__ifloordiv__": _inplace(E.floor_divide),
-    "__mod__": E.remainder, "__rmod__": _reflected(E.remainder), "__imod__": _inplace(E.remainder),
-    "__pow__": E.power, "__rpow__": _reflected(E.power), "__ipow__": _inplace(E.power),
+    "__mod__": _binary(E.remainder), "__rmod__": _binary(E.remainder, True),
+    "__imod__": _inplace(E.remainder),
+    "__pow__": _binary(E.power), "__rpow__": _binary(E.power, True), "__ipow__": _inplace(E.power),
     "__matmul__": linalg.matmul, "__rmatmul__": _reflected(linalg.matmul),
     "__imatmul__": _inplace(linalg.matmul),
-    "__lshift__": E.bitwise_left_shift, "__rlshift__": _reflected(E.bitwise_left_shift),
+    "__lshift__": _binary(E.bitwise_left_shift), "__rlshift__": _binary(E.bitwise_left_shift, True),
     "__ilshift__": _inplace(E.bitwise_left_shift),
-    "__rshift__": E.bitwise_right_shift, "__rrshift__": _reflected(E.bitwise_right_shift),
+    "__rshift__": _binary(E.bitwise_right_shift),
+    "__rrshift__": _binary(E.bitwise_right_shift, True),
     "__irshift__": _inplace(E.bitwise_right_shift),
-    "__and__": E.bitwise_and, "__rand__": _reflected(E.bitwise_and),
+    "__and__": _binary(E.bitwise_and), "__rand__": _binary(E.bitwise_and, True),
     "__iand__": _inplace(E.bitwise_and),
-    "__or__": E.bitwise_or, "__ror__": _reflected(E.bitwise_or), "__ior__": _inplace(E.bitwise_or),
-    "__xor__": E.bitwise_xor, "__rxor__": _reflected(E.bitwise_xor),
+    "__or__": _binary(E.bitwise_or), "__ror__": _binary(E.bitwise_or, True),
+    "__ior__": _inplace(E.bitwise_or),
+    "__xor__": _binary(E.bitwise_xor), "__rxor__": _binary(E.bitwise_xor, True),
     "__ixor__": _inplace(E.bitwise_xor),
-    "__eq__": _comparison(E.equal), "__ne__": _comparison(E.not_equal), "__lt__": E.less, "__le__": E.less_equal,
-    "__gt__": E.greater, "__ge__": E.greater_equal,
+    "__eq__": _comparison(E.equal), "__ne__": _comparison(E.not_equal),
+    "__lt__": _binary(E.less), "__le__": _binary(E.less_equal),
+    "__gt__": _binary(E.greater), "__ge__": _binary(E.greater_equal),
     "__neg__": E.neg, "__pos__": lambda self: self, "__abs__": E.abs, "__invert__": _invert,
     "__setitem__": _setitem,  # __getitem__ makes views: ops/view_spellings.py
 }

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Callable
 
 from .attrs import attr_problems
+from ..eager.bind import register_primitive
 from ..errors import DeviceError
 
 
@@ -112,6 +113,8 @@ PRIMITIVES: dict[str, Primitive] = {}
 # walk over their bodies (autodiff/backward.py: call_vjp conjugates the others around), and
 # custom_vjp's user rules (written in PyTorch's convention, as torch.autograd.Function's).
 COMPLEX_RULES: set = {"scan", "while", "switch"}
+
+register_primitive(Primitive)  # the compiled bind reads its slots (eager/bind.py)
 
 
 def primitive(name: str, infer: Callable, vjp: Callable | None = None, **options) -> Primitive:

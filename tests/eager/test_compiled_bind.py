@@ -1,0 +1,313 @@
+"""bind's common case compiled (kernels/native/dispatch.c) against the Python bind it hands
+every other call to: every op case of the table gives the same bits and the same gradients
+through either; errors are the same errors, raised at the caller's line; the tape's nodes
+hold the same things; nothing is leaked; and what the compiled bind does not take (autocast,
+a capture, several results, an unregistered Tensor subclass) runs in the Python bind."""
+from __future__ import annotations
+
+import inspect
+import os
+import subprocess
+import sys
+import traceback
+
+import numpy as np
+import pytest
+
+import rill
+from rill.eager import bind as bind_module
+from rill.errors import ArgumentError, DTypeError, Error, ShapeError
+from rill.kernels.native import build
+from rill.ops.elementwise import P
+from rill.tensor import Tensor
+
+from kernel_paths import needs_compiler
+from op_cases import (CASES, as_tuple, cotangents_for, diff_positions, make_inputs,
+                      rill_inputs, scalar_loss)
+
+COMPILED = bind_module._COMPILED
+python_bind = bind_module.python_bind
+compiled_only = pytest.mark.skipif(COMPILED is None,
+                                   reason=f"no compiled bind: {build.why_not('dispatch')}")
+
+
+@pytest.fixture
+def python_binds(monkeypatch):
+    """Every rill module's `bind` is the Python one while the test runs."""
+    def use():
+        for name, module in list(sys.modules.items()):
+            if name.startswith("rill") and getattr(module, "bind", None) is bind_module.bind:
+                monkeypatch.setattr(module, "bind", python_bind)
+    return use
+
+
+@needs_compiler
+def test_the_compiled_bind_is_in_use_where_a_compiler_is():
+    assert COMPILED is not None, build.why_not("dispatch")
+    assert bind_module.bind is COMPILED.bind
+    # installed by rill/__init__.py before any op module imported `bind`: none holds the
+    # Python one, and the arithmetic operators are the compiled ones
+    stale = [name for name, module in sys.modules.items()
+             if name.startswith("rill") and getattr(module, "bind", None) is python_bind]
+    assert stale == []
+    assert type(Tensor.__add__).__name__ == "Operator" and Tensor.__add__.__wrapped__ is rill.add
+
+
+def _run_case(op, case):
+    """Outputs of the case and the gradients of a scalar loss of them, as float64 arrays."""
+    arrays = make_inputs(op, op.shapes[case])
+    rill.manual_seed(0)
+    outs = as_tuple(op.fn(*rill_inputs(arrays)))
+    results = [(o.dtype.name, np.array(o.numpy())) for o in outs]
+    positions = diff_positions(op, arrays) if op.grad else []
+    if positions:
+        cots = cotangents_for(outs)
+
+        def loss(*xs):
+            full = list(rill_inputs(arrays))
+            for p, x in zip(positions, xs):
+                full[p] = x
+            return scalar_loss(as_tuple(op.fn(*full)), cots)
+        rill.manual_seed(0)
+        grads = rill.grad(loss, argnums=tuple(range(len(positions))))(
+            *[rill.tensor(arrays[p]) for p in positions])
+        results += [("grad", np.array(g.numpy())) for g in as_tuple(grads)]
+    return results
+
+
+@compiled_only
+@pytest.mark.parametrize("op,case", CASES)
+def test_every_op_case_gives_the_same_bits_through_either_bind(op, case, python_binds):
+    compiled = _run_case(op, case)
+    python_binds()
+    reference = _run_case(op, case)
+    assert len(compiled) == len(reference)
+    for (kind, got), (want_kind, want) in zip(compiled, reference):
+        assert kind == want_kind and got.shape == want.shape
+        np.testing.assert_array_equal(got, want, err_msg=f"{op}: {kind}")
+
+
+# ---- the tape ------------------------------------------------------------------------------
+
+
+def _node_summary(t):
+    node = t._node
+    return (t.requires_grad, t._origin, t._index, node is None or node.prim.name,
+            node is None or [id(a) for a in node.inputs],
+            node is None or dict(node.attrs), node is None or node.versions,
+            node is None or node.outputs is None)
+
+
+@compiled_only
+@pytest.mark.parametrize("call", [
+    lambda w, x, i: w + x,
+    lambda w, x, i: x * x,                       # nothing requires grad
+    lambda w, x, i: w.sum(axis=0, keepdims=True),  # attrs
+    lambda w, x, i: rill.exp(w),                 # saves its output
+    lambda w, x, i: i + 1,                        # an int result: no gradient, an origin
+    lambda w, x, i: w > 0,                        # no vjp
+    lambda w, x, i: (w > 0) + i,                  # an input that came from an op without a gradient
+    lambda w, x, i: w.reshape(2, 6),
+])
+def test_tape_nodes_hold_the_same_things(call, python_binds):
+    w = rill.tensor(np.arange(12.0).reshape(3, 4), requires_grad=True)
+    x = rill.tensor(np.ones((3, 4)))
+    i = rill.tensor(np.arange(12).reshape(3, 4))
+    compiled = call(w, x, i)
+    python_binds()
+    reference = call(w, x, i)
+    assert _node_summary(compiled) == _node_summary(reference)
+    np.testing.assert_array_equal(compiled.numpy(), reference.numpy())
+    assert (compiled.dtype, compiled.shape, compiled.device) == \
+        (reference.dtype, reference.shape, reference.device)
+
+
+@compiled_only
+def test_under_no_grad_nothing_is_recorded():
+    w = rill.ones(3, requires_grad=True)
+    with rill.no_grad():
+        y = COMPILED.bind(P["multiply"], w, w)
+    assert not y.requires_grad and y._node is None
+
+
+@compiled_only
+def test_a_parameter_is_taken_as_a_tensor_and_an_unregistered_subclass_is_handed_over():
+    class Odd(Tensor):
+        __slots__ = ()
+    p = rill.nn.Parameter(rill.ones(3))
+    odd = Odd.__new__(Odd)
+    for slot in Tensor.__slots__[:-1]:
+        setattr(odd, slot, getattr(rill.ones(3), slot))
+    for a in (p, odd):
+        y = COMPILED.bind(P["add"], a, a)
+        assert type(y) is Tensor and y.numpy().tolist() == [2.0, 2.0, 2.0]
+    (COMPILED.bind(P["multiply"], p, p)).sum().backward()
+    assert p.grad.numpy().tolist() == [2.0, 2.0, 2.0]
+
+
+# ---- errors --------------------------------------------------------------------------------
+
+
+def _raised(fn):
+    try:
+        fn()
+    except BaseException as e:  # noqa: BLE001 - the test compares whatever is raised
+        return e
+    raise AssertionError("nothing raised")
+
+
+@compiled_only
+@pytest.mark.parametrize("call,kind", [
+    (lambda: rill.ones(3) + rill.ones(4), ShapeError),
+    (lambda: rill.ones(3).sum(axis=5), Error),
+    (lambda: rill.ones(3).sum(axis="a"), ArgumentError),
+    (lambda: bind_module.bind(P["add"], rill.ones(3), rill.ones(3), nonsense=1), ArgumentError),
+    (lambda: rill.ones(3, dtype=rill.bool) - rill.ones(3, dtype=rill.bool), DTypeError),
+    (lambda: rill.ones(3) + [1, 2], ShapeError),
+    (lambda: rill.ones(3) + object(), ArgumentError),
+    (lambda: rill.take(rill.ones(3), rill.tensor([7])), Error),  # the kernel's IndexError
+], ids=["shapes", "axis", "attr-type", "unknown-attr", "dtype", "list", "object", "kernel"])
+def test_errors_are_the_python_binds_errors(call, kind, python_binds):
+    compiled = _raised(call)
+    python_binds()
+    reference = _raised(call)
+    assert isinstance(compiled, kind), compiled
+    assert type(compiled) is type(reference) and str(compiled) == str(reference)
+    assert compiled.op == reference.op
+    assert type(compiled.__cause__) is type(reference.__cause__)
+
+
+@compiled_only
+def test_an_error_is_raised_at_the_callers_line():
+    def user_code():
+        return rill.ones(3) + rill.ones(4)  # the line the error names
+    error = _raised(user_code)
+    frames = traceback.extract_tb(error.__traceback__)
+    mine = [f for f in frames if f.name == "user_code"]
+    assert mine and "the line the error names" in mine[0].line
+
+
+# ---- what is handed over ---------------------------------------------------------------------
+
+
+@compiled_only
+def test_autocast_and_captures_and_several_results_run_in_the_python_bind(monkeypatch):
+    seen = []
+
+    def spy(prim, *args, **attrs):
+        seen.append(prim.name)
+        return python_bind(prim, *args, **attrs)
+    # dispatch.c calls the `python_bind` it was set up with: swap in a spy through setup
+    _setup_with(spy)
+    try:
+        x = rill.ones(2, 3)
+        seen.clear()
+        x + x
+        assert seen == []                              # the common case: compiled
+        with rill.amp.autocast("cpu", dtype=rill.bfloat16):
+            x @ x.T
+        assert "matmul" in seen
+        seen.clear()
+        rill.capture(lambda a: a * 2)(x)
+        assert "multiply" in seen
+        seen.clear()
+        rill.split(x, 1, axis=1)  # three results
+        assert seen
+    finally:
+        _setup_with(python_bind)
+
+
+def _setup_with(fallback):
+    bind_module.set_up(COMPILED, fallback)
+
+
+# ---- references ----------------------------------------------------------------------------
+
+
+@compiled_only
+def test_no_reference_is_leaked_on_any_path():
+    x = rill.ones(4)
+    w = rill.ones(4, requires_grad=True)
+    i = rill.tensor([1, 2, 3, 4])
+    add, total = P["add"], rill.ops.primitive.PRIMITIVES["sum"]
+    watched = [x, w, i, x._data, w._data, add, total, x.device, x.dtype]
+
+    def many():
+        for _ in range(2000):
+            COMPILED.bind(add, x, w)
+            COMPILED.bind(add, x, 2.0)
+            COMPILED.bind(total, w, axis=0, keepdims=False)
+            COMPILED.bind(add, i, i)
+            for bad in ((add, x, rill.ones(3)), (total, x)):
+                try:
+                    COMPILED.bind(*bad, axis=9) if bad[0] is total else COMPILED.bind(*bad)
+                except Error:
+                    pass
+    many()  # warm: caches filled
+    before = [sys.getrefcount(o) for o in watched]
+    many()
+    assert [sys.getrefcount(o) for o in watched] == before
+
+
+def test_without_compiled_code_bind_is_the_python_function(tmp_path):
+    env = dict(os.environ, RILL_NATIVE="0")
+    code = ("import rill, rill.eager.bind as b; "
+            "print(b.bind is b.python_bind, (rill.ones(2, requires_grad=True) * 3).sum().item())")
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "6.0"]
+
+
+# ---- operators -----------------------------------------------------------------------------
+
+OPERATORS = sorted(name for name, value in vars(Tensor).items()
+                   if type(value).__name__ == "Operator")
+
+
+@compiled_only
+def test_the_binary_operators_are_compiled():
+    assert {"__add__", "__radd__", "__sub__", "__mul__", "__truediv__", "__pow__", "__lt__",
+            "__and__"} <= set(OPERATORS)
+
+
+@compiled_only
+@pytest.mark.parametrize("name", OPERATORS)
+def test_an_operator_is_its_op_function(name):
+    method = getattr(Tensor, name)
+    fn = method.__wrapped__
+    assert method.__name__ == fn.__name__ and method.__doc__ == fn.__doc__
+    # what the operator skips is exactly `bind(P[name], x, y)`: nothing else happens there
+    code = inspect.unwrap(fn).__code__
+    assert code.co_names == ("bind", "P") and code.co_consts[-1] == fn.__name__
+    assert code.co_argcount == 2
+    reflected = name.startswith("__r") and name != "__rshift__"
+    f32 = rill.tensor(np.linspace(-1, 2, 6, dtype=np.float32).reshape(2, 3), requires_grad=True)
+    ints = rill.tensor(np.arange(1, 4))
+    flags = rill.tensor([True, False, True])
+    for x, y in [(f32, f32), (f32, ints), (ints, f32), (ints, 2.5), (f32, 3), (ints, ints),
+                 (ints, 2), (flags, flags), (flags, ints), (f32, rill.ones(3, dtype=rill.float64)),
+                 (f32, np.float32(2.0)), (f32, "a"), (ints, None), (f32, rill.ones(4))]:
+        want = _outcome(fn, *((y, x) if reflected else (x, y)))
+        assert _outcome(method, x, y) == want
+        assert _outcome(getattr(x, name), y) == want  # the operator as a bound method
+    with pytest.raises(TypeError):
+        method(f32)  # the op function's own TypeError: an argument missing
+
+
+def _outcome(fn, *args):
+    """What fn(*args) gives or raises, comparable (one line for every call: an error's
+    message names the caller's line)."""
+    try:
+        out = fn(*args)
+    except Exception as e:  # noqa: BLE001 - the test compares whatever is raised
+        return "raised", type(e), str(e)
+    return "value", out.dtype, out.shape, out.requires_grad, out.numpy().tobytes()
+
+
+@compiled_only
+def test_operators_record_gradients_as_the_op_functions_do():
+    w = rill.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    (2.0 * w / (1.0 + w) - w * w + 3.0 - (w - 1.0)).sum().backward()
+    x = w.numpy().astype(np.float64)
+    np.testing.assert_allclose(w.grad.numpy(), 2 / (1 + x) ** 2 - 2 * x - 1, rtol=1e-6)
