@@ -1,18 +1,21 @@
-/* bind's common case, compiled: lib/eager/bind.py's `bind` for an eager op on tensors of one
- * device, without autocast, with one result. Every other call, and every call that goes
- * wrong before its kernel runs, is handed whole to the Python `bind` (the reference), which
- * runs it or raises the error the user sees; a kernel's failure is reported by the eager
- * interpreter's `kernel_failed`, as there. What this saves is CPython's bytecode around the
- * kernel: ~0.45 us of a taped 10-element add (bench/dispatch.py).
+/* bind's common case, compiled: lib/eager/bind.py's `bind` for an eager op (the eager
+ * interpreter, no autocast) with one result, on tensors of one device (or, for creation ops,
+ * on the device its attr names). Every other call, and every call whose normalizing or
+ * shape/dtype rule raises, is handed whole to the Python `bind` (the reference), which runs
+ * it or raises the error the user sees; a kernel's failure is reported by the eager
+ * interpreter's `kernel_failed`, as there, and never rerun. What this saves is CPython's
+ * bytecode around the kernel: a taped 10-element add 1.69 -> 0.96 us (bench/dispatch.py).
  *
- * The slots of Tensor, Primitive and Context are read and written at their offsets, which
- * `setup` takes from the types' member descriptors (checked to be plain object slots), so a
- * new slot in Python needs no change here; the Tensor subclasses registered (nn.Parameter)
- * add no slot and share the layout.
+ * The slots of Tensor, Context, Device, Node, DType and Primitive are read and written at
+ * their offsets, which `setup` and `register_primitive` take from the types' member
+ * descriptors (checked to be plain object slots), so a slot added in Python needs no change
+ * here; the Tensor subclasses registered (nn.Parameter) add no slot and share the layout.
  *
- *   setup(python_bind, context_var, eager_interpreter, tensor_types, primitive_type,
- *         context_type, helpers)   helpers: dict of the Python functions called from here
- *   bind(prim, *args, **attrs)  as lib/eager/bind.py's
+ *   setup(python_bind, context_var, eager_interpreter, Tensor, Context, Device, helpers)
+ *       helpers: a dict of the Python functions and objects used here
+ *   register_primitive(Primitive), register_tensor_subclass(nn.Parameter)
+ *   bind(prim, *args, **attrs)                as lib/eager/bind.py's
+ *   operator(prim, function, reflected)       a Tensor operator binding prim (below)
  */
 #include "common.h"
 #include <structmember.h>
@@ -35,7 +38,7 @@ static Py_ssize_t P_normalize, P_infer, P_kernels, P_multiple_results, P_device_
     P_required_attrs, P_attr_checks, P_rule_cache, P_vjp, P_save_output;
 static Py_ssize_t N_prim, N_inputs, N_attrs, N_outputs, N_versions;
 static Py_ssize_t K_kind;
-static PyObject *node_type, *dtype_type, *differentiable_kinds;
+static PyObject *node_type, *dtype_type, *differentiable_kinds, *device_key;
 static Py_ssize_t C_interpreter, C_grad_enabled, C_autocast;
 static Py_ssize_t D_kind;
 static PyObject *device_type;
@@ -99,6 +102,8 @@ static PyObject *setup(PyObject *self, PyObject *args)
         return NULL;
     if (differentiable_kinds == NULL &&
         (differentiable_kinds = PyUnicode_InternFromString("fc")) == NULL)
+        return NULL;
+    if (device_key == NULL && (device_key = PyUnicode_InternFromString("device")) == NULL)
         return NULL;
     PyObject *t = tensor_type, *c = context_type;
     if (offset_of(t, "_data", &T_data) || offset_of(t, "shape", &T_shape) ||
@@ -279,10 +284,13 @@ static PyObject *bind(PyObject *self, PyObject *const *argv, Py_ssize_t nargsf,
                       PyObject *kwnames)
 {
     Py_ssize_t n = PyVectorcall_NARGS(nargsf), nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-    if (!ready || n < 2 || primitive_type == NULL || (PyObject *)Py_TYPE(argv[0]) != primitive_type)
+    if (!ready || n < 1 || (PyObject *)Py_TYPE(argv[0]) != primitive_type)
         return hand_over(argv, nargsf, kwnames);
     PyObject *prim = argv[0];
-    if (SLOT(prim, P_device_attr) != Py_False || SLOT(prim, P_multiple_results) != Py_False)
+    int placed = PyObject_IsTrue(SLOT(prim, P_device_attr));
+    if (placed < 0)
+        return NULL;
+    if (SLOT(prim, P_multiple_results) != Py_False)
         return hand_over(argv, nargsf, kwnames);
     PyObject *ctx;
     if (PyContextVar_Get(context_var, NULL, &ctx) < 0)
@@ -326,18 +334,36 @@ static PyObject *bind(PyObject *self, PyObject *const *argv, Py_ssize_t nargsf,
     normalized = PyObject_CallOneArg(SLOT(prim, P_normalize), args);
     if (normalized == NULL)
         goto failed_before_kernel;
-    Py_ssize_t count = PyTuple_Check(normalized) ? PyTuple_GET_SIZE(normalized) : 0;
-    if (count == 0 || count + nkw > 16)
+    if (!PyTuple_CheckExact(normalized))
         goto hand_over;
-    PyObject *first = PyTuple_GET_ITEM(normalized, 0);
-    if (!is_tensor(first))
+    Py_ssize_t count = PyTuple_GET_SIZE(normalized);
+    if (count + nkw > 16)
         goto hand_over;
-    PyObject *device = SLOT(first, T_device);
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *a = PyTuple_GET_ITEM(normalized, i);
-        if (!is_tensor(a) || SLOT(a, T_device) != device || SLOT(a, T_data) == NULL)
+        if (!is_tensor(a) || SLOT(a, T_data) == NULL || SLOT(a, T_device) == NULL)
             goto hand_over;
         kernel_args[i] = SLOT(a, T_data);
+    }
+    PyObject *device;
+    if (placed) {  /* creation and moves: the device is an attr; a move between devices (the
+                    * Python bind refuses one from another task) is handed over */
+        device = PyDict_GetItemWithError(attrs, device_key);
+        if (device == NULL) {
+            if (PyErr_Occurred())
+                goto fail;
+            goto hand_over;
+        }
+        if (count && SLOT(PyTuple_GET_ITEM(normalized, 0), T_device) != device)
+            goto hand_over;
+    }
+    else {  /* every input on the first one's device (else the Python bind moves or refuses) */
+        if (count == 0)
+            goto hand_over;
+        device = SLOT(PyTuple_GET_ITEM(normalized, 0), T_device);
+        for (Py_ssize_t i = 1; i < count; i++)
+            if (SLOT(PyTuple_GET_ITEM(normalized, i), T_device) != device)
+                goto hand_over;
     }
     if (SLOT(prim, P_rule_cache) == Py_None)
         avals = PyObject_Call(SLOT(prim, P_infer), normalized, attrs);

@@ -87,6 +87,26 @@ def test_every_op_case_gives_the_same_bits_through_either_bind(op, case, python_
         np.testing.assert_array_equal(got, want, err_msg=f"{op}: {kind}")
 
 
+CREATIONS = [
+    lambda: rill.zeros(2, 3), lambda: rill.ones(4, dtype=rill.int32), lambda: rill.full((2,), 7.5),
+    lambda: rill.arange(1, 10, 2), lambda: rill.linspace(0, 1, 5), lambda: rill.eye(3, 4),
+    lambda: rill.rand(3, 2), lambda: rill.randn(5), lambda: rill.randint(0, 9, (4,)),
+    lambda: rill.zeros_like(rill.ones(2, requires_grad=True)), lambda: rill.ones(3).to("cpu"),
+    lambda: rill.empty(2, 2).shape, lambda: rill.full((2,), 1.0, device="cpu"),
+    lambda: rill.arange(0, 5, 0), lambda: rill.full((-1,), 1.0), lambda: rill.eye(-2),
+]
+
+
+@compiled_only
+@pytest.mark.parametrize("make", CREATIONS)
+def test_creation_ops_are_the_same_through_either_bind(make, python_binds):
+    rill.manual_seed(3)
+    compiled = _outcome(make)
+    python_binds()
+    rill.manual_seed(3)
+    assert _outcome(make) == compiled
+
+
 # ---- the tape ------------------------------------------------------------------------------
 
 
@@ -203,6 +223,9 @@ def test_autocast_and_captures_and_several_results_run_in_the_python_bind(monkey
         x = rill.ones(2, 3)
         seen.clear()
         x + x
+        rill.zeros(3)
+        rill.arange(4).to("cpu")
+        x.sum(axis=0)
         assert seen == []                              # the common case: compiled
         with rill.amp.autocast("cpu", dtype=rill.bfloat16):
             x @ x.T
@@ -302,6 +325,8 @@ def _outcome(fn, *args):
         out = fn(*args)
     except Exception as e:  # noqa: BLE001 - the test compares whatever is raised
         return "raised", type(e), str(e)
+    if not isinstance(out, Tensor):
+        return "value", out
     return "value", out.dtype, out.shape, out.requires_grad, out.numpy().tobytes()
 
 
