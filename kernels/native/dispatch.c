@@ -341,8 +341,10 @@ static PyObject *bind(PyObject *self, PyObject *const *argv, Py_ssize_t nargsf,
         goto hand_over;
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *a = PyTuple_GET_ITEM(normalized, i);
-        if (!is_tensor(a) || SLOT(a, T_data) == NULL || SLOT(a, T_device) == NULL)
-            goto hand_over;
+        if (!is_tensor(a) || SLOT(a, T_data) == NULL || SLOT(a, T_device) == NULL ||
+            SLOT(a, T_requires_grad) == NULL || SLOT(a, T_origin) == NULL ||
+            SLOT(a, T_version) == NULL)
+            goto hand_over;  /* a tensor not fully made: the Python bind says what is wrong */
         kernel_args[i] = SLOT(a, T_data);
     }
     PyObject *device;
@@ -427,7 +429,8 @@ static PyObject *bind(PyObject *self, PyObject *const *argv, Py_ssize_t nargsf,
             if (requires < 0)
                 goto fail;
             if (requires) {
-                if (SLOT(prim, P_vjp) != Py_None && Py_TYPE(result) == (PyTypeObject *)tensor_type) {
+                if (SLOT(prim, P_vjp) != Py_None &&
+                    Py_TYPE(result) == (PyTypeObject *)tensor_type) {
                     if (record_one(prim, normalized, attrs, result) < 0)
                         goto fail;
                 }
