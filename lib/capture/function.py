@@ -105,7 +105,9 @@ class CapturedFunction:
             return self.fn(*args, **kwargs)
         key, tensors = _key(args, kwargs, ctx.grad_enabled)
         variant = self.variants.get(key)
-        if variant is None or variant.guarded:
+        # A guarded variant whose guards hold runs as an unguarded one does (neither moves in
+        # the variants' order here); a failing guard is judged again under the lock
+        if variant is None or variant.guarded and variant.guard_failure(self.name) is not None:
             variant = self._variant(key, args, kwargs, variant)
         if ctx.interpreter.capturing:
             guards.inherit(variant.checks)
