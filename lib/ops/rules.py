@@ -8,8 +8,15 @@ from ..tensor import normalize_axis  # noqa: F401 - defined with the size() it s
 def broadcast_shapes(*shapes) -> tuple:
     """NumPy broadcasting of shapes, with a ShapeError naming all of them."""
     first = shapes[0]
-    if len(shapes) == 2 and first == shapes[1]:
-        return first
+    if len(shapes) == 2:
+        second = shapes[1]
+        if first == second:
+            return first
+        # a scalar's () broadcasts to the other shape: `1 - y * y` in a gradient rule
+        if not second and type(first) is tuple:
+            return first
+        if not first and type(second) is tuple:
+            return second
     if all(s == first for s in shapes):
         return tuple(first)
     ndim = max(len(s) for s in shapes)
