@@ -8,6 +8,9 @@ Every op, eager or captured, passes here:
 3. the current interpreter (chosen by context, never by the arguments) runs the op;
 4. a tape node is recorded when grad mode is on and an input requires grad (or came
    from an op without a gradient, so that differentiating it later can say which).
+
+Where a C compiler is at hand, `bind` is this function's common case compiled (the end of
+this file says which case, and how it hands every other call to the Python one).
 """
 from __future__ import annotations
 
@@ -98,7 +101,6 @@ def _attr_error(prim, attrs) -> None:
             f"unknown attribute {path}" if why == "unknown attribute" else
             f"missing attribute {path}" if why == "missing" else f"attribute {path}: {why}"
             for path, why in problems), op=prim.name)
-
 
 
 # ---- bind's common case, compiled ----------------------------------------------------------
