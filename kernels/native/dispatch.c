@@ -564,8 +564,12 @@ static PyObject *make_operator(PyObject *self, PyObject *args)
     int reflected;
     if (!PyArg_ParseTuple(args, "OOp", &prim, &function, &reflected))
         return NULL;
-    if (OperatorType.tp_dict == NULL && PyType_Ready(&OperatorType) < 0)
-        return NULL;
+    static int operator_type_ready;
+    if (!operator_type_ready) {
+        if (PyType_Ready(&OperatorType) < 0)
+            return NULL;
+        operator_type_ready = 1;
+    }
     Operator *op = PyObject_GC_New(Operator, &OperatorType);
     if (op == NULL)
         return NULL;
