@@ -4,12 +4,14 @@
  * shape/dtype rule raises, is handed whole to the Python `bind` (the reference), which runs
  * it or raises the error the user sees; a kernel's failure is reported by the eager
  * interpreter's `kernel_failed`, as there, and never rerun. What this saves is CPython's
- * bytecode around the kernel: a taped 10-element add 1.69 -> 0.96 us (bench/dispatch.py).
+ * bytecode around the kernel: a taped 10-element add 1.69 -> 0.87 us (bench/dispatch.py).
  *
  * The slots of Tensor, Context, Device, Node, DType and Primitive are read and written at
  * their offsets, which `setup` and `register_primitive` take from the types' member
- * descriptors (checked to be plain object slots), so a slot added in Python needs no change
- * here; the Tensor subclasses registered (nn.Parameter) add no slot and share the layout.
+ * descriptors (checked to be plain object slots). Tensor and Node are also made here, every
+ * slot set as tensor.new_tensor and tape.record set them: `setup` refuses a Tensor or Node
+ * whose slots are not the ones listed below (a slot added in Python must be set here too).
+ * The Tensor subclasses registered (nn.Parameter) add no slot and share the layout.
  *
  *   setup(python_bind, context_var, eager_interpreter, Tensor, Context, Device, helpers)
  *       helpers: a dict of the Python functions and objects used here
@@ -38,7 +40,8 @@ static Py_ssize_t P_normalize, P_infer, P_kernels, P_multiple_results, P_device_
     P_required_attrs, P_attr_checks, P_rule_cache, P_vjp, P_save_output;
 static Py_ssize_t N_prim, N_inputs, N_attrs, N_outputs, N_versions;
 static Py_ssize_t K_kind;
-static PyObject *node_type, *dtype_type, *differentiable_kinds, *device_key;
+static PyObject *node_type, *dtype_type, *differentiable_kinds, *device_key, *shape_key,
+    *name_key;
 static Py_ssize_t C_interpreter, C_grad_enabled, C_autocast;
 static Py_ssize_t D_kind;
 static PyObject *device_type;
@@ -60,6 +63,50 @@ static int offset_of(PyObject *type, const char *name, Py_ssize_t *out)
     *out = ((PyMemberDescrObject *)d)->d_member->offset;
     Py_DECREF(d);
     return 0;
+}
+
+/* 0 if type's __slots__ (less __weakref__) are exactly `names` (NULL-ended); else -1 with a
+ * TypeError: a slot this file does not set would be left unset on the tensors it makes. */
+static int same_slots(PyObject *type, const char **names)
+{
+    PyObject *slots = PyObject_GetAttrString(type, "__slots__");
+    if (slots == NULL)
+        return -1;
+    PyObject *expected = PySet_New(NULL), *found = PySet_New(NULL);
+    int same = -1;
+    if (expected == NULL || found == NULL)
+        goto done;
+    for (const char **name = names; *name; name++) {
+        PyObject *s = PyUnicode_FromString(*name);
+        if (s == NULL || PySet_Add(expected, s) < 0) {
+            Py_XDECREF(s);
+            goto done;
+        }
+        Py_DECREF(s);
+    }
+    PyObject *iterator = PyObject_GetIter(slots), *item;
+    if (iterator == NULL)
+        goto done;
+    while ((item = PyIter_Next(iterator)) != NULL) {
+        int weak = PyUnicode_Check(item) && PyUnicode_CompareWithASCIIString(item,
+                                                                             "__weakref__") == 0;
+        int added = weak ? 0 : PySet_Add(found, item);
+        Py_DECREF(item);
+        if (added < 0)
+            break;
+    }
+    Py_DECREF(iterator);
+    if (PyErr_Occurred())
+        goto done;
+    same = PyObject_RichCompareBool(expected, found, Py_EQ);
+    if (same == 0)
+        PyErr_Format(PyExc_TypeError, "dispatch.c sets the slots %R of %R, which now has %R: "
+                     "set the new ones where dispatch.c makes it", expected, type, found);
+done:
+    Py_DECREF(slots);
+    Py_XDECREF(expected);
+    Py_XDECREF(found);
+    return same == 1 ? 0 : -1;
 }
 
 /* Replace a global's reference (setup may run again: the tests swap the fallback). */
@@ -103,7 +150,16 @@ static PyObject *setup(PyObject *self, PyObject *args)
     if (differentiable_kinds == NULL &&
         (differentiable_kinds = PyUnicode_InternFromString("fc")) == NULL)
         return NULL;
-    if (device_key == NULL && (device_key = PyUnicode_InternFromString("device")) == NULL)
+    if ((device_key == NULL && (device_key = PyUnicode_InternFromString("device")) == NULL) ||
+        (shape_key == NULL && (shape_key = PyUnicode_InternFromString("shape")) == NULL) ||
+        (name_key == NULL && (name_key = PyUnicode_InternFromString("name")) == NULL))
+        return NULL;
+    static const char *tensor_slots[] = {"_data", "shape", "dtype", "device", "requires_grad",
+                                         "grad", "_node", "_index", "_version", "_retains_grad",
+                                         "_origin", "_alias", NULL};
+    static const char *node_slots[] = {"prim", "inputs", "attrs", "outputs", "versions",
+                                       "out_specs", NULL};
+    if (same_slots(tensor_type, tensor_slots) < 0 || same_slots(node_type, node_slots) < 0)
         return NULL;
     PyObject *t = tensor_type, *c = context_type;
     if (offset_of(t, "_data", &T_data) || offset_of(t, "shape", &T_shape) ||
@@ -182,7 +238,7 @@ static inline int is_tensor(PyObject *a)
 /* A kernel's NumPy result as a Tensor of dtype `dtype` (eager/interpreter.py's wrap). */
 static PyObject *new_tensor(PyObject *out, PyObject *dtype, PyObject *device)
 {
-    PyObject *shape = PyObject_GetAttrString(out, "shape");
+    PyObject *shape = PyObject_GetAttr(out, shape_key);
     if (shape == NULL)
         return NULL;
     PyTypeObject *type = (PyTypeObject *)tensor_type;
@@ -271,7 +327,7 @@ static int record_one(PyObject *prim, PyObject *inputs, PyObject *attrs, PyObjec
         Py_XSETREF(SLOT(result, T_node), node);  /* the node's reference, given to the result */
     }
     else {
-        PyObject *name = PyObject_GetAttrString(prim, "name");
+        PyObject *name = PyObject_GetAttr(prim, name_key);
         Py_DECREF(node);
         if (name == NULL)
             return -1;
@@ -324,6 +380,9 @@ static PyObject *bind(PyObject *self, PyObject *const *argv, Py_ssize_t nargsf,
         if (!ok)
             goto hand_over;
     }
+    for (Py_ssize_t i = 1; i < n; i++)  /* an unregistered Tensor subclass: before normalizing */
+        if (PyObject_TypeCheck(argv[i], (PyTypeObject *)tensor_type) && !is_tensor(argv[i]))
+            goto hand_over;
     args = PyTuple_New(n - 1);
     if (args == NULL)
         goto fail;

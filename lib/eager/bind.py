@@ -128,9 +128,11 @@ def install_compiled(module) -> None:
     bind = module.bind
 
 
-def set_up(module, fallback) -> None:
-    """Give the compiled module the objects it reads, and `fallback` to hand calls to."""
-    module.setup(fallback, context._context, interpreter.EAGER, Tensor, context.Context, Device,
+def set_up(module, fallback, tensor=Tensor) -> None:
+    """Give the compiled module the objects it reads, and `fallback` to hand calls to (a
+    TypeError, and every call handed over, if `tensor`'s or Node's slots are not the ones
+    it sets)."""
+    module.setup(fallback, context._context, interpreter.EAGER, tensor, context.Context, Device,
                  {"inferred": rule_cache.inferred, "attrs_fit": _attrs_fit,
                   "wrap": interpreter.wrap, "kernel_failed": interpreter.kernel_failed,
                   "record": tape.record, "mark_no_gradient": tape.mark_no_gradient,

@@ -19,7 +19,7 @@ from rill.eager import bind as bind_module
 from rill.errors import ArgumentError, DTypeError, Error, ShapeError
 from rill.kernels.native import build
 from rill.ops.elementwise import P
-from rill.tensor import Tensor
+from rill.tensor import Tensor, new_tensor
 
 from kernel_paths import needs_compiler
 from op_cases import (CASES, as_tuple, cotangents_for, diff_positions, make_inputs,
@@ -140,6 +140,29 @@ def test_tape_nodes_hold_the_same_things(call, python_binds):
     np.testing.assert_array_equal(compiled.numpy(), reference.numpy())
     assert (compiled.dtype, compiled.shape, compiled.device) == \
         (reference.dtype, reference.shape, reference.device)
+
+
+@compiled_only
+def test_its_results_set_every_slot_as_new_tensor_does():
+    made = COMPILED.bind(P["add"], rill.ones(2), rill.ones(2))
+    expected = new_tensor(made._data, made.dtype, made.device)
+    for name in Tensor.__slots__[:-1]:  # an unset slot raises AttributeError here
+        assert getattr(made, name) is getattr(expected, name) or \
+            getattr(made, name) == getattr(expected, name), name
+
+
+@compiled_only
+def test_a_tensor_with_a_slot_it_does_not_set_is_refused():
+    class Wider(Tensor):
+        __slots__ = ("_extra",)
+    try:
+        with pytest.raises(TypeError, match="dispatch.c sets the slots"):
+            bind_module.set_up(COMPILED, python_bind, tensor=Wider)
+        assert rill.ones(2).__add__(rill.ones(2)).numpy().tolist() == [2.0, 2.0]  # handed over
+    finally:
+        bind_module.set_up(COMPILED, python_bind)
+    made = COMPILED.bind(P["add"], rill.ones(2), rill.ones(2))
+    assert type(made) is Tensor
 
 
 @compiled_only
