@@ -52,7 +52,12 @@ def probe_tf32(size=4096):
     chosen = tuning.config_for
     print("tf32 config (bm, bn, bk, group, warps, stages) | TFLOP/s")
     try:
-        for config in tuning.DOT_CANDIDATES:
+        # float32 tiles are twice float16's bytes: BLOCK_K 32 keeps 128 bytes a row
+        extra = (tuning.Config(128, 128, 32, 8, 8, 3), tuning.Config(128, 128, 32, 8, 8, 4),
+                 tuning.Config(128, 256, 32, 8, 8, 3), tuning.Config(256, 128, 32, 8, 8, 3),
+                 tuning.Config(128, 128, 16, 8, 8, 5), tuning.Config(64, 256, 32, 8, 8, 4))
+        print("heuristic:", tuple(tuning.heuristic("dot", "float32-tf32", size, size, size)))
+        for config in tuning.DOT_CANDIDATES + extra:
             linalg.tuning.config_for = lambda *args, _c=config, **kw: _c
             try:
                 ms = median_ms(lambda: a @ b, repeats=5, inner=5)

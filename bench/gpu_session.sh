@@ -24,7 +24,7 @@ x = rill.tensor(np.arange(6, dtype=np.float32), device="gpu")
 y = (x * 2 + 1).sum()
 print("sum(2x+1) =", y.item(), "(want 36) first call", round(time.perf_counter() - t0, 2), "s")
 PY
-FILES=$(grep -l "gpu" tests/test_*.py | tr '\n' ' ')
+FILES=$(grep -rl "gpu" tests --include='test_*.py' | sort | tr '\n' ' ')
 echo "== gpu tests (limit ${TEST_S}s)"
 XDIST=$(python3 -c "import xdist" 2>/dev/null && echo "-n 12")
 timeout "$TEST_S" python3 -m pytest -q $XDIST -p no:cacheprovider --timeout 120 --tb=short -rfE \
