@@ -61,7 +61,10 @@ class Program:
     TRIAL_MIN_THREADS threads; then the first calls run both ways, timed, and the faster is
     kept. (Whether overlap pays depends on
     the machine: on two cores, memory-bound passes beside multithreaded BLAS lose to the
-    straight line; on many cores they win.)
+    straight line; on many cores they win.) Only host kernels overlap: a graph with a node
+    on another device runs straight-line whatever `parallel` says (a GPU kernel's call is a
+    launch onto the device's one stream, which threads cannot overlap, and Triton's
+    interpreter runs one kernel at a time).
     """
 
     def __init__(self, graph: Graph, parallel: bool | str = "auto"):
@@ -70,6 +73,8 @@ class Program:
         self._compile()
         self._trials = None
         self._warm_calls = 0
+        if not all(_on_host(node) for node in graph.nodes):
+            parallel = False
         if parallel == "auto":
             self._trials = {True: [], False: []} if _threads() >= TRIAL_MIN_THREADS and \
                 _worth_parallel(graph) else None
@@ -352,6 +357,10 @@ def _elements(node) -> int:
     return total
 
 
+def _on_host(node) -> bool:
+    return node.device is None or node.device.kind == "cpu"
+
+
 def _is_heavy(node) -> bool:
     return node.op not in GRAPH_OPS and \
         _elements(node) >= PARALLEL_MIN_ELEMENTS
@@ -407,7 +416,7 @@ def _memory_plan(graph):
     """The graph's memory plan when it is marked for one and runs on the host alone."""
     from .passes import memory
     if not memory.ENABLED or not graph.__dict__.get("plan_memory") or \
-            any(n.device is not None and n.device.kind != "cpu" for n in graph.nodes):
+            not all(_on_host(n) for n in graph.nodes):
         return None
     found = memory.plan(graph)
     # Slots stay allocated through the call: a plan that would raise the peak is not used.

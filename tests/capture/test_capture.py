@@ -306,6 +306,27 @@ def test_parallel_scheduler_matches_sequential():
     assert next(iter(parallel.variants.values())).program.parallel
 
 
+@pytest.mark.skipif(not rill.gpu.is_available(), reason="no gpu device")
+@pytest.mark.parametrize("parallel", [True, "auto"])
+def test_a_graph_with_gpu_nodes_runs_straight_line(monkeypatch, parallel):
+    """GPU kernels are launches onto one stream (and Triton's interpreter runs one kernel at
+    a time: two at once on pool threads failed), so the pool never runs them."""
+    from rill.capture import executor
+    monkeypatch.setattr(executor, "PARALLEL_MIN_ELEMENTS", 16)
+    monkeypatch.setattr(executor, "_threads", lambda: executor.TRIAL_MIN_THREADS)
+    a, b = rill.randn(32, 32, device="gpu"), rill.randn(32, 32, device="gpu")
+    captured = rill.capture(_two_branches, parallel=parallel)
+    for _ in range(3 + 2 * executor.TRIAL_CALLS + 2):  # past any trials
+        np.testing.assert_allclose(captured(a, b).numpy(), _two_branches(a, b).numpy(),
+                                   rtol=1e-6)
+    program = next(iter(captured.variants.values())).program
+    assert not program.parallel and program._trials is None
+    host = rill.capture(_two_branches, parallel=parallel)  # the same graph on the host
+    host(a.to("cpu"), b.to("cpu"))
+    assert next(iter(host.variants.values())).program.parallel == (parallel is True) or \
+        next(iter(host.variants.values())).program._trials is not None
+
+
 def _two_branches(a, b):
     """Two independent branches the pool's schedule could run at once."""
     return (rill.tanh(a) * 2.0).sum() + (rill.exp(b) - 1.0).sum()
