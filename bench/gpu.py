@@ -218,6 +218,8 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true",
                         help="tiny shapes, one sample: check that every case runs")
     parser.add_argument("--json", help="write the medians to this file")
+    parser.add_argument("--sections", default="abcd",
+                        help="which of (a) bandwidth (b) matmul (c) fused (d) training")
     args = parser.parse_args()
     console = Console()
     if not rill.gpu.is_available():
@@ -236,10 +238,13 @@ def main() -> None:
         bench_fused(16, 128, 100, repeats, inner, console, report["cases"])
         bench_training(("mlp",), repeats, console, report["cases"])
     else:
-        bench_bandwidth(1 << 28, 1 << 14, repeats, inner, console, report["cases"])
-        bench_matmul(4096, repeats, inner, console, report["cases"])
-        bench_fused(8192, 4096, 32768, repeats, inner, console, report["cases"])
-        bench_training(("mlp", "cnn"), repeats, console, report["cases"])
+        cases = report["cases"]
+        sections = {"a": lambda: bench_bandwidth(1 << 28, 1 << 14, repeats, inner, console, cases),
+                    "b": lambda: bench_matmul(4096, repeats, inner, console, cases),
+                    "c": lambda: bench_fused(8192, 4096, 32768, repeats, inner, console, cases),
+                    "d": lambda: bench_training(("mlp", "cnn"), repeats, console, cases)}
+        for section in args.sections:
+            sections[section]()
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)

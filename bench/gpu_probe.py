@@ -1,8 +1,10 @@
 """Probes for the GPU kernels' tuning knobs, one table each (a GPU session's measurements,
 not a benchmark beside a peer): the reduction split target behind "sum over columns" and
-"max, all" in bench/gpu.py, and the tf32 matmul's tile configs.
+"max, all" in bench/gpu.py, the tf32 matmul's tile configs (and a K-contiguous B), and the
+time of bench/train.py's training steps eager and captured, by op.
 
-    python bench/gpu_probe.py          # on a machine with a GPU
+    python bench/gpu_probe.py                    # every probe, on a machine with a GPU
+    python bench/gpu_probe.py tf32 steps         # some
 """
 from __future__ import annotations
 
@@ -45,6 +47,8 @@ def probe_splits():
 
 
 def probe_tf32(size=4096):
+    """TFLOP/s of each tile config; then, for the best few, with B read K-contiguous (a
+    transposed view): whether the layout, not the tile, is what bounds tf32."""
     rng = np.random.default_rng(0)
     a, b = (rill.tensor(rng.standard_normal((size, size), dtype=np.float32), device="gpu")
             for _ in range(2))
@@ -64,12 +68,59 @@ def probe_tf32(size=4096):
                 print(f"{tuple(config)} | {2 * size ** 3 / ms / 1e9:.1f}")
             except Exception as e:  # a config the chip cannot hold (shared memory)
                 print(f"{tuple(config)} | failed: {type(e).__name__}: {str(e)[:80]}")
+        bt = rill.tensor(np.ascontiguousarray(b.numpy().T), device="gpu").mT  # same values
+        for config in (tuning.Config(256, 128, 32, 8, 8, 3), tuning.Config(128, 128, 32, 8, 8, 3),
+                       tuning.Config(128, 256, 32, 8, 8, 3), tuning.Config(128, 128, 32, 8, 4, 4)):
+            linalg.tuning.config_for = lambda *args, _c=config, **kw: _c
+            ms = median_ms(lambda: a @ bt, repeats=5, inner=5)
+            print(f"{tuple(config)}, B K-contiguous | {2 * size ** 3 / ms / 1e9:.1f}")
     finally:
         linalg.tuning.config_for = chosen
         linalg.ALLOW_TF32 = False
 
 
+def probe_steps(calls=60):
+    """bench/train.py's steps, eager and captured, ms per step (synchronized) in rotation;
+    then where each one's host time goes (rill.profiler, by op)."""
+    import sys
+    import warnings
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent))
+    import train
+    for model in ("mlp", "cnn"):
+        eager = train.rill_step(model, "gpu")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", rill.CaptureWarning)
+            captured = rill.capture(train.rill_step(model, "gpu"))
+        for _ in range(3):
+            eager(), captured()
+        ways = {"eager": eager, "captured": captured}
+        times = {k: [] for k in ways}
+        for _ in range(calls // 5):
+            for label, step in ways.items():
+                rill.gpu.synchronize()
+                start = time.perf_counter()
+                for _ in range(5):
+                    step()
+                rill.gpu.synchronize()
+                times[label].append((time.perf_counter() - start) * 1e3 / 5)
+        (variant,) = captured.variants.values()
+        print(f"{model}: captured graph of {len(variant.program.graph.nodes)} nodes")
+        for label, t in times.items():
+            print(f"  {label:10s} {statistics.median(t):7.3f} ms a step")
+        for label, step in ways.items():
+            with rill.profiler.profile() as prof:
+                for _ in range(5):
+                    step()
+                rill.gpu.synchronize()
+            print(f"  {model} {label}, 5 steps:")
+            print(prof.table(sort_by="self_time", group_by="op", limit=12))
+
+
+PROBES = {"splits": probe_splits, "tf32": probe_tf32, "steps": probe_steps}
+
 if __name__ == "__main__":
+    import sys
     print("device:", tuning.device_name())
-    probe_splits()
-    probe_tf32()
+    for name in sys.argv[1:] or PROBES:
+        PROBES[name]()

@@ -30,8 +30,11 @@ from .launch import INTERPRET, cdiv, empty, jit, pointer, tl, triton
 
 # Elements per program tile. The interpreter runs a tile as one NumPy step: few, big tiles.
 TILE = 1 << 16 if INTERPRET else 4096
-# Split a reduction over R when fewer programs than this would run (0: never).
-SPLIT_PROGRAMS = 0 if INTERPRET else 512
+# Split a reduction over R when fewer programs than this would run (0: never). Measured on an
+# H200 (132 SMs; bench/gpu_probe.py splits, 16384^2 float32, GB/s of sum(axis=0) / max() /
+# sum(axis=1)): 512: 2233 / 3254 / 4187; 1024: 3600 / 4168 / 4237; 2048: 3581 / 4221 / 4219;
+# 8192: 3733 / 4179 / 4015. About 16 programs an SM keeps every load in flight.
+SPLIT_PROGRAMS = 0 if INTERPRET else 2048
 
 # PRE: per-element map before combining.
 ID, ABS, SQUARE, POW, NONZERO, SQDEV, EXPDEV, NE_CONST = range(8)

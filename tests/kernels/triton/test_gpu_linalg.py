@@ -208,6 +208,19 @@ def test_heuristic_blocks_are_valid():
             assert min(cfg[:3]) >= (16 if path == "dot" else 4)
 
 
+def test_gpu_heuristic_tf32_takes_the_measured_tile(monkeypatch):
+    # what a real GPU gets (under the interpreter the heuristic covers the problem instead)
+    monkeypatch.setattr(tuning, "INTERPRET", False)
+    monkeypatch.setattr(tuning, "sm_count", lambda: 132)
+    big = tuning.heuristic("dot", "float32-tf32", 4096, 4096, 4096)
+    assert big == tuning.Config(256, 128, 32, 8, 8, 3)
+    assert tuning.heuristic("dot", "float32", 4096, 4096, 4096)[:3] == (128, 128, 32)
+    # too few 256-row tiles to fill the GPU: the general rule (smaller tiles) stands
+    for m, n in [(512, 512), (200, 4096), (64, 64)]:
+        cfg = tuning.heuristic("dot", "float32-tf32", m, n, 4096)
+        assert cfg == tuning.heuristic("dot", "float32", m, n, 4096)
+
+
 def test_tuning_cache_write_reread_and_corrupt(tmp_path, monkeypatch):
     path = tmp_path / "gemm_tuning.json"
     cache = tuning.TuningCache(path)
