@@ -36,6 +36,14 @@ from .launch import BACKEND, INTERPRET, cdiv, empty, jit, pointer, strides, tl, 
 # that float32 matches the CPU. A benchmark may set it.
 ALLOW_TF32 = False
 
+# tf32 on Hopper reads both tiles K-contiguous: an operand laid out otherwise (B of a row-major
+# product; A of a weight gradient's g^T) ran at 126 TFLOP/s against 293 read K-contiguous
+# (H200, 4096^3, bench/gpu_probe.py tf32). Such an operand is copied K-contiguous first when
+# the product is large (the copy is one pass over it) and the other side has rows enough to
+# repay it.
+TF32_RELAYOUT_MIN_FLOPS = 1 << 31
+TF32_RELAYOUT_MIN_ROWS = 256
+
 MAX_GROUP_DIMS = 3
 _INT64_SPAN = 2 ** 31 - 1
 _MAX_GRID_YZ = 65535  # CUDA's limit on grid axes 1 and 2
@@ -234,6 +242,15 @@ def contract(a, a_axes, b, b_axes, out, out_axes, sizes, bias=None, op="matmul")
     size = {g: int(np.prod([d[0] for d in dims])) for g, dims in groups.items()}
     nbatch, M, N, K = size["b"], size["m"], size["n"], size["k"]
     types = GemmTypes(a.dtype)
+    if types.precision == "tf32" and 2 * nbatch * M * N * K >= TF32_RELAYOUT_MIN_FLOPS:
+        move_a = N >= TF32_RELAYOUT_MIN_ROWS and _strays_from_k(a_axes, k)
+        move_b = M >= TF32_RELAYOUT_MIN_ROWS and _strays_from_k(b_axes, k)
+        if move_a:
+            a, a_axes = _k_last(a, a_axes, batch + m, k, sizes)
+        if move_b:
+            b, b_axes = _k_last(b, b_axes, batch + n, k, sizes)
+        if move_a or move_b:
+            return contract(a, a_axes, b, b_axes, out, out_axes, sizes, bias, op)
 
     def flat(dims, column):
         """(D1, D2, s0, s1, s2) of a group for one operand's column of strides."""
@@ -299,13 +316,8 @@ def _contract_copied(a, a_axes, b, b_axes, out, out_axes, sizes, bias, op, batch
     """The rare fallback for more than MAX_GROUP_DIMS unmergeable axes in a group: copy the
     operands contiguous in group order (every group then merges into one axis), contract
     into a (batch, m, n) buffer, and copy that into a buffer laid out as `out`."""
-    def gathered(buffer, axes, letters):
-        # A strided view with the letters' axes in order (0 stride where absent), copied.
-        view = _view(buffer, [sizes[c] for c in letters], [axes.get(c, 0) for c in letters])
-        return elementwise_launch("copy", (view,), view.shape, view.dtype)
-
-    a2 = gathered(a, a_axes, batch + m + k)
-    b2 = gathered(b, b_axes, batch + k + n)
+    a2 = _gathered(a, a_axes, batch + m + k, sizes)
+    b2 = _gathered(b, b_axes, batch + k + n, sizes)
     c2 = empty([sizes[c] for c in batch + m + n], out.dtype)
     c2 = contract(a2, axes_of(a2, batch + m + k, sizes), b2, axes_of(b2, batch + k + n, sizes),
                   c2, axes_of(c2, batch + m + n, sizes), sizes, bias, op)
@@ -313,6 +325,24 @@ def _contract_copied(a, a_axes, b, b_axes, out, out_axes, sizes, bias, op, batch
     order = list(out_axes)  # out is contiguous in this order (callers allocate it so)
     view = _view(c2, [sizes[c] for c in order], [c2_axes[c] for c in order])
     return elementwise_launch("copy", (view,), view.shape, view.dtype).reshape(out.shape)
+
+
+def _gathered(buffer, axes, letters, sizes):
+    """A contiguous copy with the letters' axes in order (0 stride where one is absent)."""
+    view = _view(buffer, [sizes[c] for c in letters], [axes.get(c, 0) for c in letters])
+    return elementwise_launch("copy", (view,), view.shape, view.dtype)
+
+
+def _strays_from_k(axes, k) -> bool:
+    """True when an operand holding every summed letter does not have one at stride 1."""
+    return bool(k) and all(c in axes for c in k) and 1 not in (abs(axes[c]) for c in k)
+
+
+def _k_last(buffer, axes, kept, k, sizes):
+    """(copy, its axes): the operand contiguous with its summed letters innermost."""
+    letters = [c for c in kept if c in axes] + k
+    copy = _gathered(buffer, axes, letters, sizes)
+    return copy, axes_of(copy, letters, sizes)
 
 
 def _view(buffer, shape, element_strides):

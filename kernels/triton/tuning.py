@@ -93,11 +93,12 @@ def heuristic(path: str, dtype: str, m: int, n: int, k: int, batch: int = 1) -> 
             bn //= 2
     warps = 8 if bm * bn >= 128 * 128 else 4
     stages = 3 if wide == 64 and bm * bn >= 128 * 128 else 4
-    if dtype == "float32-tf32" and bm == bn == 128 and m > 128 and \
-            -(-m // 256) * -(-n // 128) * batch >= sm_count():
-        # tf32 on an H200 at 4096^3 (bench/gpu_probe.py tf32): 256 x 128 x 32, 3 stages, 129
-        # TFLOP/s against 79 for 128 x 128 (B read N-contiguous, as a row-major matrix is)
-        return Config(256, 128, 32, 8, 8, 3)
+    if dtype == "float32-tf32" and bm == bn == 128 and n > 128 and \
+            -(-m // 128) * -(-n // 256) * batch >= sm_count():
+        # tf32 on an H200 at 4096^3 with both operands K-contiguous (linalg.contract copies
+        # them so; bench/gpu_probe.py tf32): 128 x 256 x 32, 3 stages, 293 TFLOP/s; 256 x 128
+        # 249, 128 x 128 240 (with B N-contiguous, 256 x 128 126 and 128 x 128 77)
+        return Config(128, 256, 32, 8, 8, 3)
     return Config(bm, bn, wide, 8, warps, stages)
 
 

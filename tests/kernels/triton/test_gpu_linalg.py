@@ -50,6 +50,46 @@ def test_matmul_tiles_and_broadcast_batches(rng, dtype):
     close(linalg._matmul(dev(x), dev(y)), expected, dtype)
 
 
+def _copies(monkeypatch):
+    """The copy launches contract makes (relayouts), counted."""
+    made = []
+    real = linalg.elementwise_launch
+
+    def counted(name, *args, **kw):
+        made.append(name)
+        return real(name, *args, **kw)
+    monkeypatch.setattr(linalg, "elementwise_launch", counted)
+    return made
+
+
+@pytest.mark.parametrize("case", ["row-major", "weight grad", "batched, B transposed",
+                                  "K-contiguous"])
+def test_tf32_operands_are_read_k_contiguous(rng, monkeypatch, case):
+    # tf32 products read an operand whose summed axis is not innermost from a K-contiguous
+    # copy (Hopper's tensor cores want both tiles so): the same products, the same bits
+    monkeypatch.setattr(linalg, "ALLOW_TF32", True)
+    x = dev(rng.standard_normal((2, 48, 40), dtype=np.float32))
+    y = dev(rng.standard_normal((2, 40, 56), dtype=np.float32))
+    run, copies_wanted = {
+        "row-major": (lambda: linalg._matmul(x[0], y[0]), 1),           # B is N-contiguous
+        "weight grad": (lambda: linalg._linear_weight_grad(x[0], x[1]), 2),  # g^T: both
+        "batched, B transposed": (lambda: linalg._matmul(x, y.transpose(0, 2, 1)
+                                                         .transpose(0, 2, 1)), 1),
+        "K-contiguous": (lambda: linalg._matmul(x[0], y[0].T.copy().T), 0),
+    }[case]
+    as_is = host(run())  # below the thresholds: read in place
+    monkeypatch.setattr(linalg, "TF32_RELAYOUT_MIN_FLOPS", 0)
+    monkeypatch.setattr(linalg, "TF32_RELAYOUT_MIN_ROWS", 1)
+    made = _copies(monkeypatch)
+    moved = host(run())
+    assert made.count("copy") == copies_wanted
+    np.testing.assert_array_equal(moved, as_is)
+    monkeypatch.setattr(linalg, "ALLOW_TF32", False)  # float32 "ieee": never moved
+    made.clear()
+    run()
+    assert made == []
+
+
 def test_matmul_transposed_reversed_and_broadcast_views(rng):
     x = dev(rng.standard_normal((130, 70)))
     y = dev(rng.standard_normal((90, 130)))
@@ -213,10 +253,10 @@ def test_gpu_heuristic_tf32_takes_the_measured_tile(monkeypatch):
     monkeypatch.setattr(tuning, "INTERPRET", False)
     monkeypatch.setattr(tuning, "sm_count", lambda: 132)
     big = tuning.heuristic("dot", "float32-tf32", 4096, 4096, 4096)
-    assert big == tuning.Config(256, 128, 32, 8, 8, 3)
+    assert big == tuning.Config(128, 256, 32, 8, 8, 3)
     assert tuning.heuristic("dot", "float32", 4096, 4096, 4096)[:3] == (128, 128, 32)
     # too few 256-row tiles to fill the GPU: the general rule (smaller tiles) stands
-    for m, n in [(512, 512), (200, 4096), (64, 64)]:
+    for m, n in [(512, 512), (4096, 200), (64, 64)]:
         cfg = tuning.heuristic("dot", "float32-tf32", m, n, 4096)
         assert cfg == tuning.heuristic("dot", "float32", m, n, 4096)
 
