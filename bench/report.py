@@ -114,7 +114,10 @@ def dispatch(report: dict) -> str:
 def gpu(report: dict) -> str:
     rows = {case: c["ms"] for case, c in report["cases"].items() if "ms" in c}
     return (f"{report.get('device', 'GPU')}: ms per call, rill against torch\n\n"
-            + medians_table(rows, [("rill / torch", "rill", "torch")], first="case"))
+            + medians_table(rows, [("rill / torch", "rill", "torch"),
+                                   ("captured / torch", "rill captured", "torch")],
+                            first="case")
+            + (f"\n\n{report['note']}." if report.get("note") else ""))
 
 
 # (file in bench/results, title, the command that writes it, renderer)
