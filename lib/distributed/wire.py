@@ -102,7 +102,8 @@ def encode(kind: str, step: int, entries) -> bytearray:
             raise DistributedError(f"a {kind} message cannot carry {field!r} {name!r} as "
                                    f"{array.dtype}[{array.ndim} dims]", op="wire")
         raw_name = name.encode("utf-8")
-        data = array.astype(DTYPES[code - 1], order="C", copy=False)  # 0-d stays 0-d
+        data = array if array.dtype is DTYPES[code - 1] and array.flags.c_contiguous else \
+            array.astype(DTYPES[code - 1], order="C", copy=False)  # 0-d stays 0-d
         parts.append((_FIELD_CODE[field], code, data, raw_name))
         size += ENTRY.size + 8 * data.ndim + _padded(len(raw_name)) + _padded(data.nbytes)
     out = bytearray(size)
@@ -126,15 +127,15 @@ def decode(buffer, sender: str) -> Message:
     """Read a message, checking every field against the layout before it is used; arrays are
     views into `buffer`. Any fault raises DistributedError("malformed message from
     <sender>: ...")."""
-    raw = np.frombuffer(buffer, np.uint8)
-    n = len(raw)
+    buffer = memoryview(buffer).cast("B")  # any bytes-like object, read as bytes
+    n = len(buffer)
 
     def refuse(why):
         return DistributedError(f"malformed message from {sender}: {why}; refused", op="wire")
 
     if n < HEADER.size:
         raise refuse(f"{n} bytes, shorter than the {HEADER.size}-byte header")
-    magic, version, kind, zero, step, count, zero2 = HEADER.unpack_from(raw)
+    magic, version, kind, zero, step, count, zero2 = HEADER.unpack_from(buffer)
     if magic != MAGIC:
         raise refuse(f"it starts with {bytes(magic)!r}, not {MAGIC!r}: not a rill message")
     if version != VERSION:
@@ -145,50 +146,58 @@ def decode(buffer, sender: str) -> Message:
         raise refuse("reserved header bytes are not zero" if zero or zero2 else
                      f"negative step {step}")
     kind = KINDS[kind - 1]
+    carries = CARRIES[kind]
     entries, seen, at = [], set(), HEADER.size
-    for i in range(count):
-        where = f"entry {i} of {count}"
+    for i in range(count):  # (each message an error needs is made only when it is raised)
         if at + ENTRY.size > n:
-            raise refuse(f"{where} would start at byte {at}, past the end ({n} bytes)")
-        field, code, ndim, zero, name_length = ENTRY.unpack_from(raw, at)
-        if not 1 <= field <= len(FIELDS) or FIELDS[field - 1] not in CARRIES[kind]:
-            raise refuse(f"{where}: field code {field} is not one a {kind} carries "
-                         f"({sorted(CARRIES[kind])})")
+            raise refuse(f"{_entry(i, count)} would start at byte {at}, past the end "
+                         f"({n} bytes)")
+        field, code, ndim, zero, name_length = ENTRY.unpack_from(buffer, at)
+        if not 1 <= field <= len(FIELDS) or FIELDS[field - 1] not in carries:
+            raise refuse(f"{_entry(i, count)}: field code {field} is not one a {kind} carries "
+                         f"({sorted(carries)})")
         if not 1 <= code <= len(DTYPES) or ndim > MAX_NDIM or zero or name_length > MAX_NAME:
-            raise refuse(f"{where}: dtype code {code}, {ndim} dims, name of {name_length} "
-                         f"bytes (at most {len(DTYPES)}, {MAX_NDIM}, {MAX_NAME})")
+            raise refuse(f"{_entry(i, count)}: dtype code {code}, {ndim} dims, name of "
+                         f"{name_length} bytes (at most {len(DTYPES)}, {MAX_NDIM}, {MAX_NAME})")
         at += ENTRY.size
         if at + 8 * ndim + name_length > n:
-            raise refuse(f"{where}: its shape and name run past the end ({n} bytes)")
-        shape = struct.unpack_from(f"<{ndim}Q", raw, at)
+            raise refuse(f"{_entry(i, count)}: its shape and name run past the end "
+                         f"({n} bytes)")
+        shape = _SHAPE[ndim].unpack_from(buffer, at)
         at += 8 * ndim
         try:
-            name = bytes(raw[at:at + name_length]).decode("utf-8")
+            name = str(buffer[at:at + name_length], "utf-8")
         except UnicodeDecodeError:
-            raise refuse(f"{where}: its name is not UTF-8") from None
+            raise refuse(f"{_entry(i, count)}: its name is not UTF-8") from None
         at += _padded(name_length)
         dtype = DTYPES[code - 1]
         nbytes = math.prod(shape) * dtype.itemsize  # Python ints: no overflow
         # NumPy refuses a shape whose nonzero dimensions would span more bytes than it can
         # address, even an empty one's ((0, 2**61) of float32): refused here first
-        extent = math.prod(d for d in shape if d) * dtype.itemsize
+        extent = nbytes or math.prod(d for d in shape if d) * dtype.itemsize
         if extent > _MAX_BYTES:
-            raise refuse(f"{where} ({name!r}): shape {shape} of {dtype.name} spans {extent} "
-                         f"bytes, more than any array can ({_MAX_BYTES})")
+            raise refuse(f"{_entry(i, count)} ({name!r}): shape {shape} of {dtype.name} spans "
+                         f"{extent} bytes, more than any array can ({_MAX_BYTES})")
         if at + _padded(nbytes) > n:
-            raise refuse(f"{where} ({name!r}): shape {shape} of {dtype.name} needs {nbytes} "
-                         f"bytes, {max(n - at, 0)} are left")
+            raise refuse(f"{_entry(i, count)} ({name!r}): shape {shape} of {dtype.name} needs "
+                         f"{nbytes} bytes, {max(n - at, 0)} are left")
         try:
-            array = raw[at:at + nbytes].view(dtype).reshape(shape)
-        except ValueError as e:  # whatever else this NumPy refuses to shape
-            raise refuse(f"{where} ({name!r}): shape {shape} of {dtype.name}: {e}") from None
-        if dtype.kind == "b" and nbytes and raw[at:at + nbytes].max() > 1:
-            raise refuse(f"{where} ({name!r}): booleans other than 0 and 1")
+            array = np.ndarray(shape, dtype, buffer, at)
+        except (ValueError, TypeError) as e:  # whatever else this NumPy refuses to shape
+            raise refuse(f"{_entry(i, count)} ({name!r}): shape {shape} of {dtype.name}: "
+                         f"{e}") from None
+        if dtype.kind == "b" and nbytes and array.view(np.uint8).max() > 1:
+            raise refuse(f"{_entry(i, count)} ({name!r}): booleans other than 0 and 1")
         at += _padded(nbytes)
-        if (FIELDS[field - 1], name) in seen:
-            raise refuse(f"{where}: {FIELDS[field - 1]} {name!r} a second time")
-        seen.add((FIELDS[field - 1], name))
-        entries.append((FIELDS[field - 1], name, array))
+        field = FIELDS[field - 1]
+        if (field, name) in seen:
+            raise refuse(f"{_entry(i, count)}: {field} {name!r} a second time")
+        seen.add((field, name))
+        entries.append((field, name, array))
     if at != n:
         raise refuse(f"{n - at} bytes after the last of its {count} entries")
     return Message(kind, step, entries)
+
+
+def _entry(i: int, count: int) -> str:
+    return f"entry {i} of {count}"

@@ -292,6 +292,44 @@ def test_a_malformed_ps_message_raises_and_is_never_unpickled(tmp_path, monkeypa
     assert not marker.exists()  # nothing in any of them ran
 
 
+def test_decoding_mutated_messages_refuses_or_reads_within_the_buffer():
+    """Every byte of valid messages changed (and messages cut short): decode either refuses
+    with the rill error naming the sender, or returns entries of the format's dtypes, each a
+    view inside the buffer, booleans only 0 and 1, with names unique per field."""
+    wire = _wire()
+    rng = np.random.default_rng(7)
+    sources = [wire.encode("push", 5, [("value", "w", np.ones((2, 3), np.float32)),
+                                       ("indices", "emb", np.array([4, 1], np.int64)),
+                                       ("rows", "emb", np.ones((2, 2), np.float64))]),
+               wire.encode("tensor", 9, [("value", "a->b", np.array([True, False, True])),
+                                         ("meta", "step", np.array([3], np.int64))])]
+    decoded = refused = 0
+    for source in sources:
+        for at in range(len(source)):
+            for value in (0, 1, 2, 0xFF, int(rng.integers(256))):
+                changed = bytearray(source)
+                changed[at] = value
+                for buffer in (changed, bytes(changed[:at])):
+                    try:
+                        message = wire.decode(buffer, "rank 2 (worker1)")
+                    except rill.DistributedError as e:
+                        assert "malformed message from rank 2 (worker1)" in str(e)
+                        refused += 1
+                        continue
+                    decoded += 1
+                    start = np.frombuffer(buffer, np.uint8).ctypes.data if len(buffer) else 0
+                    names = set()
+                    for field, name, array in message.entries:
+                        assert array.dtype in wire.DTYPES and (field, name) not in names
+                        names.add((field, name))
+                        if array.nbytes:
+                            assert start <= array.ctypes.data and \
+                                array.ctypes.data + array.nbytes <= start + len(buffer)
+                        if array.dtype == np.bool_:
+                            assert array.view(np.uint8).max(initial=0) <= 1
+    assert decoded and refused  # both outcomes reached
+
+
 def test_encoding_refuses_what_the_format_cannot_carry():
     wire = _wire()
     with pytest.raises(rill.DistributedError):
