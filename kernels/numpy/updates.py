@@ -19,6 +19,7 @@ from rill import cpu_memory
 from rill.kernels.native import build as native
 from rill.ops.primitive import register_kernels
 
+from . import parallel
 from .parallel import split
 
 # The compiled modules (kernels/native) these kernels may load: built ahead of a captured
@@ -69,6 +70,9 @@ def _adam_compiled(p, g, m, v, outs, step_size, bias_correction2_sqrt, beta1, be
         return False
     constants = (float(step_size), float(bias_correction2_sqrt), beta1, 1.0 - beta1, beta2,
                  1.0 - beta2, eps, weight_decay, decay, p.dtype == np.float64)
+    if p.size < parallel.MIN_ELEMENTS:  # one pass, as split would run it: no closure
+        compiled.adam(p, g, m, v, *outs, 0, p.size, *constants)
+        return True
 
     def run(lo, hi):  # blocks lo..hi
         compiled.adam(p, g, m, v, *outs, lo * CHUNK, min(hi * CHUNK, p.size), *constants)
