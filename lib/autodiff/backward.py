@@ -51,6 +51,8 @@ def taped_leaves(roots, own) -> list:
 def _toposort(roots, targets, positions=frozenset()):
     """Nodes behind `roots`, parents first; with `targets` (ids, and the tape positions
     (node, index) of the non-leaf ones), only nodes that lead to one."""
+    if targets is None:
+        return _toposort_all(roots)
     order, state = [], {}
     useful = {}
     for root in roots:
@@ -81,6 +83,33 @@ def _toposort(roots, targets, positions=frozenset()):
                     stack.append((parent, False))
     if targets is not None:
         order = [n for n in order if useful[n]]
+    return order
+
+
+def _toposort_all(roots):
+    """_toposort without targets: every node behind `roots` (backward()'s walk, lean)."""
+    order, seen = [], set()
+    for root in roots:
+        if root._node is None or root._node in seen:
+            continue
+        stack = [(root._node, False)]
+        while stack:
+            node, done = stack.pop()
+            if done:
+                order.append(node)
+                continue
+            if node in seen:
+                continue
+            if node.inputs is None:
+                raise GradientError("the tape behind this tensor was freed by an earlier "
+                                    "backward(); pass retain_graph=True to that call",
+                                    op="backward")
+            seen.add(node)
+            stack.append((node, True))
+            for i in node.inputs:
+                parent = i._node
+                if parent is not None and parent not in seen and i.requires_grad:
+                    stack.append((parent, False))
     return order
 
 
@@ -213,18 +242,22 @@ def gradients(roots, cotangents, targets=None, *, create_graph=False, retain_gra
                 if uses:
                     _count_down(node, uses, collected, reducers)
                 continue
-            for inp, version in zip(node.inputs, node.versions):
+            inputs, prim = node.inputs, node.prim
+            for inp, version in zip(inputs, node.versions):
                 if inp._version != version:
-                    raise GradientError(f"an input of {node.prim.name} was changed in place after "
+                    raise GradientError(f"an input of {prim.name} was changed in place after "
                                         "it was used; its gradient would be wrong. Use an "
                                         "out-of-place op there", op="backward")
-            cts = [c.to_dense() if isinstance(c, SparseRows) else c for c in cts]
-            if node.prim.multiple_results:
-                g = tuple(c if c is not None else _zeros_for(node, i) for i, c in enumerate(cts))
+            if prim.multiple_results:
+                g = tuple(_zeros_for(node, i) if c is None else
+                          c.to_dense() if isinstance(c, SparseRows) else c
+                          for i, c in enumerate(cts))
             else:
                 g = cts[0]
+                if isinstance(g, SparseRows):
+                    g = g.to_dense()
             saved = node.saved_outputs()
-            if saved is None and node.outputs is not None and not node.prim.multiple_results:
+            if saved is None and node.outputs is not None and not prim.multiple_results:
                 # Its one output is gone: a write without recording (no_grad, .data,
                 # detach()) replaced it, and only the node's weak reference held the old
                 # value (a recorded write keeps it as its own input). (An output of a
@@ -233,18 +266,32 @@ def gradients(roots, cotangents, targets=None, *, create_graph=False, retain_gra
                                     "was changed in place after it was used (under no_grad, "
                                     "or through .data or detach()); its gradient would be "
                                     "wrong. Change a clone() instead", op="backward")
-            in_cts = call_vjp(node.prim, g, saved, node.inputs, node.attrs)
+            in_cts = call_vjp(prim, g, saved, inputs, node.attrs)
             held.pop(node, None)
-            for inp, ct in zip(node.inputs, in_cts):
+            for inp, ct in zip(inputs, in_cts):
                 if ct is None or not inp.requires_grad:
                     continue
                 if ct.dtype is not inp.dtype:
                     ct = fit_cotangent(ct, inp.dtype) if not isinstance(ct, SparseRows) else \
                         SparseRows(ct.indices, fit_cotangent(ct.rows, inp.dtype), ct.shape)
                 if CHECK_KERNELS and tuple(ct.shape) != inp.shape:
-                    raise AssertionError(f"vjp of {node.prim.name} gave a cotangent of shape "
+                    raise AssertionError(f"vjp of {prim.name} gave a cotangent of shape "
                                          f"{ct.shape} for an input of shape {inp.shape}")
-                route(inp, ct)
+                parent = inp._node
+                if target_ids is not None:
+                    route(inp, ct)
+                elif parent is None:  # a leaf: route's answer without targets, inline
+                    collect(inp, ct)
+                else:  # route and push, inline: most cotangents take this way
+                    if inp._retains_grad:
+                        collect(inp, ct)
+                    slot = pending.get(parent)
+                    if slot is None:
+                        slot = pending[parent] = [None] * _n_outputs(parent)
+                        if parent.outputs is not None:
+                            held[parent] = inp
+                    index = inp._index
+                    slot[index] = add_cotangents(slot[index], ct)
             if uses:
                 _count_down(node, uses, collected, reducers)
             if not retain_graph:
