@@ -182,52 +182,62 @@ def _zeros_for(node, index):
     return zeros(*shape, dtype=dtype, device=device)
 
 
+class _Cotangents:
+    """The walk's sums: `collected` ({id: [tensor, cotangent]} for the wanted tensors) and
+    `pending` (node -> its outputs' cotangents so far); `held` keeps the tensor that reached
+    a node which saved (weakly) its outputs alive until the node runs (the consumers that
+    held them may be released first)."""
+
+    def __init__(self, targets):
+        self.target_ids = None if targets is None else {id(t) for t in targets}
+        # A non-leaf target may reach the tape through a second handle on its value (a view
+        # op reads a snapshot of a taped base: ops/views.py:source), so it is found by its
+        # tape position too; by identity alone its gradient would silently be missing.
+        self.positions = {} if targets is None else \
+            {(t._node, t._index): t for t in targets if t._node is not None}
+        self.collected: dict[int, list] = {}
+        self.pending: dict = {}
+        self.held: dict = {}
+
+    def collect(self, t, ct):
+        entry = self.collected.get(id(t))
+        if entry is None:
+            self.collected[id(t)] = [t, ct]
+        else:
+            entry[1] = add_cotangents(entry[1], ct)
+
+    def push(self, t, ct):
+        node = t._node
+        slot = self.pending.get(node)
+        if slot is None:
+            slot = self.pending[node] = [None] * _n_outputs(node)
+            if node.outputs is not None:
+                self.held[node] = t
+        slot[t._index] = add_cotangents(slot[t._index], ct)
+
+    def route(self, t, ct):
+        """A cotangent for t: kept if t is wanted, passed on to t's node if it has one."""
+        target_ids = self.target_ids
+        wanted = target_ids is None if t._node is None else t._retains_grad
+        if wanted or (target_ids is not None and id(t) in target_ids):
+            self.collect(t, ct)
+        elif self.positions and t._node is not None:
+            target = self.positions.get((t._node, t._index))
+            if target is not None:
+                self.collect(target, ct)
+        if t._node is not None:
+            self.push(t, ct)
+
+
 def gradients(roots, cotangents, targets=None, *, create_graph=False, retain_graph=False,
               reducers=None):
     """{id(tensor): (tensor, cotangent)} for the leaves behind roots, or for `targets`.
     `reducers` (backward() passes GRAD_REDUCERS): told of each hooked leaf's final
     cotangent as soon as the walk has it."""
-    target_ids = None if targets is None else {id(t) for t in targets}
-    # A non-leaf target may reach the tape through a second handle on its value (a view op
-    # reads a snapshot of a taped base: ops/views.py:source), so it is found by its tape
-    # position too; by identity alone its gradient would silently be missing.
-    positions = {} if targets is None else \
-        {(t._node, t._index): t for t in targets if t._node is not None}
-    collected: dict[int, list] = {}
-
-    def collect(t, ct):
-        entry = collected.get(id(t))
-        if entry is None:
-            collected[id(t)] = [t, ct]
-        else:
-            entry[1] = add_cotangents(entry[1], ct)
-
-    pending: dict = {}
-    # A node that saved (weakly) its outputs needs them alive until it runs; the consumers
-    # that held them may be released first.
-    held: dict = {}
-
-    def push(t, ct):
-        node = t._node
-        slot = pending.get(node)
-        if slot is None:
-            slot = pending[node] = [None] * _n_outputs(node)
-            if node.outputs is not None:
-                held[node] = t
-        slot[t._index] = add_cotangents(slot[t._index], ct)
-
-    def route(t, ct):
-        """A cotangent for t: kept if t is wanted, passed on to t's node if it has one."""
-        wanted = target_ids is None if t._node is None else t._retains_grad
-        if wanted or (target_ids is not None and id(t) in target_ids):
-            collect(t, ct)
-        elif positions and t._node is not None:
-            target = positions.get((t._node, t._index))
-            if target is not None:
-                collect(target, ct)
-        if t._node is not None:
-            push(t, ct)
-
+    sums = _Cotangents(targets)
+    target_ids, positions = sums.target_ids, sums.positions
+    collected, pending, held = sums.collected, sums.pending, sums.held
+    collect, route = sums.collect, sums.route
     for root, ct in zip(roots, cotangents):
         route(root, ct)
 
@@ -245,38 +255,22 @@ def gradients(roots, cotangents, targets=None, *, create_graph=False, retain_gra
             inputs, prim = node.inputs, node.prim
             for inp, version in zip(inputs, node.versions):
                 if inp._version != version:
-                    raise GradientError(f"an input of {prim.name} was changed in place after "
-                                        "it was used; its gradient would be wrong. Use an "
-                                        "out-of-place op there", op="backward")
-            if prim.multiple_results:
-                g = tuple(_zeros_for(node, i) if c is None else
-                          c.to_dense() if isinstance(c, SparseRows) else c
-                          for i, c in enumerate(cts))
-            else:
-                g = cts[0]
-                if isinstance(g, SparseRows):
-                    g = g.to_dense()
+                    raise _changed_in_place(prim, "input")
+            g = _node_cotangent(node, cts)
             saved = node.saved_outputs()
             if saved is None and node.outputs is not None and not prim.multiple_results:
                 # Its one output is gone: a write without recording (no_grad, .data,
                 # detach()) replaced it, and only the node's weak reference held the old
                 # value (a recorded write keeps it as its own input). (An output of a
                 # multi-result op may also be gone because nobody kept it.)
-                raise GradientError(f"an output of {node.prim.name}, which its gradient reads, "
-                                    "was changed in place after it was used (under no_grad, "
-                                    "or through .data or detach()); its gradient would be "
-                                    "wrong. Change a clone() instead", op="backward")
+                raise _changed_in_place(prim, "output")
             in_cts = call_vjp(prim, g, saved, inputs, node.attrs)
             held.pop(node, None)
             for inp, ct in zip(inputs, in_cts):
                 if ct is None or not inp.requires_grad:
                     continue
-                if ct.dtype is not inp.dtype:
-                    ct = fit_cotangent(ct, inp.dtype) if not isinstance(ct, SparseRows) else \
-                        SparseRows(ct.indices, fit_cotangent(ct.rows, inp.dtype), ct.shape)
-                if CHECK_KERNELS and tuple(ct.shape) != inp.shape:
-                    raise AssertionError(f"vjp of {prim.name} gave a cotangent of shape "
-                                         f"{ct.shape} for an input of shape {inp.shape}")
+                if ct.dtype is not inp.dtype or CHECK_KERNELS:
+                    ct = _fitted(prim, ct, inp)
                 parent = inp._node
                 if target_ids is not None:
                     route(inp, ct)
@@ -297,6 +291,38 @@ def gradients(roots, cotangents, targets=None, *, create_graph=False, retain_gra
             if not retain_graph:
                 node.release()
     return collected
+
+
+def _node_cotangent(node, cts):
+    """The g a node's rule takes: its one cotangent, or a tuple with zeros for the outputs
+    nobody differentiated; dense."""
+    if node.prim.multiple_results:
+        return tuple(_zeros_for(node, i) if c is None else
+                     c.to_dense() if isinstance(c, SparseRows) else c for i, c in enumerate(cts))
+    g = cts[0]
+    return g.to_dense() if isinstance(g, SparseRows) else g
+
+
+def _fitted(prim, ct, inp):
+    """ct in inp's dtype (and, with RILL_CHECK_KERNELS, checked against its shape)."""
+    if ct.dtype is not inp.dtype:
+        ct = fit_cotangent(ct, inp.dtype) if not isinstance(ct, SparseRows) else \
+            SparseRows(ct.indices, fit_cotangent(ct.rows, inp.dtype), ct.shape)
+    if CHECK_KERNELS and tuple(ct.shape) != inp.shape:
+        raise AssertionError(f"vjp of {prim.name} gave a cotangent of shape {ct.shape} for "
+                             f"an input of shape {inp.shape}")
+    return ct
+
+
+def _changed_in_place(prim, which: str) -> GradientError:
+    if which == "input":
+        return GradientError(f"an input of {prim.name} was changed in place after it was "
+                             "used; its gradient would be wrong. Use an out-of-place op there",
+                             op="backward")
+    return GradientError(f"an output of {prim.name}, which its gradient reads, was changed in "
+                         "place after it was used (under no_grad, or through .data or "
+                         "detach()); its gradient would be wrong. Change a clone() instead",
+                         op="backward")
 
 
 # Strategies that average .grad over the processes of a job (distributed/allreduce.py), as

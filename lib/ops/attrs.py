@@ -72,7 +72,7 @@ class AttrType:
     results (eager/rule_cache.py): "value" when two equal values always mean the same (an int,
     never a bool, so 1 and True cannot meet), "typed" when they must be told apart by type
     too (a float attr takes 1 and 1.0, which are equal in Python and may give different
-    dtypes), None when no such key is known (a graph, an index key with slices)."""
+    dtypes), None when no such key is known (a graph)."""
 
     name = "value"
     cache_key = None
@@ -331,6 +331,8 @@ class IndexKey(AttrType):
     ('array',), ('int', i) and ('slice', start, stop, step) entries, step never 0."""
 
     name = "an index key"
+    # Its entries are tags, ints (never bools) and None: equal keys index alike
+    cache_key = "value"
     _BOUND = Optional(Int())
     _STEP = Optional(OneOf(Int(INT64_MIN, -1), Int(1)))
 

@@ -22,6 +22,7 @@ from . import attrs as A
 from . import batching
 from . import promotion
 from .arguments import as_axis, as_index, as_int, as_tensor
+from .attrs import INT64_MAX, INT64_MIN
 from .primitive import primitive
 from .rules import broadcast_shapes, normalize_axis, require
 from ..eager.context import current
@@ -57,10 +58,35 @@ def _mask_starts(x, key):
     return starts
 
 
+def _basic(key):
+    """The static key of a key of Python ints, slices of ints, None and Ellipsis (what most
+    indexing is: x[..., None], x[:, 0], x[1:]) without parse_key's general passes; None for
+    any other key (parse_key's passes check it and say what is wrong)."""
+    static = []
+    for k in key:
+        kind = type(k)
+        if kind is int and INT64_MIN <= k <= INT64_MAX:
+            static.append(("int", k))
+        elif k is None:
+            static.append(NEW)
+        elif k is Ellipsis:
+            static.append(ELLIPSIS)
+        elif kind is slice and k.step != 0 and all(
+                p is None or type(p) is int and INT64_MIN <= p <= INT64_MAX
+                for p in (k.start, k.stop, k.step)):
+            static.append(("slice", k.start, k.stop, k.step))
+        else:
+            return None
+    return tuple(static)
+
+
 def parse_key(x, key, op: str = "getitem"):
     """(static key, index tensors) for x[key]; IndexingError naming `op` for a bad key."""
     if not isinstance(key, tuple):
         key = (key,)
+    static = _basic(key)
+    if static is not None:
+        return static, []
     key = tuple(_index_tensor(k, x, op) if isinstance(k, (list, np.ndarray)) else k
                 for k in key)
     mask_starts = _mask_starts(x, key)

@@ -75,14 +75,14 @@ def test_bad_input_fails_every_time():
 
 
 def test_which_primitives_are_cached():
-    """Only primitives whose every attr type can key a cache have one: an index key (whose
-    slices are not hashable before Python 3.12) and a graph attr leave theirs uncached, and
-    so do the elementwise families, whose rules cost less than the lookup."""
+    """Only primitives whose every attr type can key a cache have one: a graph attr leaves
+    theirs uncached, and so do the elementwise families, whose rules cost less than the
+    lookup. An index key is a tuple of tags, ints and None: it keys getitem's cache."""
     from rill.ops.elementwise import P as ELEMENTWISE
     assert PRIMITIVES["matmul"].rule_cache is not None
     assert PRIMITIVES["reshape"].rule_cache is not None
     assert PRIMITIVES["layer_norm"].typed_attrs == ("eps",)
-    assert PRIMITIVES["getitem"].rule_cache is None
+    assert PRIMITIVES["getitem"].rule_cache is not None
     assert PRIMITIVES["add"].rule_cache is None and PRIMITIVES["tanh"].rule_cache is None
     uncached = {n for n, p in PRIMITIVES.items() if p.rule_cache is None} - set(ELEMENTWISE)
     assert {"while", "scan", "switch"} <= uncached
@@ -93,6 +93,24 @@ def test_which_primitives_are_cached():
                "softmax_cross_entropy_grad", "where"}
     assert cheaper <= uncached
     assert len(uncached - cheaper) < len(PRIMITIVES) // 10, sorted(uncached - cheaper)
+
+
+def test_index_keys_key_getitems_cache_by_value():
+    """Keys that differ in one bound, or in an int against a slice, are answered apart; a
+    bool, a float or a NumPy int where the key wants an int is refused every time, never
+    answered from the entry of the int it equals."""
+    x = rill.arange(24).reshape(4, 6)
+    expected = np.arange(24).reshape(4, 6)
+    for _ in range(2):  # the second round from the cache
+        for key in [(slice(1, 3),), (slice(1, 4),), (1,), (slice(None), 2), (Ellipsis, None),
+                    (None, slice(None, None, 2)), (slice(-1, None, -1), 0)]:
+            assert x[key].shape == expected[key].shape
+            np.testing.assert_array_equal(x[key].numpy(), expected[key])
+    from rill.ops.indexing import getitem_p
+    for bad in [(("int", True),), (("int", 1.0),), (("int", np.int64(1)),),
+                (("slice", 0, 2.0, None),)]:
+        with pytest.raises(rill.Error):
+            bind(getitem_p, x, key=bad)
 
 
 def test_the_cache_stays_bounded(monkeypatch):
