@@ -77,9 +77,10 @@ class _IntegerInterval(Constraint):
         self.lower_bound, self.upper_bound = lower_bound, upper_bound
 
     def check(self, value):
-        whole = value == E.floor(value) if value.dtype.is_floating else value == value
-        return E.logical_and(whole, E.logical_and(self.lower_bound <= value,
-                                                  value <= self.upper_bound))
+        within = E.logical_and(self.lower_bound <= value, value <= self.upper_bound)
+        if not value.dtype.is_floating:  # integers and bools are whole
+            return within
+        return E.logical_and(value == E.floor(value), within)
 
     def __repr__(self) -> str:
         return f"IntegerInterval(lower_bound={self.lower_bound}, upper_bound={self.upper_bound})"

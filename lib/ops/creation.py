@@ -258,11 +258,17 @@ def _like(x, dtype, device, op: str):
 
 
 def zeros_like(x, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    if dtype is None and device is None and requires_grad is False and isinstance(x, Tensor):
+        # x's own shape, dtype and device, which 0 fits: what the general path binds, without
+        # its checks (gradient rules make zeros this way at every step)
+        return bind(full_p, shape=x.shape, dtype=x.dtype, device=x.device, value=0)
     shape, dtype, device = _like(x, dtype, device, "zeros_like")
     return _filled(shape, 0, dtype, device, requires_grad, "zeros_like")
 
 
 def ones_like(x, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    if dtype is None and device is None and requires_grad is False and isinstance(x, Tensor):
+        return bind(full_p, shape=x.shape, dtype=x.dtype, device=x.device, value=1)
     shape, dtype, device = _like(x, dtype, device, "ones_like")
     return _filled(shape, 1, dtype, device, requires_grad, "ones_like")
 
