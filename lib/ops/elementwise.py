@@ -141,7 +141,11 @@ def sum_to_shape(g, shape):
     lead = g.ndim - len(shape)
     axes = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(shape)
                                       if s == 1 and g.shape[lead + i] != 1)
-    return reshape(_sum(g, axis=axes), shape) if axes else reshape(g, shape)
+    if not axes:
+        return reshape(g, shape)
+    if not lead:  # the summed axes kept as the 1s of `shape`: no reshape after
+        return _sum(g, axis=axes, keepdims=True)
+    return reshape(_sum(g, axis=axes), shape)
 
 
 def _zero(g, out, x, **_):

@@ -128,7 +128,11 @@ def _var_vjp(g, out, x, axis, keepdims, correction):
 
 def _logsumexp_vjp(g, out, x, axis, keepdims):
     from .elementwise import exp
-    return (_expand(g, x.shape, axis, keepdims) * exp(x - _expand(out, x.shape, axis, keepdims)),)
+    from .shape import reshape
+    if not keepdims:  # the reduced axes back as 1s; the arithmetic broadcasts them to x's
+        kept = reduced_shape(x.shape, normalize_axes(axis, x.ndim), True)
+        g, out = reshape(g, kept), reshape(out, kept)
+    return (g * exp(x - out),)
 
 
 def _exclusive_products(x, axis):
