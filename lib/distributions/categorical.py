@@ -10,7 +10,7 @@ from ..errors import ShapeError
 from ..ops import elementwise as E, reduce as R
 from ..ops.indexing import take_along_axis
 from ..ops.random import uniform
-from ..ops.shape import broadcast_to
+from ..ops.shape import broadcast_to, reshape
 from ..eager.context import detached_value
 from . import constraints
 from .distribution import Distribution
@@ -89,11 +89,12 @@ class Categorical(Distribution):
 
     def log_prob(self, value):
         self._validate_sample(value)
-        index = E.cast(value, dt.int64)
+        index = value if value.dtype is dt.int64 else E.cast(value, dt.int64)
         shape = np.broadcast_shapes(index.shape, self._batch_shape)
         logits = broadcast_to(self.logits, shape + (self._num_events,))
-        index = broadcast_to(index, shape)[..., None]
-        return take_along_axis(logits, index, -1)[..., 0]
+        index = reshape(broadcast_to(index, shape), shape + (1,))
+        # the picked column's axis dropped by a reshape: its gradient is one reshape back
+        return reshape(take_along_axis(logits, index, -1), shape)
 
     def entropy(self):
         smallest = dt.finfo(self.logits.dtype).min

@@ -319,6 +319,9 @@ class Axes(AttrType):
     def check(self, value):
         if value is None or (type(value) is int and INT64_MIN <= value <= INT64_MAX):
             return None  # the common cases, without building a list
+        if type(value) is tuple and all(type(v) is int and INT64_MIN <= v <= INT64_MAX
+                                        for v in value):
+            return None  # (normalized axes: what most reductions pass)
         return AttrType.check(self, value)
 
 
