@@ -72,7 +72,8 @@ def _sum(x, axis, keepdims):
                                  for a, s in enumerate(x.shape)])
         return fast
     acc = _accumulator(x)
-    out = np.sum(x, axis=axis, keepdims=keepdims, dtype=acc)
+    # np.sum's own reduction, without its dispatch layer (~0.9 us: a small op's whole cost)
+    out = np.add.reduce(x, axis=axis, keepdims=keepdims, dtype=acc)
     return _result(out, np.int64 if x.dtype.kind in "biu" else x.dtype)
 
 
@@ -82,7 +83,7 @@ def _axes_of(axis, ndim):
 
 def _prod(x, axis, keepdims):
     acc = _accumulator(x)
-    out = np.prod(x, axis=axis, keepdims=keepdims, dtype=acc)
+    out = np.multiply.reduce(x, axis=axis, keepdims=keepdims, dtype=acc)
     return _result(out, np.int64 if x.dtype.kind in "biu" else x.dtype)
 
 
