@@ -101,6 +101,12 @@ def control_flow(report: dict) -> str:
             + medians_table({name: report["median_ms"]}, TORCH_RATIOS + BASE_RATIOS))
 
 
+def rl(report: dict) -> str:
+    name = f"REINFORCE, {report['steps_per_episode']}-step episodes"
+    return (with_base(report, f"ms per episode, medians of {report['repeats']}") + "\n\n"
+            + medians_table({name: report["median_ms"]}, TORCH_RATIOS + BASE_RATIOS))
+
+
 def dispatch(report: dict) -> str:
     rows = [[case, f"{r['median_us']:.3f}", f"{r['min_us']:.3f}"]
             for case, r in report["results"].items()]
@@ -131,6 +137,8 @@ SOURCES = [
     ("control_flow.json", "Control flow: an LSTM as a scan",
      UNSET + "python bench/control_flow.py --base e080e54 --json "
      "bench/results/control_flow.json", control_flow),
+    ("rl.json", "Reinforcement learning: a REINFORCE episode",
+     UNSET + "python bench/rl.py --base e080e54 --json bench/results/rl.json", rl),
     ("dispatch.json", "Eager dispatch of one small op",
      UNSET + "python bench/dispatch.py --json bench/results/dispatch.json", dispatch),
 ]

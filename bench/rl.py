@@ -142,6 +142,7 @@ def main(argv=None) -> None:
     console.print(table)
     console.print(f"BLAS: {harness.machine().get('blas')}")
     report = {"machine": harness.machine(), "versions": versions, "repeats": args.repeats,
+              "base": args.base,
               "steps_per_episode": STEPS, "median_ms": medians,
               "ratios": {f"{label} / {TORCH}": m / medians[TORCH]
                          for label, m in medians.items() if label != TORCH}}
