@@ -51,43 +51,19 @@ def taped_leaves(roots, own) -> list:
 def _toposort(roots, targets, positions=frozenset()):
     """Nodes behind `roots`, parents first; with `targets` (ids, and the tape positions
     (node, index) of the non-leaf ones), only nodes that lead to one."""
+    order = _nodes_behind(roots)
     if targets is None:
-        return _toposort_all(roots)
-    order, state = [], {}
+        return order
     useful = {}
-    for root in roots:
-        if root._node is None or root._node in state:
-            continue
-        stack = [(root._node, False)]
-        while stack:
-            node, done = stack.pop()
-            if done:
-                state[node] = 2
-                order.append(node)
-                if targets is not None:
-                    useful[node] = any(id(i) in targets or (i._node is not None and (
-                        useful.get(i._node, False) or (i._node, i._index) in positions))
-                        for i in node.inputs if i.requires_grad)
-                continue
-            if node in state:
-                continue
-            if node.inputs is None:
-                raise GradientError("the tape behind this tensor was freed by an earlier "
-                                    "backward(); pass retain_graph=True to that call",
-                                    op="backward")
-            state[node] = 1
-            stack.append((node, True))
-            for i in node.inputs:
-                parent = i._node
-                if parent is not None and i.requires_grad and parent not in state:
-                    stack.append((parent, False))
-    if targets is not None:
-        order = [n for n in order if useful[n]]
-    return order
+    for node in order:  # parents first: each input's node is judged before its consumers
+        useful[node] = any(id(i) in targets or (i._node is not None and (
+            useful.get(i._node, False) or (i._node, i._index) in positions))
+            for i in node.inputs if i.requires_grad)
+    return [n for n in order if useful[n]]
 
 
-def _toposort_all(roots):
-    """_toposort without targets: every node behind `roots` (backward()'s walk, lean)."""
+def _nodes_behind(roots):
+    """Every node behind `roots` that a gradient flows through, parents first."""
     order, seen = [], set()
     for root in roots:
         if root._node is None or root._node in seen:
