@@ -435,6 +435,11 @@ static PyObject *bind(PyObject *self, PyObject *const *argv, Py_ssize_t nargsf,
     if (!PyTuple_Check(avals) || PyTuple_GET_SIZE(avals) != 2 ||
         Py_TYPE(device) != (PyTypeObject *)device_type)
         goto hand_over;
+    /* bfloat16 lives in float32 buffers; off the CPU the Python bind tells the kernels that
+     * ask which operands are bfloat16 (eager/interpreter.py: `reads_dtypes`) */
+    if (PyTuple_GET_ITEM(avals, 1) == bfloat16 && (!PyUnicode_Check(SLOT(device, D_kind)) ||
+            PyUnicode_CompareWithASCIIString(SLOT(device, D_kind), "cpu") != 0))
+        goto hand_over;
     PyObject *kernels = SLOT(prim, P_kernels);
     PyObject *kernel = PyDict_Check(kernels) ? PyDict_GetItemWithError(kernels,
                                                                       SLOT(device, D_kind)) : NULL;

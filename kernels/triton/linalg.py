@@ -91,6 +91,8 @@ def multiply_add(acc, a, b, USE_DOT: tl.constexpr, PRECISION: tl.constexpr):
     if USE_DOT:
         if PRECISION == "default":
             acc = tl.dot(a, b, acc)
+        elif PRECISION == "bf16":  # bfloat16 values in float32 buffers: the cast is exact
+            acc = tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16), acc)
         else:
             acc = tl.dot(a, b, acc, input_precision=PRECISION)
     else:
@@ -205,17 +207,22 @@ class GemmTypes:
     """How a GEMM kernel treats one input dtype: path ('dot' or 'fma'), tl.dot precision,
     accumulator (kind for the kernel, NumPy dtype for a workspace), tuning-cache name."""
 
-    def __init__(self, dtype):
+    def __init__(self, dtype, bf16: bool = False):
         dtype = np.dtype(dtype)
         self.path = "dot" if dtype in (np.float16, np.float32) else "fma"
-        tf32 = ALLOW_TF32 and dtype == np.float32
-        self.precision = "default" if dtype == np.float16 else ("tf32" if tf32 else "ieee")
+        # bfloat16 operands (kept in float32) take the tensor cores in bfloat16, where Triton
+        # computes it right: its interpreter's bfloat16 dot is not (errors of 1e10 measured)
+        bf16 = bf16 and dtype == np.float32 and not INTERPRET
+        tf32 = ALLOW_TF32 and dtype == np.float32 and not bf16
+        self.precision = "default" if dtype == np.float16 else \
+            "bf16" if bf16 else "tf32" if tf32 else "ieee"
         self.acc = {"f": 0 if dtype.itemsize <= 4 else 1}.get(dtype.kind, 2)
         self.acc_dtype = (np.float32, np.float64, np.int64)[self.acc]
-        self.key = dtype.name + ("-tf32" if tf32 else "")
+        self.key = "bfloat16" if bf16 else dtype.name + ("-tf32" if tf32 else "")
 
 
-def contract(a, a_axes, b, b_axes, out, out_axes, sizes, bias=None, op="matmul"):
+def contract(a, a_axes, b, b_axes, out, out_axes, sizes, bias=None, op="matmul",
+             bf16: bool = False):
     """out[...] = sum over the letters not in out of a[...] * b[...] (+ bias along n), and
     the result: `out`, a new contiguous buffer in its letters' order (or, in the fallback, a
     buffer laid out the same way).
@@ -237,11 +244,11 @@ def contract(a, a_axes, b, b_axes, out, out_axes, sizes, bias=None, op="matmul")
               "k": _merge(k, sizes, (a_axes, b_axes))}
     if max(len(g) for g in groups.values()) > MAX_GROUP_DIMS:
         return _contract_copied(a, a_axes, b, b_axes, out, out_axes, sizes, bias, op,
-                                batch, m, n, k)
+                                batch, m, n, k, bf16)
 
     size = {g: int(np.prod([d[0] for d in dims])) for g, dims in groups.items()}
     nbatch, M, N, K = size["b"], size["m"], size["n"], size["k"]
-    types = GemmTypes(a.dtype)
+    types = GemmTypes(a.dtype, bf16)
     if types.precision == "tf32" and 2 * nbatch * M * N * K >= TF32_RELAYOUT_MIN_FLOPS:
         move_a = N >= TF32_RELAYOUT_MIN_ROWS and _strays_from_k(a_axes, k)
         move_b = M >= TF32_RELAYOUT_MIN_ROWS and _strays_from_k(b_axes, k)
@@ -312,7 +319,8 @@ def sum_splits(workspace, out, split):
                                              SPLIT=split, BLOCK=block)
 
 
-def _contract_copied(a, a_axes, b, b_axes, out, out_axes, sizes, bias, op, batch, m, n, k):
+def _contract_copied(a, a_axes, b, b_axes, out, out_axes, sizes, bias, op, batch, m, n, k,
+                     bf16):
     """The rare fallback for more than MAX_GROUP_DIMS unmergeable axes in a group: copy the
     operands contiguous in group order (every group then merges into one axis), contract
     into a (batch, m, n) buffer, and copy that into a buffer laid out as `out`."""
@@ -320,7 +328,7 @@ def _contract_copied(a, a_axes, b, b_axes, out, out_axes, sizes, bias, op, batch
     b2 = _gathered(b, b_axes, batch + k + n, sizes)
     c2 = empty([sizes[c] for c in batch + m + n], out.dtype)
     c2 = contract(a2, axes_of(a2, batch + m + k, sizes), b2, axes_of(b2, batch + k + n, sizes),
-                  c2, axes_of(c2, batch + m + n, sizes), sizes, bias, op)
+                  c2, axes_of(c2, batch + m + n, sizes), sizes, bias, op, bf16)
     c2_axes = axes_of(c2, batch + m + n, sizes)
     order = list(out_axes)  # out is contiguous in this order (callers allocate it so)
     view = _view(c2, [sizes[c] for c in order], [c2_axes[c] for c in order])
@@ -358,7 +366,13 @@ def _letters(count: int, prefix: str) -> list:
     return [f"{prefix}{i}" for i in range(count)]
 
 
-def _matmul(x, y):
+def _bf16(dtypes) -> bool:
+    """True when every operand is bfloat16 (the interpreter's `dtypes`, for kernels that read
+    them): the values are bfloat16-exact, so a product may take them in bfloat16."""
+    return dtypes is not None and all(d.name == "bfloat16" for d in dtypes)
+
+
+def _matmul(x, y, dtypes=None):
     xs = x.shape if x.ndim > 1 else (1,) + x.shape
     ys = y.shape if y.ndim > 1 else y.shape + (1,)
     batch_shape = np.broadcast_shapes(xs[:-2], ys[:-2])
@@ -369,25 +383,30 @@ def _matmul(x, y):
     out_letters = bl + ["m"] * (x.ndim > 1) + ["n"] * (y.ndim > 1)
     out = empty([sizes[c] for c in out_letters], x.dtype)
     return contract(x, axes_of(x, x_letters, sizes), y, axes_of(y, y_letters, sizes),
-                    out, axes_of(out, out_letters, sizes), sizes)
+                    out, axes_of(out, out_letters, sizes), sizes, bf16=_bf16(dtypes))
 
 
-def _linear(x, w, *bias):
+def _linear(x, w, *bias, dtypes=None):
     lead = _letters(x.ndim - 1, "l")
     sizes = dict(zip(lead, x.shape[:-1]), k=x.shape[-1], n=w.shape[0])
     out = empty(x.shape[:-1] + (w.shape[0],), x.dtype)
     return contract(x, axes_of(x, lead + ["k"], sizes), w, axes_of(w, ["n", "k"], sizes),
                     out, axes_of(out, lead + ["n"], sizes), sizes,
-                    bias=bias[0] if bias else None, op="linear")
+                    bias=bias[0] if bias else None, op="linear", bf16=_bf16(dtypes))
 
 
-def _linear_weight_grad(g, x):
+def _linear_weight_grad(g, x, dtypes=None):
     # g^T x: (out, in), summed over the leading axes (the rows) of both.
     lead = _letters(g.ndim - 1, "r")
     sizes = dict(zip(lead, g.shape[:-1]), m=g.shape[-1], n=x.shape[-1])
     out = empty((g.shape[-1], x.shape[-1]), x.dtype)
     return contract(g, axes_of(g, lead + ["m"], sizes), x, axes_of(x, lead + ["n"], sizes),
-                    out, axes_of(out, ["m", "n"], sizes), sizes, op="linear_weight_grad")
+                    out, axes_of(out, ["m", "n"], sizes), sizes, op="linear_weight_grad",
+                    bf16=_bf16(dtypes))
+
+
+for _kernel in (_matmul, _linear, _linear_weight_grad):
+    _kernel.reads_dtypes = True  # eager/interpreter.py passes `dtypes` for bfloat16 results
 
 
 _ONES: dict = {}

@@ -11,6 +11,7 @@ made it.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import os
@@ -395,6 +396,9 @@ def _kernel_of(node, graph):
     kernel = prim.kernels.get(node.device.kind)
     if kernel is None:
         raise prim.missing_kernel(node.device.kind)
+    if getattr(kernel, "reads_dtypes", False) and len(node.outputs) == 1 and \
+            node.outputs[0].dtype is bfloat16:  # as the eager interpreter tells it
+        kernel = functools.partial(kernel, dtypes=tuple(v.dtype for v in node.inputs))
     below = getattr(kernel, "ufunc_below", None)
     if below is not None and _static_size(node) < below:
         # The kernel is exactly its ufunc at this size (kernels/numpy/elementwise.py: `add`

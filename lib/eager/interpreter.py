@@ -25,7 +25,13 @@ class EagerInterpreter:
         if kernel is None:
             raise prim.missing_kernel(device.kind)
         try:
-            if len(args) == 2 and not attrs:  # the common case, kept lean
+            if not prim.multiple_results and avals[1] is bfloat16 and \
+                    getattr(kernel, "reads_dtypes", False):
+                # bfloat16 is stored as float32: a kernel that can use the narrower type (the
+                # GPU's products cast their tiles) is told the operands' dtypes
+                out = kernel(*[a._data for a in args], dtypes=tuple(a.dtype for a in args),
+                             **attrs)
+            elif len(args) == 2 and not attrs:  # the common case, kept lean
                 out = kernel(args[0]._data, args[1]._data)
             else:
                 out = kernel(*[a._data for a in args], **attrs)

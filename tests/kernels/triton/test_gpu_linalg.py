@@ -90,6 +90,53 @@ def test_tf32_operands_are_read_k_contiguous(rng, monkeypatch, case):
     assert made == []
 
 
+@pytest.mark.parametrize("captured", [False, True])
+def test_bfloat16_products_are_told_their_operands_dtypes(monkeypatch, captured):
+    # bfloat16 is stored as float32: the interpreter (eager, and a captured graph's
+    # executor) tells a kernel that reads dtypes which operands are bfloat16, so a GPU
+    # product can take its tiles in bfloat16; other products are not told anything
+    from rill.ops.primitive import PRIMITIVES
+    seen = []
+    for name in ("matmul", "linear", "linear_weight_grad"):
+        real = PRIMITIVES[name].kernels["gpu"]
+
+        def spy(*buffers, _real=real, _name=name, **kw):
+            seen.append((_name, tuple(d.name for d in kw.get("dtypes", ()))))
+            return _real(*buffers, **kw)
+        spy.reads_dtypes = True
+        monkeypatch.setitem(PRIMITIVES[name].kernels, "gpu", spy)
+    rng = np.random.default_rng(3)
+
+    def step(x, w, y):
+        h = rill.nn.functional.linear(x, w)
+        return (h @ y).sum()
+    for dtype in (rill.bfloat16, rill.float32):
+        x, w, y = (rill.tensor(rng.standard_normal(s, dtype=np.float32), dtype=dtype,
+                               device="gpu", requires_grad=True)
+                   for s in [(4, 8), (6, 8), (6, 3)])
+        fn = rill.capture(step) if captured else step
+        seen.clear()
+        fn(x, w, y).backward() if not captured else fn(x, w, y)
+        told = dict(seen)
+        want = ("bfloat16", "bfloat16") if dtype is rill.bfloat16 else ()
+        assert told["linear"] == want and told["matmul"] == want, seen
+        if not captured:
+            assert told["linear_weight_grad"] == want, seen
+
+
+def test_bfloat16_matmul_agrees_with_the_cpu(rng):
+    # on a GPU the tiles go to the tensor cores in bfloat16 (exact: the values are bfloat16),
+    # summed in float32: the result, rounded to bfloat16, within one rounding of the CPU's
+    a = rng.standard_normal((192, 320), dtype=np.float32)
+    b = rng.standard_normal((320, 160), dtype=np.float32)
+    on_cpu = (rill.tensor(a, dtype=rill.bfloat16) @ rill.tensor(b, dtype=rill.bfloat16))
+    on_gpu = (rill.tensor(a, dtype=rill.bfloat16, device="gpu") @
+              rill.tensor(b, dtype=rill.bfloat16, device="gpu"))
+    assert on_gpu.dtype is rill.bfloat16
+    got, want = on_gpu.to("cpu").numpy().astype(np.float64), on_cpu.numpy().astype(np.float64)
+    np.testing.assert_allclose(got, want, rtol=2 ** -7, atol=1e-2)
+
+
 def test_matmul_transposed_reversed_and_broadcast_views(rng):
     x = dev(rng.standard_normal((130, 70)))
     y = dev(rng.standard_normal((90, 130)))
