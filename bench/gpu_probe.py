@@ -1,6 +1,6 @@
 """Probes for the GPU kernels' tuning knobs, one table each (a GPU session's measurements,
 not a benchmark beside a peer): the reduction split target behind "sum over columns" and
-"max, all" in bench/gpu.py, the tf32 matmul's tile configs (and a K-contiguous B), and the
+"max, all" in bench/gpu.py, the tf32 and bfloat16 matmuls' tile configs, and the
 time of bench/train.py's training steps eager and captured, by op.
 
     python bench/gpu_probe.py                    # every probe, on a machine with a GPU
@@ -80,6 +80,30 @@ def probe_tf32(size=4096):
         linalg.TF32_RELAYOUT_MIN_FLOPS = relayout
 
 
+def probe_bf16(size=4096):
+    """TFLOP/s of tile configs for bfloat16 products (float32 buffers whose tiles the kernel
+    casts to bfloat16 before tl.dot)."""
+    rng = np.random.default_rng(0)
+    a, b = (rill.tensor(rng.standard_normal((size, size), dtype=np.float32),
+                        dtype=rill.bfloat16, device="gpu") for _ in range(2))
+    chosen = tuning.config_for
+    print("bfloat16 config (bm, bn, bk, group, warps, stages) | TFLOP/s")
+    print("heuristic:", tuple(tuning.heuristic("dot", "bfloat16", size, size, size)))
+    C = tuning.Config
+    try:
+        for config in (C(128, 128, 32, 8, 8, 4), C(128, 128, 64, 8, 8, 3), C(128, 256, 32, 8, 8, 3),
+                       C(256, 128, 32, 8, 8, 3), C(128, 256, 64, 8, 8, 3), C(256, 128, 64, 8, 8, 3),
+                       C(128, 128, 64, 8, 4, 3), C(128, 256, 64, 8, 8, 2)):
+            linalg.tuning.config_for = lambda *args, _c=config, **kw: _c
+            try:
+                ms = median_ms(lambda: a @ b, repeats=5, inner=5)
+                print(f"{tuple(config)} | {2 * size ** 3 / ms / 1e9:.1f}")
+            except Exception as e:  # a config the chip cannot hold (shared memory)
+                print(f"{tuple(config)} | failed: {type(e).__name__}: {str(e)[:80]}")
+    finally:
+        linalg.tuning.config_for = chosen
+
+
 def probe_steps(calls=60):
     """bench/train.py's steps, eager and captured, ms per step (synchronized) in rotation;
     then where each one's host time goes (rill.profiler, by op)."""
@@ -118,7 +142,8 @@ def probe_steps(calls=60):
             print(prof.table(sort_by="self_time", group_by="op", limit=12))
 
 
-PROBES = {"splits": probe_splits, "tf32": probe_tf32, "steps": probe_steps}
+PROBES = {"splits": probe_splits, "tf32": probe_tf32, "bf16": probe_bf16,
+          "steps": probe_steps}
 
 if __name__ == "__main__":
     import sys
