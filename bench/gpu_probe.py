@@ -46,6 +46,22 @@ def probe_splits():
     reduce.SPLIT_PROGRAMS = 512
 
 
+def _time_configs(a, b, configs, size, suffix=""):
+    """a @ b timed at each config (TFLOP/s printed; a config the chip cannot hold, such as
+    one needing more shared memory, printed as failed), then the tuner's choice restored."""
+    chosen = tuning.config_for
+    try:
+        for config in configs:
+            tuning.config_for = lambda *args, _c=config, **kw: _c
+            try:
+                ms = median_ms(lambda: a @ b, repeats=5, inner=5)
+                print(f"{tuple(config)}{suffix} | {2 * size ** 3 / ms / 1e9:.1f}")
+            except Exception as e:  # noqa: BLE001 - reported, and the next config tried
+                print(f"{tuple(config)}{suffix} | failed: {type(e).__name__}: {str(e)[:80]}")
+    finally:
+        tuning.config_for = chosen
+
+
 def probe_tf32(size=4096):
     """TFLOP/s of each tile config (B copied K-contiguous first, as linalg.contract does for
     large tf32 products); then two with B read in place, N-contiguous."""
@@ -53,29 +69,20 @@ def probe_tf32(size=4096):
     a, b = (rill.tensor(rng.standard_normal((size, size), dtype=np.float32), device="gpu")
             for _ in range(2))
     linalg.ALLOW_TF32 = True
-    chosen, relayout = tuning.config_for, linalg.TF32_RELAYOUT_MIN_FLOPS
+    relayout = linalg.TF32_RELAYOUT_MIN_FLOPS
     print("tf32 config (bm, bn, bk, group, warps, stages) | TFLOP/s")
+    print("heuristic:", tuple(tuning.heuristic("dot", "float32-tf32", size, size, size)))
+    C = tuning.Config
     try:
         # float32 tiles are twice float16's bytes: BLOCK_K 32 keeps 128 bytes a row
-        extra = (tuning.Config(128, 128, 32, 8, 8, 3), tuning.Config(128, 128, 32, 8, 8, 4),
-                 tuning.Config(128, 256, 32, 8, 8, 3), tuning.Config(256, 128, 32, 8, 8, 3),
-                 tuning.Config(128, 128, 16, 8, 8, 5), tuning.Config(64, 256, 32, 8, 8, 4),
-                 tuning.Config(128, 256, 32, 8, 8, 4))
-        print("heuristic:", tuple(tuning.heuristic("dot", "float32-tf32", size, size, size)))
-        for config in tuning.DOT_CANDIDATES + extra:
-            linalg.tuning.config_for = lambda *args, _c=config, **kw: _c
-            try:
-                ms = median_ms(lambda: a @ b, repeats=5, inner=5)
-                print(f"{tuple(config)} | {2 * size ** 3 / ms / 1e9:.1f}")
-            except Exception as e:  # a config the chip cannot hold (shared memory)
-                print(f"{tuple(config)} | failed: {type(e).__name__}: {str(e)[:80]}")
+        extra = (C(128, 128, 32, 8, 8, 3), C(128, 128, 32, 8, 8, 4), C(128, 256, 32, 8, 8, 3),
+                 C(256, 128, 32, 8, 8, 3), C(128, 128, 16, 8, 8, 5), C(64, 256, 32, 8, 8, 4),
+                 C(128, 256, 32, 8, 8, 4))
+        _time_configs(a, b, tuning.DOT_CANDIDATES + extra, size)
         linalg.TF32_RELAYOUT_MIN_FLOPS = float("inf")  # B read in place, N-contiguous
-        for config in (tuning.Config(256, 128, 32, 8, 8, 3), tuning.Config(128, 256, 32, 8, 8, 3)):
-            linalg.tuning.config_for = lambda *args, _c=config, **kw: _c
-            ms = median_ms(lambda: a @ b, repeats=5, inner=5)
-            print(f"{tuple(config)}, B read in place | {2 * size ** 3 / ms / 1e9:.1f}")
+        _time_configs(a, b, (C(256, 128, 32, 8, 8, 3), C(128, 256, 32, 8, 8, 3)), size,
+                      ", B read in place")
     finally:
-        linalg.tuning.config_for = chosen
         linalg.ALLOW_TF32 = False
         linalg.TF32_RELAYOUT_MIN_FLOPS = relayout
 
@@ -86,22 +93,13 @@ def probe_bf16(size=4096):
     rng = np.random.default_rng(0)
     a, b = (rill.tensor(rng.standard_normal((size, size), dtype=np.float32),
                         dtype=rill.bfloat16, device="gpu") for _ in range(2))
-    chosen = tuning.config_for
     print("bfloat16 config (bm, bn, bk, group, warps, stages) | TFLOP/s")
     print("heuristic:", tuple(tuning.heuristic("dot", "bfloat16", size, size, size)))
     C = tuning.Config
-    try:
-        for config in (C(128, 128, 32, 8, 8, 4), C(128, 128, 64, 8, 8, 3), C(128, 256, 32, 8, 8, 3),
-                       C(256, 128, 32, 8, 8, 3), C(128, 256, 64, 8, 8, 3), C(256, 128, 64, 8, 8, 3),
-                       C(128, 128, 64, 8, 4, 3), C(128, 256, 64, 8, 8, 2)):
-            linalg.tuning.config_for = lambda *args, _c=config, **kw: _c
-            try:
-                ms = median_ms(lambda: a @ b, repeats=5, inner=5)
-                print(f"{tuple(config)} | {2 * size ** 3 / ms / 1e9:.1f}")
-            except Exception as e:  # a config the chip cannot hold (shared memory)
-                print(f"{tuple(config)} | failed: {type(e).__name__}: {str(e)[:80]}")
-    finally:
-        linalg.tuning.config_for = chosen
+    _time_configs(a, b, (C(128, 128, 32, 8, 8, 4), C(128, 128, 64, 8, 8, 3),
+                         C(128, 256, 32, 8, 8, 3), C(256, 128, 32, 8, 8, 3),
+                         C(128, 256, 64, 8, 8, 3), C(256, 128, 64, 8, 8, 3),
+                         C(128, 128, 64, 8, 4, 3), C(128, 256, 64, 8, 8, 2)), size)
 
 
 def probe_steps(calls=60):
