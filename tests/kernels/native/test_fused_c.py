@@ -291,6 +291,43 @@ def test_wrong_buffers_are_errors_not_reads_out_of_bounds():
         module.run((x,), (np.empty(36, np.float32).tobytes(),), 36, 0, 36)  # read-only out
 
 
+def test_the_checked_call_runs_only_buffers_of_the_body():
+    """module.call checks every buffer in C (the path of each call under 2^15 elements): a
+    buffer of another dtype, byte order, layout or shape (same count), or a read-only
+    output, runs nothing and answers False; the body's own buffers run, bit equal."""
+    x = _values((6, 6), np.float32, 12)
+    body = _bodies(_fused_graph(lambda a: a * a + a, rill.tensor(x)))[0]
+    module = native_fused._module(native_fused.source(body))
+    shapes = ((6, 6), (6, 6))
+    out = np.full((6, 6), 7.0, np.float32)
+    assert module.call((x,), (out,), shapes) is True
+    assert out.tobytes() == (x * x + x).tobytes()
+    differing = [
+        ((x.astype(np.float64),), (out,)),           # input dtype
+        ((x.astype(">f4"),), (out,)),                # byte order
+        ((np.asfortranarray(x.T),), (out,)),          # layout (values as x, transposed)
+        ((x.reshape(4, 9),), (out,)),                 # same count, other shape
+        ((x,), (np.empty((6, 6), np.float64),)),     # output dtype
+        ((x,), (np.empty(36, np.float32),)),         # output shape
+        ((x.tobytes(),), (out,)),                     # not an array
+    ]
+    readonly = np.empty((6, 6), np.float32)
+    readonly.flags.writeable = False
+    differing.append(((x,), (readonly,)))
+    for inputs, outputs in differing:
+        before = [o.tobytes() if isinstance(o, np.ndarray) else o for o in outputs]
+        assert module.call(inputs, outputs, shapes) is False
+        assert [o.tobytes() for o in outputs] == before  # nothing written
+    with pytest.raises(ValueError, match="number of buffers"):
+        module.call((x, x), (out,), shapes)
+    # Through the body's kernel: a differing input falls to the checked path (None: NumPy
+    # runs the group); a differing planned output is replaced by a new buffer.
+    kernel = native_fused.kernel(body)
+    assert kernel([x.reshape(4, 9)], None) is None
+    got = kernel([x], [np.empty(36, np.float32)])[0]
+    assert got.shape == (6, 6) and got.tobytes() == (x * x + x).tobytes()
+
+
 _FUSE_WITH_A_BAD_CACHE = """
 import numpy as np, rill
 from rill.capture.passes import fuse
