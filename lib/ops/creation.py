@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes as dt
+from .. import devices as _devices
 from ..devices import Device, device as as_device
 from ..errors import ArgumentError, DTypeError, Error
 from ..eager.bind import bind
@@ -30,8 +31,7 @@ def _shape(shape, op: str, keyword=None) -> tuple:
 
 def _device(device, op: str | None = None) -> Device:
     if device is None:  # cpu, or the device of a `with rill.device(...)` scope
-        from ..devices import default_device
-        return default_device()
+        return _devices.default_device()
     try:
         return as_device(device)
     except Error as e:

@@ -15,6 +15,7 @@ from ..errors import DTypeError, ShapeError, reports_as
 from . import attrs as A
 from . import batching
 from . import promotion
+from . import reduce as _reduce, shape as _shape  # used at call time (they import this one)
 from .arguments import as_choice, as_dtype, as_float
 from .primitive import primitive
 from .rules import broadcast_shapes, require
@@ -136,8 +137,7 @@ def sum_to_shape(g, shape):
     shape = tuple(shape)
     if g.shape == shape:
         return g
-    from .reduce import sum as _sum
-    from .shape import reshape
+    _sum, reshape = _reduce.sum, _shape.reshape
     lead = g.ndim - len(shape)
     axes = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(shape)
                                       if s == 1 and g.shape[lead + i] != 1)

@@ -21,6 +21,7 @@ from ..tensor import Tensor
 from . import attrs as A
 from . import batching
 from . import promotion
+from . import creation as _creation, shape as _shape  # used at call time
 from .arguments import as_axis, as_index, as_int, as_tensor
 from .attrs import INT64_MAX, INT64_MIN
 from .primitive import primitive
@@ -422,12 +423,10 @@ def _take_along_infer(x, idx, *, axis):
 
 
 def _take_along_vjp(g, out, x, idx, axis):
-    from .creation import zeros_like
-    from .shape import broadcast_to
     a = normalize_axis(axis, x.ndim)
     if idx.shape != g.shape:
-        idx = broadcast_to(idx, g.shape)
-    return scatter_add(zeros_like(x), idx, g, axis=a), None
+        idx = _shape.broadcast_to(idx, g.shape)
+    return scatter_add(_creation.zeros_like(x), idx, g, axis=a), None
 
 
 take_along_axis_p = primitive("take_along_axis", _take_along_infer, _take_along_vjp,

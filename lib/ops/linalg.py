@@ -12,6 +12,7 @@ from ..eager.bind import bind
 from . import attrs as A
 from . import batching
 from . import promotion
+from . import reduce as _reduce, shape as _shape  # used at call time (they import this one)
 from .arguments import as_int, as_ints, as_tensor, describe
 from .primitive import primitive
 from .rules import broadcast_shapes, require
@@ -274,8 +275,7 @@ def _linear_infer(x, w, *bias):
 
 
 def _linear_vjp(g, out, x, w, *bias):
-    from .reduce import sum as sum_
-    from .shape import reshape
+    reshape = _shape.reshape
     gx = matmul(g, w) if x.requires_grad else None
     gw = gb = None
     if w.requires_grad and x.ndim >= 2:
@@ -285,7 +285,7 @@ def _linear_vjp(g, out, x, w, *bias):
     if bias and bias[0].requires_grad:
         # rows counted, not -1: a layer of 0 outputs leaves -1 unknown
         rows = math.prod(g.shape[:-1])
-        gb = sum_(g if g.ndim == 2 else reshape(g, (rows, w.shape[0])), axis=0)
+        gb = _reduce.sum(g if g.ndim == 2 else reshape(g, (rows, w.shape[0])), axis=0)
     return (gx, gw, gb) if bias else (gx, gw)
 
 

@@ -17,6 +17,7 @@ from ..tensor import Tensor
 from ..eager.context import detached_value
 from . import elementwise as E
 from . import indexing, linalg, reduce, shape, sorting
+from .arguments import as_tensor
 
 
 def _binary(fn, reflected: bool = False):
@@ -166,7 +167,6 @@ def assign(t: Tensor, value: Tensor) -> Tensor:
         from ..errors import ArgumentError
         from .arguments import describe
         raise ArgumentError(f"assign changes a tensor, got {describe(t)}", op="assign")
-    from .arguments import as_tensor
     return update_in_place(t, _take_second, as_tensor(value, "value", "assign"))
 
 

@@ -17,6 +17,7 @@ from ..eager.context import detached_value
 from . import attrs as A
 from . import batching
 from . import promotion
+from . import elementwise as _elementwise, shape as _shape  # used at call time
 from .arguments import as_axes, as_axis, as_bool, as_float, as_number
 from .primitive import primitive
 from .rules import normalize_axes, normalize_axis, reduced_shape, require, size_of
@@ -24,7 +25,7 @@ from .rules import normalize_axes, normalize_axis, reduced_shape, require, size_
 
 def _expand(g, x_shape, axis, keepdims):
     """A reduced cotangent broadcast back to the input's shape."""
-    from .shape import broadcast_to, reshape
+    broadcast_to, reshape = _shape.broadcast_to, _shape.reshape
     axes = normalize_axes(axis, len(x_shape))
     if not keepdims:
         g = reshape(g, reduced_shape(x_shape, axes, True))
@@ -127,12 +128,11 @@ def _var_vjp(g, out, x, axis, keepdims, correction):
 
 
 def _logsumexp_vjp(g, out, x, axis, keepdims):
-    from .elementwise import exp
-    from .shape import reshape
+    reshape = _shape.reshape
     if not keepdims:  # the reduced axes back as 1s; the arithmetic broadcasts them to x's
         kept = reduced_shape(x.shape, normalize_axes(axis, x.ndim), True)
         g, out = reshape(g, kept), reshape(out, kept)
-    return (g * exp(x - out),)
+    return (g * _elementwise.exp(x - out),)
 
 
 def _exclusive_products(x, axis):
