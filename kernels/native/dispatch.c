@@ -31,13 +31,14 @@ static int ready;  /* setup done: until then (and after a failed one) calls are 
 /* the Python helpers: the shape/dtype rule's cache, the attrs' check, the interpreter's wrap
  * (for buffers that are not plain NumPy arrays) and failure, the tape's record and mark */
 static PyObject *inferred, *attrs_fit, *wrap, *kernel_failed, *record, *mark_no_gradient,
-    *check_kernel_result;
+    *check_kernel_result, *dtypes_module;
+static PyObject *default_float_key;  /* dtypes' name of the default float dtype */
 
 /* slot offsets */
 static Py_ssize_t T_data, T_shape, T_dtype, T_device, T_requires_grad, T_grad, T_node, T_index,
     T_version, T_retains_grad, T_origin, T_alias;
 static Py_ssize_t P_normalize, P_infer, P_kernels, P_multiple_results, P_device_attr,
-    P_required_attrs, P_attr_checks, P_rule_cache, P_vjp, P_save_output;
+    P_required_attrs, P_attr_checks, P_rule_cache, P_dispatch_cache, P_vjp, P_save_output;
 static Py_ssize_t N_prim, N_inputs, N_attrs, N_outputs, N_versions;
 static Py_ssize_t K_kind;
 static PyObject *node_type, *dtype_type, *differentiable_kinds, *device_key, *shape_key,
@@ -127,10 +128,10 @@ static PyObject *setup(PyObject *self, PyObject *args)
     keep(&tensor_type, tensor); keep(&context_type, ctx); keep(&device_type, device);
     static const char *names[] = {"inferred", "attrs_fit", "wrap", "kernel_failed", "record",
                                   "mark_no_gradient", "ndarray", "bfloat16", "check_kernels",
-                                  "check_kernel_result", "Node", "DType"};
+                                  "check_kernel_result", "Node", "DType", "dtypes"};
     PyObject **globals[] = {&inferred, &attrs_fit, &wrap, &kernel_failed, &record,
                             &mark_no_gradient, &ndarray_type, &bfloat16, &check_kernels,
-                            &check_kernel_result, &node_type, &dtype_type};
+                            &check_kernel_result, &node_type, &dtype_type, &dtypes_module};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         PyObject *value = PyDict_GetItemString(helpers, names[i]);
         if (value == NULL) {
@@ -152,7 +153,9 @@ static PyObject *setup(PyObject *self, PyObject *args)
         return NULL;
     if ((device_key == NULL && (device_key = PyUnicode_InternFromString("device")) == NULL) ||
         (shape_key == NULL && (shape_key = PyUnicode_InternFromString("shape")) == NULL) ||
-        (name_key == NULL && (name_key = PyUnicode_InternFromString("name")) == NULL))
+        (name_key == NULL && (name_key = PyUnicode_InternFromString("name")) == NULL) ||
+        (default_float_key == NULL &&
+         (default_float_key = PyUnicode_InternFromString("default_float")) == NULL))
         return NULL;
     static const char *tensor_slots[] = {"_data", "shape", "dtype", "device", "requires_grad",
                                          "grad", "_node", "_index", "_version", "_retains_grad",
@@ -191,6 +194,7 @@ static PyObject *register_primitive(PyObject *self, PyObject *p)
         offset_of(p, "device_attr", &P_device_attr) ||
         offset_of(p, "required_attrs", &P_required_attrs) ||
         offset_of(p, "attr_checks", &P_attr_checks) || offset_of(p, "rule_cache", &P_rule_cache) ||
+        offset_of(p, "dispatch_cache", &P_dispatch_cache) ||
         offset_of(p, "vjp", &P_vjp) || offset_of(p, "save_output", &P_save_output))
         return NULL;
     Py_INCREF(p);
@@ -336,6 +340,69 @@ static int record_one(PyObject *prim, PyObject *inputs, PyObject *attrs, PyObjec
     return 0;
 }
 
+/* 1 if equal values of v's type are one value to a shape/dtype rule and the key holds all
+ * that tells them apart (its type beside it): None, a bool, an exact int, float or str, a
+ * DType or Device, or a tuple of exact ints and Nones (a bool among ints would equal 1). */
+static int keyable_attr(PyObject *v)
+{
+    if (v == Py_None || PyBool_Check(v) || PyLong_CheckExact(v) || PyFloat_CheckExact(v) ||
+        PyUnicode_CheckExact(v) || (PyObject *)Py_TYPE(v) == dtype_type ||
+        (PyObject *)Py_TYPE(v) == device_type)
+        return 1;
+    if (!PyTuple_CheckExact(v))
+        return 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(v); i++) {
+        PyObject *item = PyTuple_GET_ITEM(v, i);
+        if (item != Py_None && !PyLong_CheckExact(item))
+            return 0;
+    }
+    return 1;
+}
+
+/* This call's key in the primitive's dispatch_cache (kept only where it has a rule_cache:
+ * its attrs' types are declared fit to key one): the default float dtype, each input's
+ * shape, dtype and device, each attr's name, type and value. An entry is stored only after
+ * the attrs' check and the rule passed for it, so a call that finds one needs neither. NULL
+ * without an error where an attr is not keyable (that call runs both in Python). */
+static PyObject *rule_key(PyObject *normalized, PyObject *kwnames, PyObject *const *values,
+                          Py_ssize_t nkw)
+{
+    for (Py_ssize_t i = 0; i < nkw; i++)
+        if (!keyable_attr(values[i]))
+            return NULL;
+    PyObject *default_float = PyObject_GetAttr(dtypes_module, default_float_key);
+    if (default_float == NULL)
+        return NULL;
+    Py_ssize_t count = PyTuple_GET_SIZE(normalized);
+    PyObject *key = PyTuple_New(1 + 3 * count + 3 * nkw);
+    if (key == NULL) {
+        Py_DECREF(default_float);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(key, 0, default_float);
+    Py_ssize_t k = 1;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *a = PyTuple_GET_ITEM(normalized, i);
+        PyObject *parts[3] = {SLOT(a, T_shape), SLOT(a, T_dtype), SLOT(a, T_device)};
+        for (int j = 0; j < 3; j++) {
+            Py_INCREF(parts[j]);
+            PyTuple_SET_ITEM(key, k++, parts[j]);
+        }
+    }
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        PyObject *parts[3] = {PyTuple_GET_ITEM(kwnames, i), (PyObject *)Py_TYPE(values[i]),
+                              values[i]};
+        for (int j = 0; j < 3; j++) {
+            Py_INCREF(parts[j]);
+            PyTuple_SET_ITEM(key, k++, parts[j]);
+        }
+    }
+    return key;
+}
+
+#define DISPATCH_CACHE_MAX 256  /* entries per primitive: a program making new shapes
+                                  * all the time starts over (as eager/rule_cache.py's) */
+
 static PyObject *bind(PyObject *self, PyObject *const *argv, Py_ssize_t nargsf,
                       PyObject *kwnames)
 {
@@ -362,24 +429,13 @@ static PyObject *bind(PyObject *self, PyObject *const *argv, Py_ssize_t nargsf,
         return NULL;
 
     PyObject *attrs = NULL, *args = NULL, *normalized = NULL, *avals = NULL, *out = NULL,
-             *result = NULL, *kernel_args[16];
+             *result = NULL, *key = NULL, *kernel_args[16];
     attrs = PyDict_New();
     if (attrs == NULL)
         return NULL;
     for (Py_ssize_t i = 0; i < nkw; i++)
         if (PyDict_SetItem(attrs, PyTuple_GET_ITEM(kwnames, i), argv[n + i]) < 0)
             goto fail;
-    PyObject *required = SLOT(prim, P_required_attrs);
-    if (nkw || (required != NULL && PySet_GET_SIZE(required))) {
-        PyObject *fit = PyObject_CallFunctionObjArgs(attrs_fit, SLOT(prim, P_attr_checks), attrs,
-                                                     NULL);
-        if (fit == NULL)
-            goto fail;
-        int ok = fit == Py_True;
-        Py_DECREF(fit);
-        if (!ok)
-            goto hand_over;
-    }
     for (Py_ssize_t i = 1; i < n; i++)  /* an unregistered Tensor subclass: before normalizing */
         if (PyObject_TypeCheck(argv[i], (PyTypeObject *)tensor_type) && !is_tensor(argv[i]))
             goto hand_over;
@@ -426,12 +482,62 @@ static PyObject *bind(PyObject *self, PyObject *const *argv, Py_ssize_t nargsf,
             if (SLOT(PyTuple_GET_ITEM(normalized, i), T_device) != device)
                 goto hand_over;
     }
-    if (SLOT(prim, P_rule_cache) == Py_None)
-        avals = PyObject_Call(SLOT(prim, P_infer), normalized, attrs);
-    else
-        avals = PyObject_CallFunctionObjArgs(inferred, prim, normalized, attrs, NULL);
-    if (avals == NULL)
-        goto failed_before_kernel;
+    /* The shape/dtype rule's answer: remembered under this call's key, or the attrs checked
+     * (a misfit: the Python bind names it) and the rule asked. The test suite's
+     * check_kernels asks every time and compares with what is remembered. */
+    PyObject *cache = SLOT(prim, P_dispatch_cache);
+    if (PyDict_CheckExact(cache)) {
+        key = rule_key(normalized, kwnames, argv + n, nkw);
+        if (key == NULL && PyErr_Occurred())
+            goto fail;
+        if (key != NULL && check_kernels == Py_False) {
+            avals = PyDict_GetItemWithError(cache, key);
+            if (avals == NULL && PyErr_Occurred())
+                goto fail;
+            Py_XINCREF(avals);
+        }
+    }
+    if (avals == NULL) {
+        PyObject *required = SLOT(prim, P_required_attrs);
+        if (nkw || (required != NULL && PySet_GET_SIZE(required))) {
+            PyObject *fit = PyObject_CallFunctionObjArgs(attrs_fit, SLOT(prim, P_attr_checks),
+                                                         attrs, NULL);
+            if (fit == NULL)
+                goto fail;
+            int ok = fit == Py_True;
+            Py_DECREF(fit);
+            if (!ok)
+                goto hand_over;
+        }
+        if (SLOT(prim, P_rule_cache) == Py_None)
+            avals = PyObject_Call(SLOT(prim, P_infer), normalized, attrs);
+        else
+            avals = PyObject_CallFunctionObjArgs(inferred, prim, normalized, attrs, NULL);
+        if (avals == NULL)
+            goto failed_before_kernel;
+        if (key != NULL) {
+            PyObject *known = PyDict_GetItemWithError(cache, key);
+            if (known == NULL && PyErr_Occurred())
+                goto fail;
+            if (known != NULL) {  /* only under check_kernels: the remembered answer, again */
+                int same = PyObject_RichCompareBool(known, avals, Py_EQ);
+                if (same < 0)
+                    goto fail;
+                if (!same) {
+                    PyErr_Format(PyExc_AssertionError, "%R: its shape/dtype rule gave %R, but "
+                                 "%R was remembered (dispatch.c's key) for the same inputs, "
+                                 "attrs and default dtype", prim, avals, known);
+                    goto fail;
+                }
+            }
+            else {
+                if (PyDict_GET_SIZE(cache) >= DISPATCH_CACHE_MAX)
+                    PyDict_Clear(cache);
+                if (PyDict_SetItem(cache, key, avals) < 0)
+                    goto fail;
+            }
+        }
+    }
     if (!PyTuple_Check(avals) || PyTuple_GET_SIZE(avals) != 2 ||
         Py_TYPE(device) != (PyTypeObject *)device_type)
         goto hand_over;
@@ -520,6 +626,7 @@ static PyObject *bind(PyObject *self, PyObject *const *argv, Py_ssize_t nargsf,
         }
     }
     Py_DECREF(attrs); Py_DECREF(args); Py_DECREF(normalized); Py_DECREF(avals); Py_DECREF(out);
+    Py_XDECREF(key);
     return result;
 
 failed_before_kernel:
@@ -528,10 +635,11 @@ failed_before_kernel:
     PyErr_Clear();
 hand_over:
     Py_XDECREF(attrs); Py_XDECREF(args); Py_XDECREF(normalized); Py_XDECREF(avals);
+    Py_XDECREF(key);
     return hand_over(argv, nargsf, kwnames);
 fail:
     Py_XDECREF(attrs); Py_XDECREF(args); Py_XDECREF(normalized); Py_XDECREF(avals);
-    Py_XDECREF(out); Py_XDECREF(result);
+    Py_XDECREF(out); Py_XDECREF(result); Py_XDECREF(key);
     return NULL;
 }
 

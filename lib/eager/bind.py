@@ -138,7 +138,8 @@ def set_up(module, fallback, tensor=Tensor) -> None:
                   "record": tape.record, "mark_no_gradient": tape.mark_no_gradient,
                   "Node": tape.Node, "DType": dtypes.DType, "ndarray": np.ndarray,
                   "bfloat16": dtypes.bfloat16, "check_kernels": interpreter.CHECK_KERNELS,
-                  "check_kernel_result": interpreter.check_kernel_result})
+                  "check_kernel_result": interpreter.check_kernel_result,
+                  "dtypes": dtypes})
 
 
 def register_primitive(cls) -> None:

@@ -53,7 +53,7 @@ class Primitive:
     __slots__ = ("name", "infer", "vjp", "normalize", "multiple_results", "save_output",
                  "device_attr", "effect", "residuals", "kernels", "attrs", "required_attrs",
                  "attr_checks", "cpu_only", "batch", "rule_cache", "typed_attrs", "composite",
-                 "__weakref__")
+                 "dispatch_cache", "__weakref__")
 
     def __init__(self, name: str, infer: Callable, vjp: Callable | None = None, *,
                  normalize: Callable | None = None, multiple_results: bool = False,
@@ -84,6 +84,9 @@ class Primitive:
         keys = [t.cache_key for t in (attrs or {}).values()]
         self.rule_cache = {} if cache_rule and attrs is not None and None not in keys else None
         self.typed_attrs = tuple(k for k, t in (attrs or {}).items() if t.cache_key == "typed")
+        # the compiled bind's answers for the same primitives, under keys that also hold each
+        # attr's type, so that a hit needs no attr check either (kernels/native/dispatch.c)
+        self.dispatch_cache = None if self.rule_cache is None else {}
 
     def __repr__(self) -> str:
         return f"Primitive({self.name})"

@@ -359,3 +359,92 @@ def test_operators_record_gradients_as_the_op_functions_do():
     (2.0 * w / (1.0 + w) - w * w + 3.0 - (w - 1.0)).sum().backward()
     x = w.numpy().astype(np.float64)
     np.testing.assert_allclose(w.grad.numpy(), 2 / (1 + x) ** 2 - 2 * x - 1, rtol=1e-6)
+
+
+# ---- the compiled bind's own rule cache -----------------------------------------------------
+
+# Run with RILL_CHECK_KERNELS off (the suite sets it, and under it every call asks the rule
+# and the attrs' check again, comparing with what dispatch.c remembered): here remembered
+# answers are what calls get, so what a key must tell apart is tried from the cache.
+_DISPATCH_CACHE = r"""
+import numpy as np, rill
+from rill import dtypes as dt
+from rill.eager import bind as B
+from rill.ops import attrs as A
+from rill.ops.primitive import Primitive
+from rill.ops.promotion import lift
+asked = []
+
+def kind_of(int_input, value):  # a rule reading an attr's type and the default float dtype
+    if type(value) is int:
+        return rill.int64
+    return dt.default_float if int_input else rill.float32
+
+def infer(x, *, value, flag, axes):
+    asked.append(value)
+    return x.shape, kind_of(x.dtype.kind == "i", value)
+
+prim = Primitive("dispatch_cache_probe", infer, normalize=lift,
+                 attrs={"value": A.FLOAT, "flag": A.BOOL, "axes": A.TupleOf(A.INT)})
+prim.kernels["cpu"] = lambda x, value, flag, axes: np.zeros(
+    x.shape, kind_of(x.dtype.kind == "i", value).storage)
+x, i = rill.ones(3), rill.arange(3)
+bind = B._COMPILED.bind
+ok = dict(flag=False, axes=(0,))
+for _ in range(3):  # the rule is asked once per distinct call; the rest are remembered
+    assert bind(prim, x, value=1, **ok).dtype is rill.int64
+    assert bind(prim, x, value=1.0, **ok).dtype is rill.float32  # 1 == 1.0: the type tells
+    assert bind(prim, x, value=1.0, flag=True, axes=(0,)).shape == (3,)
+    assert bind(prim, rill.ones(4), value=1.0, **ok).shape == (4,)
+assert len(asked) == 4, asked
+assert len(prim.dispatch_cache) == 4, len(prim.dispatch_cache)
+refused = 0
+for bad in [dict(value=1.0, flag=1, axes=(0,)), dict(value=True, **ok),
+            dict(value=1.0, flag=False, axes=(False,)), dict(value=1.0, flag=False, axes=(0.0,)),
+            dict(value=1.0, flag=False, axes=[0]), dict(value="1", **ok),
+            dict(value=1.0, other=2, **ok), dict(**ok)]:
+    for _ in range(2):  # refused every time, never answered from the entry it equals
+        try:
+            bind(prim, x, **bad)
+        except rill.Error:
+            refused += 1
+assert refused == 16, refused
+assert len(prim.dispatch_cache) == 4, len(prim.dispatch_cache)
+rill.set_default_dtype(rill.float64)  # a rule may read it: part of the key
+assert bind(prim, i, value=1.0, **ok).dtype is rill.float64
+rill.set_default_dtype(rill.float32)
+assert bind(prim, i, value=1.0, **ok).dtype is rill.float32
+for n in range(1, 300):  # bounded: a program making new shapes all the time starts over
+    bind(prim, rill.ones(n), value=1.0, **ok)
+assert 0 < len(prim.dispatch_cache) <= 256, len(prim.dispatch_cache)
+print("ok")
+"""
+
+
+@compiled_only
+def test_the_compiled_bind_remembers_rule_answers_by_attr_types_too():
+    env = dict(os.environ, RILL_CHECK_KERNELS="0")
+    done = subprocess.run([sys.executable, "-c", _DISPATCH_CACHE], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["ok"]
+
+
+@compiled_only
+def test_a_remembered_answer_the_rule_no_longer_gives_fails_the_check():
+    """Under the suite's check mode every call asks again and compares with dispatch.c's
+    entry: a rule reading state outside its inputs, attrs and default dtype is caught."""
+    from rill.ops import attrs as A
+    from rill.ops.primitive import Primitive
+    from rill.ops.promotion import lift
+    rows = [2]
+    prim = Primitive("dispatch_stateful_probe", lambda x, *, k: ((rows[0],), rill.float32),
+                     normalize=lift, attrs={"k": A.INT})
+    prim.kernels["cpu"] = lambda x, k: np.zeros(rows[0], np.float32)
+    x = rill.ones(3)
+    assert COMPILED.bind(prim, x, k=1).shape == (2,)
+    assert len(prim.dispatch_cache) == 1
+    rows[0] = 5
+    prim.rule_cache = None  # so the rule itself answers (eager/rule_cache.py has its own check)
+    with pytest.raises(AssertionError, match="dispatch_stateful_probe.*dispatch.c"):
+        COMPILED.bind(prim, x, k=1)
