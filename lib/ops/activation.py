@@ -154,11 +154,11 @@ def _xent_grad_vjp(h, out, logits, target, g, ignore_index, label_smoothing, red
 _XENT = dict(ignore_index=A.INT, label_smoothing=A.FLOAT, reduction=A.Choice(*_XENT_REDUCTIONS))
 softmax_cross_entropy_p = primitive("softmax_cross_entropy", _xent_infer, _xent_vjp,
                                     normalize=promotion.lift, attrs=_XENT, batch=batching.xent_rule,
-                                    cache_rule=False)
+                                    cache_rule="compiled")
 # d loss / d logits_i = a_i (softmax_i - (1 - eps) onehot(t_i) - eps / C), 0 if ignored.
 softmax_cross_entropy_grad_p = primitive("softmax_cross_entropy_grad", _xent_grad_infer,
                                          _xent_grad_vjp, normalize=promotion.lift, attrs=_XENT,
-                                         batch=batching.xent_grad_rule, cache_rule=False)
+                                         batch=batching.xent_grad_rule, cache_rule="compiled")
 
 
 def softmax_cross_entropy(logits, target, ignore_index: int = -100,

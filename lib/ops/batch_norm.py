@@ -122,7 +122,7 @@ batch_norm_p = primitive("batch_norm_train", _infer, _vjp, normalize=promotion.c
 batch_norm_grad_p = primitive("batch_norm_grad", _grad_infer, None,
                               normalize=promotion.common_float, multiple_results=True,
                               attrs=dict(eps=A.FLOAT), batch=batching.batch_norm_grad_rule,
-                              cache_rule=False)
+                              cache_rule="compiled")
 
 
 def batch_norm_train(x, w, b, eps: float):

@@ -170,8 +170,8 @@ def _empty_infer(*, shape, dtype, device):
 
 _PLACED = dict(shape=A.SHAPE, dtype=A.DTypeAttr, device=A.DeviceAttr)
 full_p = primitive("full", _full_infer, device_attr=True, attrs=dict(_PLACED, value=A.Scalar()),
-                   cache_rule=False)
-empty_p = primitive("empty", _empty_infer, device_attr=True, attrs=_PLACED, cache_rule=False)
+                   cache_rule="compiled")
+empty_p = primitive("empty", _empty_infer, device_attr=True, attrs=_PLACED, cache_rule="compiled")
 
 
 def _fill(value, dtype, op: str):

@@ -196,7 +196,7 @@ _FAST_GRAD_DTYPES = (dt.float32, dt.float64)
 gelu_grad_p = primitive("gelu_grad", _g_and_x_infer, _gelu_grad_vjp, attrs={},
                         cpu_only="a CPU fast path: other devices run gelu's gradient as a "
                                  "composite in rill ops", batch=batching.same_shapes,
-                        cache_rule=False)
+                        cache_rule="compiled")
 
 
 def _relu_vjp(g, x):
@@ -217,7 +217,7 @@ def _relu_grad_vjp(h, out, g, x):
 relu_grad_p = primitive("relu_grad", _g_and_x_infer, _relu_grad_vjp, attrs={},
                         cpu_only="a CPU fast path: other devices run relu's gradient as a "
                                  "composite in rill ops", batch=batching.same_shapes,
-                        cache_rule=False)
+                        cache_rule="compiled")
 
 
 def _silu_vjp(g, out, x):
@@ -320,7 +320,7 @@ _UNARY_ATTRS = {"leaky_relu": {"alpha": A.FLOAT}, "elu": {"alpha": A.FLOAT},
 
 P = {name: primitive(name, infer, vjp, normalize=norm, save_output=save,
                      attrs=_UNARY_ATTRS.get(name, {}), batch=batching.elementwise,
-                     cache_rule=False)  # a shape copied: cheaper than a lookup
+                     cache_rule=False)  # a shape copied: cheaper than any lookup
      for name, (norm, infer, vjp, save) in _UNARY.items()}
 
 
@@ -693,7 +693,7 @@ _BINARY = {
 }
 
 P.update({name: primitive(name, infer, vjp, normalize=norm, save_output=save, attrs={},
-                          batch=batching.elementwise, cache_rule=False)
+                          batch=batching.elementwise, cache_rule="compiled")
           for name, (norm, infer, vjp, save) in _BINARY.items()})
 
 
@@ -846,7 +846,7 @@ def _where_vjp(g, out, c, x, y):
 
 
 where_p = primitive("where", _where_infer, _where_vjp, normalize=promotion.bool_then_common,
-                    attrs={}, batch=batching.elementwise, cache_rule=False)
+                    attrs={}, batch=batching.elementwise, cache_rule="compiled")
 
 
 def where(condition, x, y):
@@ -902,7 +902,7 @@ def _cast_vjp(g, out, x, dtype):
 
 
 cast_p = primitive("cast", _cast_infer, _cast_vjp, attrs={"dtype": A.DTypeAttr},
-                   batch=batching.elementwise, cache_rule=False)
+                   batch=batching.elementwise, cache_rule="compiled")
 
 
 def cast(x, dtype):
@@ -930,7 +930,7 @@ def _scaled_add_vjp(g, out, x, y, alpha, beta):
 P["scaled_add"] = primitive("scaled_add", _scaled_add_infer, _scaled_add_vjp,
                             normalize=promotion.common_float,
                             attrs={"alpha": A.FLOAT, "beta": A.FLOAT}, batch=batching.elementwise,
-                            cache_rule=False)
+                            cache_rule="compiled")
 
 
 def scaled_add(x, y, alpha: float = 1.0, beta: float = 1.0):

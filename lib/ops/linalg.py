@@ -304,7 +304,7 @@ def _weight_grad_vjp(h, out, g, x):
 
 # x @ w.T (+ bias): one primitive, so the bias costs no op, buffer or tape node of its own.
 linear_p = primitive("linear", _linear_infer, _linear_vjp, normalize=promotion.common_float,
-                     attrs={}, batch=batching.first_leading, cache_rule=False)
+                     attrs={}, batch=batching.first_leading, cache_rule="compiled")
 # g^T x summed over the leading axes (the rows): the weight's gradient, in the weight's own
 # (out, in) layout (so the optimizer's update reads it contiguously), with no transpose or
 # reshape op on the tape.

@@ -109,7 +109,7 @@ lstm_layer_p = primitive("lstm_layer", _infer, _vjp, normalize=promotion.lift,
                                   "or per-step cells")
 lstm_layer_grad_p = primitive("lstm_layer_grad", _grad_infer, None, multiple_results=True,
                               attrs={"reverse": A.BOOL},
-                              cpu_only="the gradient of lstm_layer (CPU only)", cache_rule=False)
+                              cpu_only="the gradient of lstm_layer (CPU only)", cache_rule="compiled")
 
 
 def fits(x, h0, c0, w_ih, w_hh, b_ih=None, b_hh=None) -> bool:

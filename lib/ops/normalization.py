@@ -89,11 +89,11 @@ def _grad_vjp(cot, out, g, x, w, eps, axes):
 
 layer_norm_p = primitive("layer_norm", _infer, _vjp, normalize=promotion.common_float,
                          attrs=dict(eps=A.FLOAT, axes=A.INT), batch=batching.layer_norm_rule,
-                         cache_rule=False)
+                         cache_rule="compiled")
 layer_norm_grad_p = primitive("layer_norm_grad", _grad_infer, _grad_vjp,
                               normalize=promotion.common_float, multiple_results=True,
                               attrs=dict(eps=A.FLOAT, axes=A.INT),
-                              batch=batching.layer_norm_grad_rule, cache_rule=False)
+                              batch=batching.layer_norm_grad_rule, cache_rule="compiled")
 
 
 def layer_norm(x, weight, bias, eps: float, axes: int):

@@ -138,7 +138,7 @@ def _max_pool_family(rank: int):
                       attrs=window, batch=batching.fold_into_n),
             primitive(f"max_pool{rank}d_grad", _max_pool_grad_infer, _max_pool_grad_vjp,
                       attrs=dict(window, input_shape=A.SHAPE), batch=batching.pool_grad_rule,
-                      cache_rule=False))
+                      cache_rule="compiled"))
 
 
 _MAX_POOL = {rank: _max_pool_family(rank) for rank in (2, 3)}

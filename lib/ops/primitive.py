@@ -42,12 +42,15 @@ class Primitive:
         ops: for a fused op whose gradient kernel is not differentiable (the LSTMs). Under
         create_graph the reverse walk differentiates the composite instead of calling vjp
         (autodiff/backward.py: call_vjp), so the gradient can be differentiated again.
-    cache_rule: False for a rule cheaper than a lookup of its answer (eager/rule_cache.py):
-        the elementwise families, whose rules copy a shape (a taped 10-element add, bench/
-        dispatch.py: 2.39 -> 2.74 us with the lookup), and the ops measured so in
-        bench/models.py's steps, whose key (several attrs) costs more to build and hash
-        than their rule (full 0.13 against 0.64 us, scaled_add 0.27 against 0.77,
-        adam_update 0.92 against 1.61, softmax_cross_entropy_grad 0.49 against 1.01).
+    cache_rule: whether bind looks the rule's answers up instead of asking it. True: in
+        eager/rule_cache.py's cache and in the compiled bind's (kernels/native/dispatch.c,
+        whose key also holds each attr's type, so a hit skips the attrs' check too).
+        "compiled": in the compiled bind's only, for a rule cheaper than the Python lookup
+        of its answer (a taped 10-element add, bench/dispatch.py: 2.39 -> 2.74 us with it;
+        full 0.13 against 0.64 us, scaled_add 0.27 against 0.77, adam_update 0.92 against
+        1.61) but not than the compiled one (x - y 0.87 -> 0.75 us, where 2.9 -> 2.3,
+        layer_norm 6.4 -> 5.5). False: neither, for a rule that copies a shape (the unary
+        elementwise family: log 0.97 -> 1.00 us with the compiled lookup).
     """
 
     __slots__ = ("name", "infer", "vjp", "normalize", "multiple_results", "save_output",
@@ -60,7 +63,7 @@ class Primitive:
                  save_output: bool = False, device_attr: bool = False, effect: str | None = None,
                  residuals: Callable | None = None, attrs: dict | None = None,
                  cpu_only: str | None = None, batch: Callable | None = None,
-                 cache_rule: bool = True, composite: Callable | None = None):
+                 cache_rule: bool | str = True, composite: Callable | None = None):
         self.name = name
         self.composite = composite
         self.batch = batch
@@ -82,11 +85,14 @@ class Primitive:
         # infer's results by inputs' shapes, dtypes, devices and attrs (eager/rule_cache.py),
         # when every attr's value can key it; typed_attrs are keyed by their type as well.
         keys = [t.cache_key for t in (attrs or {}).values()]
-        self.rule_cache = {} if cache_rule and attrs is not None and None not in keys else None
+        if cache_rule not in (True, False, "compiled"):
+            raise ValueError(f"cache_rule must be True, False or 'compiled', got {cache_rule!r}")
+        keyable = attrs is not None and None not in keys
+        self.rule_cache = {} if cache_rule is True and keyable else None
         self.typed_attrs = tuple(k for k, t in (attrs or {}).items() if t.cache_key == "typed")
         # the compiled bind's answers for the same primitives, under keys that also hold each
         # attr's type, so that a hit needs no attr check either (kernels/native/dispatch.c)
-        self.dispatch_cache = None if self.rule_cache is None else {}
+        self.dispatch_cache = {} if cache_rule and keyable else None
 
     def __repr__(self) -> str:
         return f"Primitive({self.name})"

@@ -33,7 +33,7 @@ def _adam_infer(p, g, m, v, step_size, bias_correction2_sqrt, *, beta1, beta2, e
 
 adam_update_p = primitive("adam_update", _adam_infer, multiple_results=True,
                           attrs=dict(beta1=A.FLOAT, beta2=A.FLOAT, eps=A.FLOAT,
-                                     weight_decay=A.FLOAT, decay=A.FLOAT), cache_rule=False)
+                                     weight_decay=A.FLOAT, decay=A.FLOAT), cache_rule="compiled")
 
 _OP = "adam_update"
 

@@ -84,6 +84,10 @@ def test_which_primitives_are_cached():
     assert PRIMITIVES["layer_norm"].typed_attrs == ("eps",)
     assert PRIMITIVES["getitem"].rule_cache is not None
     assert PRIMITIVES["add"].rule_cache is None and PRIMITIVES["tanh"].rule_cache is None
+    # ... the compiled bind's lookup costs less than add's rule, not than tanh's
+    assert PRIMITIVES["add"].dispatch_cache is not None
+    assert PRIMITIVES["tanh"].dispatch_cache is None
+    assert PRIMITIVES["while"].dispatch_cache is None  # a graph attr keys no cache
     uncached = {n for n, p in PRIMITIVES.items() if p.rule_cache is None} - set(ELEMENTWISE)
     assert {"while", "scan", "switch"} <= uncached
     # declared cache_rule=False: measured cheaper than the lookup of their key (ops/primitive.py)
