@@ -64,7 +64,15 @@ def _sum_keeping_one_axis(x, axis):
         return np.ones(outer, x.dtype) @ rows.reshape(outer, x.shape[k])
 
 
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
 def _sum(x, axis, keepdims):
+    if x.size < KEEP_ONE_AXIS_NATIVE_MIN and x.dtype in _FLOATS:
+        # a small float sum (a rule's sum_to_shape, a bias gradient, a loss): the reduction
+        # alone, in its own dtype (the checks below cost as much as it does)
+        out = np.add.reduce(x, axis=axis, keepdims=keepdims)
+        return out if type(out) is np.ndarray else np.asarray(out)
     fast = _sum_keeping_one_axis(x, axis)
     if fast is not None:
         if keepdims:
