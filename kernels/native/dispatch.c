@@ -341,13 +341,17 @@ static int record_one(PyObject *prim, PyObject *inputs, PyObject *attrs, PyObjec
 }
 
 /* 1 if equal values of v's type are one value to a shape/dtype rule and the key holds all
- * that tells them apart (its type beside it): None, a bool, an exact int, float or str, a
- * DType or Device, or a tuple of exact ints and Nones (a bool among ints would equal 1). */
+ * that tells them apart (its type beside it): None, a bool, an exact int, float or str, an
+ * object compared by identity (a DType, a Device, a Generator: object's own == and hash), or
+ * a tuple of exact ints and Nones (a bool among ints would equal 1). Only the primitives
+ * whose declared attr types all key a cache have a dispatch_cache, and an entry is stored
+ * after the attrs' check passed, so an odd value here is checked (and refused) every time. */
 static int keyable_attr(PyObject *v)
 {
+    PyTypeObject *t = Py_TYPE(v);
     if (v == Py_None || PyBool_Check(v) || PyLong_CheckExact(v) || PyFloat_CheckExact(v) ||
-        PyUnicode_CheckExact(v) || (PyObject *)Py_TYPE(v) == dtype_type ||
-        (PyObject *)Py_TYPE(v) == device_type)
+        PyUnicode_CheckExact(v) || (t->tp_richcompare == PyBaseObject_Type.tp_richcompare &&
+                                    t->tp_hash == PyBaseObject_Type.tp_hash))
         return 1;
     if (!PyTuple_CheckExact(v))
         return 0;

@@ -8,7 +8,9 @@ from rill.ops.primitive import register_kernels
 def _uniform(shape, dtype, device, generator, low, high):
     with generator.lock:
         draw = generator.numpy_generator().random(shape)
-    return (draw * (high - low) + low).astype(dtype.storage)
+    if low != 0.0 or high != 1.0:  # (x * 1.0 + 0.0 is x for the draws in [0, 1): skipped)
+        draw = draw * (high - low) + low
+    return draw.astype(dtype.storage)
 
 
 def _normal(shape, dtype, device, generator, mean, std):
