@@ -340,12 +340,27 @@ static int record_one(PyObject *prim, PyObject *inputs, PyObject *attrs, PyObjec
     return 0;
 }
 
+/* 1 if tuple `v` holds, to `depth` levels, only exact ints, strs, Nones and such tuples:
+ * values no other type's value equals (a bool or float among them could equal an int). */
+static int keyable_tuple(PyObject *v, int depth)
+{
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(v); i++) {
+        PyObject *item = PyTuple_GET_ITEM(v, i);
+        if (item == Py_None || PyLong_CheckExact(item) || PyUnicode_CheckExact(item))
+            continue;
+        if (!PyTuple_CheckExact(item) || depth <= 1 || !keyable_tuple(item, depth - 1))
+            return 0;
+    }
+    return 1;
+}
+
 /* 1 if equal values of v's type are one value to a shape/dtype rule and the key holds all
  * that tells them apart (its type beside it): None, a bool, an exact int, float or str, an
  * object compared by identity (a DType, a Device, a Generator: object's own == and hash), or
- * a tuple of exact ints and Nones (a bool among ints would equal 1). Only the primitives
- * whose declared attr types all key a cache have a dispatch_cache, and an entry is stored
- * after the attrs' check passed, so an odd value here is checked (and refused) every time. */
+ * a tuple as keyable_tuple says (a shape, axes, an index key's tagged entries). Only the
+ * primitives whose declared attr types all key a cache have a dispatch_cache, and an entry
+ * is stored after the attrs' check passed, so an odd value here is checked (and refused)
+ * every time. */
 static int keyable_attr(PyObject *v)
 {
     PyTypeObject *t = Py_TYPE(v);
@@ -353,14 +368,7 @@ static int keyable_attr(PyObject *v)
         PyUnicode_CheckExact(v) || (t->tp_richcompare == PyBaseObject_Type.tp_richcompare &&
                                     t->tp_hash == PyBaseObject_Type.tp_hash))
         return 1;
-    if (!PyTuple_CheckExact(v))
-        return 0;
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(v); i++) {
-        PyObject *item = PyTuple_GET_ITEM(v, i);
-        if (item != Py_None && !PyLong_CheckExact(item))
-            return 0;
-    }
-    return 1;
+    return PyTuple_CheckExact(v) && keyable_tuple(v, 4);
 }
 
 /* This call's key in the primitive's dispatch_cache (kept only where it has a rule_cache:

@@ -417,6 +417,19 @@ assert bind(prim, i, value=1.0, **ok).dtype is rill.float32
 for n in range(1, 300):  # bounded: a program making new shapes all the time starts over
     bind(prim, rill.ones(n), value=1.0, **ok)
 assert 0 < len(prim.dispatch_cache) <= 256, len(prim.dispatch_cache)
+from rill.ops.indexing import getitem_p  # an index key: tagged entries, tuples in a tuple
+t = rill.arange(6).reshape(2, 3)
+for _ in range(2):
+    assert bind(getitem_p, t, key=(("int", 1),)).tolist() == [3, 4, 5]
+    assert bind(getitem_p, t, key=(("slice", 0, 1, None),)).shape == (1, 3)
+for bad in [(("int", True),), (("int", 1.0),), (("int", np.int64(1)),),
+            (("slice", 0, True, None),), (("slice", 0, 1.0, None),)]:
+    for _ in range(2):
+        try:
+            bind(getitem_p, t, key=bad)
+            raise SystemExit(f"accepted {bad}")
+        except rill.Error:
+            pass
 print("ok")
 """
 
