@@ -134,9 +134,11 @@ class Program:
 
     def _compile(self) -> None:
         """Straight-line source for the graph. By construction it holds only names rill makes
-        (t<n> for values, K/A/G/F/S<n> for objects put in its scope) and nothing from the
-        graph's data: every attr, kernel and variable reaches the code as an object in the
-        scope, never as text, so a graph loaded from a file cannot inject code."""
+        (t<n> for values, K/A/C/G/F/S<n> for objects put in its scope, keywords as the
+        primitives declare their attrs, input positions the input nodes checked as ints)
+        and nothing from the graph's data: every attr value, kernel and variable reaches
+        the code as an object in the scope, never as text, so a graph loaded from a file
+        cannot inject code."""
         graph = self.graph
         names: dict = {}
         last_use: dict = {}
@@ -190,7 +192,7 @@ class Program:
                 code = f"{targets} = {call}" if outs else call
             else:
                 scope[f"K{i}"] = step
-                call = f"K{i}({ins}{', ' if ins else ''}{_keywords(node.attrs, i, scope)})"
+                call = f"K{i}({ins}{', ' if ins else ''}{_keywords(node, i, scope)})"
                 code = f"{targets if node.primitive.multiple_results else outs[0]} = {call}"
                 for j, (v, name) in enumerate(zip(node.outputs, outs)):
                     fix = _fixup(v)
@@ -393,18 +395,23 @@ def _worth_parallel(graph: Graph) -> bool:
                for a, b in itertools.combinations(heavy, 2))
 
 
-def _keywords(attrs: dict, i: int, scope: dict) -> str:
+def _keywords(node, i: int, scope: dict) -> str:
     """A node's attrs as keyword arguments in its call's source: `axis=A3_0` (a keyword
     written out costs a third of what `**attrs` does: 50 ops of a small chain, 2 us a call).
-    The values reach the code as objects in the scope; a name is text only when it is an
-    identifier (a loaded graph's attr names are its schema's, but nothing here relies on
-    that): else all of them pass as one dict."""
-    if not all(type(k) is str and k.isidentifier() and not keyword.iskeyword(k)
-               for k in attrs):
+    The values reach the code as objects in the scope, and each name as the text of the
+    primitive's own declaration of that attr (rill's code, never the graph's); a node with
+    any attr its primitive does not declare passes them all as one dict."""
+    attrs = node.attrs
+    declared = {name: name for name in node.primitive.attrs or ()}
+    if not all(type(k) is str and declared.get(k) == k for k in attrs):
         scope[f"A{i}"] = attrs
         return f"**A{i}"
     words = []
-    for j, (name, value) in enumerate(attrs.items()):
+    for j, (key, value) in enumerate(attrs.items()):
+        name = declared[key]
+        if not name.isidentifier() or keyword.iskeyword(name):
+            scope[f"A{i}"] = attrs
+            return f"**A{i}"
         scope[f"A{i}_{j}"] = value
         words.append(f"{name}=A{i}_{j}")
     return ", ".join(words)

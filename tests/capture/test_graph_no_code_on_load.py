@@ -124,6 +124,12 @@ def test_generated_program_holds_no_text_from_the_graph():
     program = Program(graph, parallel=False)
     assert "__import__" not in program.source and "getpid" not in program.source
     assert "tanh" not in program.source
+    assert "approximate=" in program.source  # a keyword as gelu declares it, value in scope
+    # an attr name the primitive does not declare never becomes text: all pass as one dict
+    gelu.attrs["getpid"] = 1
+    program = Program(graph, parallel=False)
+    assert "getpid" not in program.source and "approximate=" not in program.source
+    del gelu.attrs["getpid"]
     (inp,) = [n for n in graph.nodes if n.op == "input"]
     inp.attrs["index"] = "__import__('os').getpid() and 0"
     with pytest.raises(rill.CaptureError, match="index must be an int"):
