@@ -3,8 +3,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from rill.kernels.native import build as native
 from rill.ops.indexing import ARRAY, _is_row_gather, numpy_key
 from rill.ops.primitive import register_kernels
+
+# The compiled modules these kernels may load (build.prefetch): the row sums of index_add.
+COMPILED = ('reduce',)
 
 
 def _getitem(x, *arrays, key):
@@ -29,7 +33,14 @@ def _add_rows_by_runs(out, idx, values) -> bool:
     order = np.argsort(idx, kind="stable")
     ordered = idx[order]
     starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
-    sums = np.add.reduceat(values.reshape(idx.size, -1)[order], starts, axis=0)
+    flat = values.reshape(idx.size, -1)
+    compiled = native.for_arrays("reduce", flat, out)
+    if compiled is not None:  # the same sums in the same order, a row at a time
+        compiled.row_runs(flat, order.astype(np.int64, copy=False), starts.astype(np.int64),
+                          ordered[starts].astype(np.int64), out, idx.size, starts.size, n,
+                          flat.shape[1], out.dtype == np.float64)
+        return True
+    sums = np.add.reduceat(flat[order], starts, axis=0)
     out.reshape(n, -1)[ordered[starts]] += sums
     return True
 
