@@ -86,16 +86,23 @@ done:
  * same operations in the same order, so np.add.reduceat's bits. scratch: 8 * K + K per
  * level of halving. */
 #define DEFINE_PAIRWISE(T, SUFFIX)                                                            \
+static void add_rows_##SUFFIX(T *restrict res, const T *restrict values,                     \
+                              const long long *restrict idx, Py_ssize_t i, Py_ssize_t n,      \
+                              Py_ssize_t K)                                                   \
+{                                                                                             \
+    for (; i < n; i++) {  /* one after another: rows idx[i..n) into res */                    \
+        const T *row = values + idx[i] * K;                                                   \
+        _Pragma("omp simd")                                                                   \
+        for (Py_ssize_t k = 0; k < K; k++) res[k] += row[k];                                  \
+    }                                                                                         \
+}                                                                                             \
+                                                                                              \
 static void pairwise_##SUFFIX(const T *restrict values, const long long *restrict idx,        \
                               Py_ssize_t n, Py_ssize_t K, T *restrict res, T *scratch)        \
 {                                                                                             \
     if (n < 8) {                                                                              \
         for (Py_ssize_t k = 0; k < K; k++) res[k] = (T)0;                                     \
-        for (Py_ssize_t i = 0; i < n; i++) {                                                  \
-            const T *row = values + idx[i] * K;                                               \
-            _Pragma("omp simd")                                                               \
-            for (Py_ssize_t k = 0; k < K; k++) res[k] += row[k];                              \
-        }                                                                                     \
+        add_rows_##SUFFIX(res, values, idx, 0, n, K);                                         \
         return;                                                                               \
     }                                                                                         \
     if (n <= 128) {                                                                           \
@@ -112,11 +119,7 @@ static void pairwise_##SUFFIX(const T *restrict values, const long long *restric
         for (Py_ssize_t k = 0; k < K; k++)                                                    \
             res[k] = ((r[k] + r[K + k]) + (r[2 * K + k] + r[3 * K + k])) +                    \
                      ((r[4 * K + k] + r[5 * K + k]) + (r[6 * K + k] + r[7 * K + k]));         \
-        for (; i < n; i++) {                                                                  \
-            const T *row = values + idx[i] * K;                                               \
-            _Pragma("omp simd")                                                               \
-            for (Py_ssize_t k = 0; k < K; k++) res[k] += row[k];                              \
-        }                                                                                     \
+        add_rows_##SUFFIX(res, values, idx, i, n, K);                                         \
         return;                                                                               \
     }                                                                                         \
     Py_ssize_t half = n / 2;                                                                  \
