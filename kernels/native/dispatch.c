@@ -371,16 +371,20 @@ static int keyable_attr(PyObject *v)
     return PyTuple_CheckExact(v) && keyable_tuple(v, 4);
 }
 
-/* This call's key in the primitive's dispatch_cache (kept only where it has a rule_cache:
- * its attrs' types are declared fit to key one): the default float dtype, each input's
- * shape, dtype and device, each attr's name, type and value. An entry is stored only after
- * the attrs' check and the rule passed for it, so a call that finds one needs neither. NULL
- * without an error where an attr is not keyable (that call runs both in Python). */
+/* This call's key in the primitive's dispatch_cache (which it has where its attrs' types are
+ * declared fit to key a cache and its rule is worth a lookup: ops/primitive.py, cache_rule):
+ * the default float dtype, each input's shape, dtype and device, each attr's name, type and
+ * value. An entry is stored only after the attrs' check and the rule passed for it, so a
+ * call that finds one needs neither. NULL without an error where an attr is not keyable or
+ * a shape is not a tuple (that call runs both in Python). */
 static PyObject *rule_key(PyObject *normalized, PyObject *kwnames, PyObject *const *values,
                           Py_ssize_t nkw)
 {
     for (Py_ssize_t i = 0; i < nkw; i++)
         if (!keyable_attr(values[i]))
+            return NULL;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(normalized); i++)
+        if (!PyTuple_CheckExact(SLOT(PyTuple_GET_ITEM(normalized, i), T_shape)))
             return NULL;
     PyObject *default_float = PyObject_GetAttr(dtypes_module, default_float_key);
     if (default_float == NULL)
