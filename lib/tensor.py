@@ -79,12 +79,15 @@ class Tensor:
         """
         return self._host("numpy()")
 
-    def _host(self, what: str) -> np.ndarray:
+    def _host_buffer(self, what: str) -> np.ndarray:
+        """The value on the host, perhaps the tensor's own buffer: not to be handed out."""
         refusal = getattr(self._data, "host_refusal", None)  # a graph value, a vmap batch
         if refusal is not None:
             raise refusal(what)
-        host = self.device.backend.to_host(self._data)
-        view = host.view()
+        return self.device.backend.to_host(self._data)
+
+    def _host(self, what: str) -> np.ndarray:
+        view = self._host_buffer(what).view()
         view.flags.writeable = False
         return view
 
@@ -119,7 +122,7 @@ class Tensor:
         if self.size != 1:
             raise ShapeError(f"{what} needs a tensor with one element, got shape {self.shape}",
                              op=what.rstrip("()"))
-        return self._host(what).reshape(()).item()
+        return self._host_buffer(what).item()  # (a scalar: no read-only view needed)
 
     def tolist(self):
         return self._host("tolist()").tolist()
