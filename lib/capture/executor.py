@@ -398,20 +398,16 @@ def _worth_parallel(graph: Graph) -> bool:
 def _keywords(node, i: int, scope: dict) -> str:
     """A node's attrs as keyword arguments in its call's source: `axis=A3_0` (a keyword
     written out costs a third of what `**attrs` does: 50 ops of a small chain, 2 us a call).
-    The values reach the code as objects in the scope, and each name as the text of the
-    primitive's own declaration of that attr (rill's code, never the graph's); a node with
-    any attr its primitive does not declare passes them all as one dict."""
-    attrs = node.attrs
-    declared = {name: name for name in node.primitive.attrs or ()}
-    if not all(type(k) is str and declared.get(k) == k for k in attrs):
-        scope[f"A{i}"] = attrs
+    The values reach the code as objects in the scope; a name is written only when the
+    primitive declares it (rill's own names, never ones only the graph has) and it is a
+    plain identifier, else all the attrs pass as one dict."""
+    declared = node.primitive.attrs or {}
+    if not all(type(k) is str and k in declared and k.isidentifier() and
+               not keyword.iskeyword(k) for k in node.attrs):
+        scope[f"A{i}"] = node.attrs
         return f"**A{i}"
     words = []
-    for j, (key, value) in enumerate(attrs.items()):
-        name = declared[key]
-        if not name.isidentifier() or keyword.iskeyword(name):
-            scope[f"A{i}"] = attrs
-            return f"**A{i}"
+    for j, (name, value) in enumerate(node.attrs.items()):
         scope[f"A{i}_{j}"] = value
         words.append(f"{name}=A{i}_{j}")
     return ", ".join(words)

@@ -85,7 +85,7 @@ class Primitive:
         # infer's results by inputs' shapes, dtypes, devices and attrs (eager/rule_cache.py),
         # when every attr's value can key it; typed_attrs are keyed by their type as well.
         keys = [t.cache_key for t in (attrs or {}).values()]
-        if cache_rule not in (True, False, "compiled"):
+        if cache_rule is not True and cache_rule is not False and cache_rule != "compiled":
             raise ValueError(f"cache_rule must be True, False or 'compiled', got {cache_rule!r}")
         keyable = attrs is not None and None not in keys
         self.rule_cache = {} if cache_rule is True and keyable else None
